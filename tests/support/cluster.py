@@ -189,6 +189,12 @@ def session_cluster() -> tuple[KubeCluster, Callable[[], None]]:
     """
     if os.environ.get(USE_EXISTING_ENV) == "1":
         return existing_cluster(), lambda: None
+    if not (built_bin_dir() / ".complete").exists():
+        # A cold build takes minutes, longer than a test's timeout: hack/test builds first.
+        raise ClusterError(
+            "the control plane binaries are not built: run hack/cluster/cluster build "
+            "(hack/test does this before pytest)"
+        )
     state_dir = Path(tempfile.mkdtemp(prefix="sg-cluster-")) / "state"
     cluster = start_cluster(state_dir)
 
