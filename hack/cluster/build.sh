@@ -103,6 +103,7 @@ now_s() { date +%s.%N; }
 elapsed() { python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.1f}s')" "$1" "$(now_s)"; }
 
 cmd_build() {
+	command -v go >/dev/null || die "Go is not installed: the control plane is built from Go modules (Go >= 1.26 needed)"
 	resolve_versions
 	if [[ -f "$BIN_DIR/.complete" ]]; then
 		log "binaries cached in $BIN_DIR ($VERSION_KEY)"
