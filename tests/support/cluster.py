@@ -113,6 +113,21 @@ class KubeCluster:
             self._api_client = config.new_client_from_config(config_file=str(self.kubeconfig))
         return self._api_client
 
+    def rss_mib(self) -> dict[str, float]:
+        """Resident memory (MiB) of each running component of a managed cluster, by name."""
+        result: dict[str, float] = {}
+        if self.state_dir is None:
+            return result
+        for pid_file in sorted((self.state_dir / "pids").glob("*.pid")):
+            try:
+                status = Path(f"/proc/{pid_file.read_text().strip()}/status").read_text()
+            except OSError:
+                continue
+            for line in status.splitlines():
+                if line.startswith("VmRSS:"):
+                    result[pid_file.stem] = int(line.split()[1]) / 1024
+        return result
+
     def server(self) -> tuple[str, str]:
         """(server URL, base64 CA data or "") of the kubeconfig's current context."""
         cfg = yaml.safe_load(self.kubeconfig.read_text())
