@@ -223,7 +223,7 @@ def session_cluster() -> tuple[KubeCluster, Callable[[], None]]:
 
 
 def wait_for(
-    predicate: Callable[[], T],
+    predicate: Callable[[], T | None],
     timeout: float,
     what: str,
     interval: float = 0.5,
@@ -272,7 +272,10 @@ def service_account_kubeconfig(
     request = client.AuthenticationV1TokenRequest(
         spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=expiration_seconds)
     )
-    token = core.create_namespaced_service_account_token(name, namespace, request).status.token
+    status = core.create_namespaced_service_account_token(name, namespace, request).status
+    if status is None or not status.token:
+        raise ClusterError(f"TokenRequest for {namespace}/{name} returned no token")
+    token = status.token
     server, ca = cluster.server()
     cluster_entry: dict[str, str] = {"server": server}
     if ca:
