@@ -112,8 +112,10 @@ cmd_build() {
 	mkdir -p "$CACHE_ROOT"
 	# One build at a time per cache (parallel `up`s in several state dirs share it).
 	exec {lockfd}>"$CACHE_ROOT/.build.lock"
-	log "waiting for build lock $CACHE_ROOT/.build.lock" 
-	flock "$lockfd"
+	if ! flock -n "$lockfd"; then
+		log "another build holds $CACHE_ROOT/.build.lock; waiting for it"
+		flock "$lockfd"
+	fi
 	if [[ -f "$BIN_DIR/.complete" ]]; then
 		log "binaries cached in $BIN_DIR (built by another process)"
 		flock -u "$lockfd"
