@@ -58,47 +58,6 @@ local function sg_string_end(s, p)
   end
 end
 
--- Byte span (first, last) of the scalar value of top-level key `key` in the JSON object text
--- `s`; the last occurrence wins, as in cjson.decode. nil when not found or not a scalar.
-local function sg_find_top_value(s, key)
-  local i = 1
-  local depth = 0
-  local vs, ve = nil, nil
-  while true do
-    local p = string.find(s, '["{}%[%]]', i)
-    if not p then break end
-    local c = string.byte(s, p)
-    if c == 34 then
-      local q = sg_string_end(s, p)
-      if not q then return nil end
-      i = q + 1
-      if depth == 1 and string.sub(s, p + 1, q - 1) == key then
-        local _, colon = string.find(s, '^%s*:%s*', q + 1)
-        if colon then
-          local v1 = colon + 1
-          local b = string.byte(s, v1)
-          if b == 34 then
-            local v2 = sg_string_end(s, v1)
-            if not v2 then return nil end
-            vs, ve = v1, v2
-            i = v2 + 1
-          elseif b ~= 123 and b ~= 91 then
-            local _, v2 = string.find(s, '^[^,}%]%s]+', v1)
-            if v2 then
-              vs, ve = v1, v2
-              i = v2 + 1
-            end
-          end
-        end
-      end
-    else
-      if c == 123 or c == 91 then depth = depth + 1 else depth = depth - 1 end
-      i = p + 1
-    end
-  end
-  return vs, ve
-end
-
 -- Text of a JSON number for attempts: integers without a decimal point.
 local function sg_number_text(n)
   if n == math.floor(n) and math.abs(n) < 1e15 then
@@ -108,12 +67,46 @@ local function sg_number_text(n)
 end
 
 -- `payload` with the value of its top-level "attempts" set to number `n`, every other byte
--- unchanged. Falls back to cjson re-encoding (Laravel's behaviour) only when the key cannot be
--- located textually (e.g. written with \u escapes), and to nil when that is impossible too.
+-- unchanged. Each textual occurrence of the key "attempts" followed by ':' and a scalar is a
+-- candidate; the first whose replacement decodes to a top-level attempts == n wins (a nested
+-- "attempts" in data leaves the top level unchanged, so it is never taken). This costs one
+-- cjson.decode per candidate instead of a scan of the whole text in Lua.
+-- Falls back to cjson re-encoding (Laravel's behaviour) when no candidate works (e.g. the key
+-- is written with \u escapes), and returns nil when the payload cannot be decoded at all.
 local function sg_set_attempts(payload, n)
-  local vs, ve = sg_find_top_value(payload, 'attempts')
-  if vs then
-    return string.sub(payload, 1, vs - 1) .. sg_number_text(n) .. string.sub(payload, ve + 1)
+  local text = sg_number_text(n)
+  -- Fast path: a numeric "attempts" that is the object's last key (Laravel, Horizon and our
+  -- producer all write it so). In a valid JSON object the key right before the final '}' is a
+  -- top-level key, and a ',' or '{' before its quote rules out a string, so no check needed.
+  local _, _, v1, v2 = string.find(payload,
+    '[{,]%s*"attempts"%s*:%s*()%-?%d[%d.eE+-]*()%s*}%s*$', math.max(1, #payload - 63))
+  if v1 then
+    return string.sub(payload, 1, v1 - 1) .. text .. string.sub(payload, v2)
+  end
+  local init = 1
+  while true do
+    local k1, k2 = string.find(payload, '"attempts"', init, true)
+    if not k1 then break end
+    init = k2 + 1
+    local _, colon = string.find(payload, '^%s*:%s*', k2 + 1)
+    if colon then
+      local v1 = colon + 1
+      local b = string.byte(payload, v1)
+      local v2 = nil
+      if b == 34 then
+        v2 = sg_string_end(payload, v1)
+      elseif b ~= 123 and b ~= 91 then
+        local _, e = string.find(payload, '^[^,}%]%s]+', v1)
+        v2 = e
+      end
+      if v2 then
+        local candidate = string.sub(payload, 1, v1 - 1) .. text .. string.sub(payload, v2 + 1)
+        local ok, obj = pcall(cjson.decode, candidate)
+        if ok and type(obj) == 'table' and obj['attempts'] == n then
+          return candidate
+        end
+      end
+    end
   end
   local ok, obj = pcall(cjson.decode, payload)
   if ok and type(obj) == 'table' then
