@@ -251,3 +251,39 @@ def test_async_queue_same_protocol(redis_url: str, redis_client: redis.Redis) ->
 
     asyncio.run(scenario())
     assert redis_client.exists(*keys.laravel_keys) == 0
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        # last key (fast path), with Python-style spaces
+        (b'{"uuid": "u1", "data": {"attempts": 7}, "attempts": 0}',
+         b'{"uuid": "u1", "data": {"attempts": 7}, "attempts": 1}'),
+        # first key; a nested "attempts" after it and one inside a string
+        (b'{"attempts":2,"uuid":"u2","data":{"attempts":9,"s":"\\"attempts\\":5"}}',
+         b'{"attempts":3,"uuid":"u2","data":{"attempts":9,"s":"\\"attempts\\":5"}}'),
+        # nested one first, top-level one in the middle
+        (b'{"data":{"attempts":1},"attempts":4,"uuid":"u3"}',
+         b'{"data":{"attempts":1},"attempts":5,"uuid":"u3"}'),
+        # a string value containing the key text, then the real key last
+        (b'{"uuid":"u4","note":",\\"attempts\\":3}","attempts":"8"}',
+         b'{"uuid":"u4","note":",\\"attempts\\":3}","attempts":9}'),
+        # big numbers elsewhere keep their digits (cjson would print 1e+15)
+        (b'{"uuid":"u5","n":999999999999999,"f":3.141592653589793,"attempts":0}',
+         b'{"uuid":"u5","n":999999999999999,"f":3.141592653589793,"attempts":1}'),
+    ],
+)  # fmt: skip
+def test_attempts_rewrite_touches_only_the_top_level_value(
+    q: Queue, raw: bytes, expected: bytes
+) -> None:
+    q.push(raw)
+    [job] = q.reserve(now=NOW)
+    assert job.reserved == expected
+
+
+def test_escaped_attempts_key_falls_back_to_reencoding(q: Queue) -> None:
+    raw = b'{"uuid":"u6","attempt\\u0073":1,"data":{"x":1}}'
+    q.push(raw)
+    [job] = q.reserve(now=NOW)
+    assert job.attempts == 2
+    assert job.payload == {"uuid": "u6", "attempts": 2, "data": {"x": 1}}
