@@ -287,3 +287,16 @@ def test_escaped_attempts_key_falls_back_to_reencoding(q: Queue) -> None:
     [job] = q.reserve(now=NOW)
     assert job.attempts == 2
     assert job.payload == {"uuid": "u6", "attempts": 2, "data": {"x": 1}}
+
+
+def test_failed_records_are_never_overwritten(q: Queue) -> None:
+    a = b'{"uuid":"dup","n":1,"attempts":0}'
+    b = b'{"uuid":"dup","n":2,"attempts":0}'
+    q.push_many([a, b])
+    ja, jb = q.reserve(count=2, now=NOW)
+    q.fail(ja, "X", "first", now=NOW)
+    q.fail(jb, "X", "second", now=NOW + 1)
+    page = q.failed_list()
+    assert [(j.uuid, j.message) for j in page.jobs] == [("dup#2", "second"), ("dup", "first")]
+    assert q.failed_retry("dup", "dup#2").retried == 2
+    assert sorted(j.raw for j in q.reserve(count=2, now=NOW + 2)) == [a, b]

@@ -162,14 +162,18 @@ local function sg_trim_failed(fkey, jkey, now, max_count, max_age)
 end
 
 -- Store a failed job: index `fkey` (uuid -> failedAt) + record in hash `jkey`; trims after.
--- `id` nil means the payload had no usable uuid: a stable id is derived from its bytes.
+-- `id` nil means the payload had no usable uuid: an id is derived from its bytes. A record is
+-- never overwritten: a second record for the same id (two jobs sharing a uuid, or identical
+-- garbage) gets the id suffixed with "#2", "#3", ... Returns the id used.
 local function sg_insert_failed(fkey, jkey, id, payload, exception, message, now,
                                 max_count, max_age)
   if id == nil then
     id = 'invalid-' .. redis.sha1hex(payload)
-    if redis.call('HEXISTS', jkey, id) == 1 then
-      id = id .. '-' .. redis.call('HLEN', jkey)
-    end
+  end
+  if redis.call('HEXISTS', jkey, id) == 1 then
+    local n = 2
+    while redis.call('HEXISTS', jkey, id .. '#' .. n) == 1 do n = n + 1 end
+    id = id .. '#' .. n
   end
   local record = cjson.encode({
     uuid = id,
