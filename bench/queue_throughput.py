@@ -11,7 +11,9 @@ Measured in the same run, against one fresh ``redis-server`` on loopback (starte
   (``RedisQueue::pop`` + ``RedisJob::delete``), with scripts equivalent to LuaScripts.php sent
   by EVALSHA (Laravel itself sends EVAL with the full text, which is slower still);
 * ``fused-1``     ``Queue.reserve(count=1, ack=[previous])``: one round trip per job;
-* ``fused-10``    ``Queue.reserve(count=10, ack=previous ten)``: one round trip per 10 jobs.
+* ``fused-10``    ``Queue.reserve(count=10, ack=previous ten)``: one round trip per 10 jobs;
+* ``async-fused-1`` / ``async-fused-10``: the same through ``AsyncQueue`` (redis.asyncio),
+  as the worker drains (trips/job is not counted for these: shown as -).
 
 Prints jobs/s (median of ``--repeat`` runs) and ratios against the Laravel loop and PING.
 Benchmarks are not tests: nothing here asserts.
@@ -20,6 +22,7 @@ Benchmarks are not tests: nothing here asserts.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import re
 import shutil
@@ -32,10 +35,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import redis
+import redis.asyncio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sendgroup_worker.queue import Ack, Queue, QueueKeys
+from sendgroup_worker.queue import Ack, AsyncQueue, Queue, QueueKeys
 from tests.support.redis_server import RedisServer
 
 # Equivalent of Laravel 11's LuaScripts::migrateExpiredJobs() (bench peer only).
@@ -141,6 +145,29 @@ def drain_fused(q: Queue, count: int) -> int:
         acks = [Ack.of(j) for j in jobs]
 
 
+def drain_fused_async(url: str, keys: QueueKeys, count: int) -> int:
+    """:func:`drain_fused` through :class:`AsyncQueue` (what the worker uses)."""
+
+    async def run() -> int:
+        client = redis.asyncio.Redis.from_url(url)
+        aq = AsyncQueue(client, keys, retry_after=90)
+        n = 0
+        acks: list[Ack] = []
+        try:
+            while True:
+                jobs = await aq.reserve(count=count, ack=acks)
+                if not jobs:
+                    if acks:
+                        await aq.reserve(count=0, ack=acks)
+                    return n
+                n += len(jobs)
+                acks = [Ack.of(j) for j in jobs]
+        finally:
+            await client.aclose()
+
+    return asyncio.run(run())
+
+
 def ping_rate(client: redis.Redis, n: int) -> float:
     started = time.perf_counter()
     for _ in range(n):
@@ -193,13 +220,16 @@ def main() -> int:
         q = Queue(client, keys, retry_after=90)
         items = payloads(args.jobs)
         results: dict[str, list[float]] = {
-            "ping": [], "laravel-4rt": [], "fused-1": [], "fused-10": []
+            "ping": [], "laravel-4rt": [], "fused-1": [], "fused-10": [], "async-fused-1": [],
+            "async-fused-10": [],
         }  # fmt: skip
         trips: dict[str, float] = {"ping": 1.0}
         drains: dict[str, Callable[[], int]] = {
             "laravel-4rt": lambda: drain_laravel(client, keys, 90),
             "fused-1": lambda: drain_fused(q, 1),
             "fused-10": lambda: drain_fused(q, 10),
+            "async-fused-1": lambda: drain_fused_async(url, keys, 1),
+            "async-fused-10": lambda: drain_fused_async(url, keys, 10),
         }
         for _ in range(args.repeat):
             results["ping"].append(ping_rate(client, args.jobs))
@@ -216,9 +246,11 @@ def main() -> int:
         )
         for k, v in med.items():
             unit = "round trips" if k == "ping" else "jobs"
+            per_job = f"{trips[k]:.2f}" if trips[k] else "-"
+            runs = ", ".join(f"{x:,.0f}" for x in results[k])
             print(
                 f"{k:<18}{v:>12,.0f}{v / med['laravel-4rt']:>11.2f}x{v / med['ping']:>9.2f}x"
-                f"{trips[k]:>11.2f}  ({unit}; runs: {', '.join(f'{x:,.0f}' for x in results[k])})"
+                f"{per_job:>11}  ({unit}; runs: {runs})"
             )
         if rb is not None:
             print(f"{'redis-benchmark':<18}{rb:>12,.0f}{'':>12}{rb / med['ping']:>9.2f}x"
