@@ -93,3 +93,11 @@ def test_later_scores_now_plus_delay() -> None:
     call = p.later_call(KEYS, [b"a", b"b"], 60, now=1000.5)
     assert call.args == ("1060.5", b"a", "1060.5", b"b")
     assert json.loads(b"{}") == {}
+
+
+def test_fail_message_is_capped() -> None:
+    job = p.Reserved(b"r", b"r", None, "u", 1)
+    call = p.fail_call(KEYS, p.QueueSettings(), job, "X", "m" * (p.MESSAGE_MAX + 50), now=1)
+    message = call.args[3]
+    assert isinstance(message, str) and len(message) == p.MESSAGE_MAX
+    assert message.endswith("\u2026")

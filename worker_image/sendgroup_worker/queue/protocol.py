@@ -54,6 +54,9 @@ SCRIPT_NAMES: Final = (
 #: Payloads per ``push`` script call; a bigger batch is split into several calls (each atomic).
 PUSH_CHUNK: Final = 1000
 
+#: Longest exception message kept in a failed record (characters); longer ones are cut.
+MESSAGE_MAX: Final = 8192
+
 BeginSend = Literal["ok", "lost", "already_sent"]
 
 
@@ -418,7 +421,10 @@ def fail_call(
     now: float | None = None,
 ) -> ScriptCall[bool]:
     """Move ``job`` from reserved to the failed structure (record keyed by uuid, trimmed to the
-    retention bounds) and count ``failed``; reply True = lost (nothing changed)."""
+    retention bounds) and count ``failed``; reply True = lost (nothing changed). ``message``
+    is cut to :data:`MESSAGE_MAX` characters."""
+    if len(message) > MESSAGE_MAX:
+        message = message[: MESSAGE_MAX - 1] + "\u2026"
     return ScriptCall(
         "fail",
         (keys.reserved, keys.failed, keys.failed_jobs, keys.stats),
@@ -565,6 +571,7 @@ def failed_forget_call(keys: QueueKeys, uuids: Sequence[str] | None) -> ScriptCa
 
 
 __all__ = [
+    "MESSAGE_MAX",
     "PUSH_CHUNK",
     "SCRIPT_NAMES",
     "Ack",
