@@ -300,3 +300,12 @@ def test_failed_records_are_never_overwritten(q: Queue) -> None:
     assert [(j.uuid, j.message) for j in page.jobs] == [("dup#2", "second"), ("dup", "first")]
     assert q.failed_retry("dup", "dup#2").retried == 2
     assert sorted(j.raw for j in q.reserve(count=2, now=NOW + 2)) == [a, b]
+
+
+def test_done_retried_after_a_dropped_reply_counts_once(q: Queue) -> None:
+    q.push_many([payload(0), payload(1)])
+    a, b = q.reserve(count=2, now=NOW)
+    assert q.done(a, now=NOW) is False
+    assert q.done(a, now=NOW + 1) is True  # the retry: lost, and not counted again
+    q.reserve(count=0, ack=[Ack.of(b), Ack.of(b)], now=NOW + 2)
+    assert q.measure().delivered == 2

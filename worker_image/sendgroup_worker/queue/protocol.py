@@ -382,6 +382,8 @@ def done_call(
 
     With ``delivered`` the uuid is added to ``sent`` (idempotency marker, score now) and the
     ``delivered`` counter incremented, even when the reservation was lost: the mail did go out.
+    The counter moves only when the marker is new, so retrying ``done`` after a dropped reply
+    never counts a mail twice.
     """
     return ScriptCall(
         "done",
