@@ -3,14 +3,16 @@ key (Laravel's four and ours) in one slot, so each script runs on one node."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
 
 import pytest
+import redis.asyncio.cluster
 import redis.cluster
 
 from sendgroup_worker.producer import make_mail_payload
-from sendgroup_worker.queue import Ack, Queue, QueueKeys
+from sendgroup_worker.queue import Ack, AsyncQueue, Queue, QueueKeys
 from tests.support.redis_cluster import RedisCluster
 
 pytestmark = pytest.mark.redis
@@ -68,3 +70,24 @@ def test_payload_bytes_identical_on_cluster(cluster: RedisCluster) -> None:
         assert json.loads(job.reserved)["attempts"] == 1
     finally:
         client.close()
+
+
+def test_async_queue_on_a_cluster(cluster: RedisCluster) -> None:
+    async def scenario() -> None:
+        nodes = [redis.asyncio.cluster.ClusterNode("127.0.0.1", s.port) for s in cluster.servers]
+        client = redis.asyncio.cluster.RedisCluster(startup_nodes=nodes)
+        try:
+            aq = AsyncQueue(client, QueueKeys("{mail-async}"), 60)
+            await aq.push_many(
+                [make_mail_payload(f"u{i}@example.test", text="x") for i in range(3)]
+            )
+            jobs = await aq.reserve(count=2, now=1000)
+            [job] = await aq.reserve(ack=[Ack.of(j) for j in jobs], now=1001)
+            assert await aq.begin_send(job) == "ok"
+            assert await aq.done(job) is False
+            stats = await aq.measure(now=1002)
+            assert (stats.total, stats.delivered) == (0, 3)
+        finally:
+            await client.aclose()
+
+    asyncio.run(scenario())
