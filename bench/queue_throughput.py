@@ -9,7 +9,9 @@ Measured in the same run, against one fresh ``redis-server`` on loopback (starte
 * ``redis-benchmark``  ``redis-benchmark -t ping_inline -c 1 -P 1`` (C client, if installed);
 * ``laravel-4rt`` Laravel's loop per job: migrate delayed, migrate reserved, pop, ZREM
   (``RedisQueue::pop`` + ``RedisJob::delete``), with scripts equivalent to LuaScripts.php sent
-  by EVALSHA (Laravel itself sends EVAL with the full text, which is slower still);
+  by EVALSHA;
+* ``laravel-4rt-eval``  the same loop sending the script text with EVAL every time, as Laravel
+  and phpredis really do;
 * ``fused-1``     ``Queue.reserve(count=1, ack=[previous])``: one round trip per job;
 * ``fused-10``    ``Queue.reserve(count=10, ack=previous ten)``: one round trip per 10 jobs;
 * ``async-fused-1`` / ``async-fused-10``: the same through ``AsyncQueue`` (redis.asyncio),
@@ -132,6 +134,23 @@ def drain_laravel(client: redis.Redis, keys: QueueKeys, retry_after: int) -> int
         client.zrem(keys.reserved, reserved)
 
 
+def drain_laravel_eval(client: redis.Redis, keys: QueueKeys, retry_after: int) -> int:
+    """:func:`drain_laravel` sending the script text with EVAL each time, as Laravel does."""
+    n = 0
+    k3 = 3
+    while True:
+        now = int(time.time())
+        client.eval(LARAVEL_MIGRATE, k3, keys.delayed, keys.ready, keys.notify, now, 100)
+        client.eval(LARAVEL_MIGRATE, k3, keys.reserved, keys.ready, keys.notify, now, 100)
+        job, reserved = client.eval(
+            LARAVEL_POP, k3, keys.ready, keys.reserved, keys.notify, now + retry_after
+        )
+        if job is None:
+            return n
+        n += 1
+        client.zrem(keys.reserved, reserved)
+
+
 def drain_fused(q: Queue, count: int) -> int:
     n = 0
     acks: list[Ack] = []
@@ -219,13 +238,13 @@ def main() -> int:
         keys = QueueKeys("bench")
         q = Queue(client, keys, retry_after=90)
         items = payloads(args.jobs)
-        results: dict[str, list[float]] = {
-            "ping": [], "laravel-4rt": [], "fused-1": [], "fused-10": [], "async-fused-1": [],
-            "async-fused-10": [],
-        }  # fmt: skip
+        names = ["ping", "laravel-4rt", "laravel-4rt-eval", "fused-1", "fused-10"]
+        names += ["async-fused-1", "async-fused-10"]
+        results: dict[str, list[float]] = {n: [] for n in names}
         trips: dict[str, float] = {"ping": 1.0}
         drains: dict[str, Callable[[], int]] = {
             "laravel-4rt": lambda: drain_laravel(client, keys, 90),
+            "laravel-4rt-eval": lambda: drain_laravel_eval(client, keys, 90),
             "fused-1": lambda: drain_fused(q, 1),
             "fused-10": lambda: drain_fused(q, 10),
             "async-fused-1": lambda: drain_fused_async(url, keys, 1),
