@@ -75,9 +75,10 @@ end
 -- is written with \u escapes), and returns nil when the payload cannot be decoded at all.
 local function sg_set_attempts(payload, n)
   local text = sg_number_text(n)
-  -- Fast path: a numeric "attempts" that is the object's last key (Laravel, Horizon and our
-  -- producer all write it so). In a valid JSON object the key right before the final '}' is a
-  -- top-level key, and a ',' or '{' before its quote rules out a string, so no check needed.
+  -- Fast path: a numeric "attempts" that is the object's last key (Laravel's RedisQueue
+  -- writes it so; Horizon and our producer append pushedAt after it and take the general
+  -- path). In a valid JSON object the key right before the final '}' is a top-level key, and
+  -- a ',' or '{' before its quote rules out a string, so no check is needed.
   local _, _, v1, v2 = string.find(payload,
     '[{,]%s*"attempts"%s*:%s*()%-?%d[%d.eE+-]*()%s*}%s*$', math.max(1, #payload - 63))
   if v1 then
