@@ -309,3 +309,14 @@ def test_done_retried_after_a_dropped_reply_counts_once(q: Queue) -> None:
     assert q.done(a, now=NOW + 1) is True  # the retry: lost, and not counted again
     q.reserve(count=0, ack=[Ack.of(b), Ack.of(b)], now=NOW + 2)
     assert q.measure().delivered == 2
+
+
+def test_failed_list_pages_of_thousands(q: Queue) -> None:
+    # invalid payloads (no attempts) are the cheapest way to fill the failed structure
+    q.push_many([b'{"uuid":"bad-%d"}' % i for i in range(9000)])
+    for _ in range(100):
+        if q.reserve_detailed(count=100, now=NOW).invalid == 0:
+            break
+    page = q.failed_list(limit=9000)
+    assert page.total == 9000 and len(page.jobs) == 9000
+    assert {j.uuid for j in page.jobs} == {f"bad-{i}" for i in range(9000)}
