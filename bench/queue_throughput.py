@@ -1,6 +1,6 @@
 """Queue drain throughput: one Python process, no-op handler.
 
-Run: ``.venv/bin/python bench/queue_throughput.py [--jobs 20000] [--repeat 3]``
+Run: ``.venv/bin/python bench/queue_throughput.py [--jobs 5000] [--repeat 9]``
 
 Measured in the same run, against one fresh ``redis-server`` on loopback (started here unless
 ``--redis-url`` is given):
@@ -17,7 +17,9 @@ Measured in the same run, against one fresh ``redis-server`` on loopback (starte
 * ``async-fused-1`` / ``async-fused-10``: the same through ``AsyncQueue`` (redis.asyncio),
   as the worker drains (trips/job is not counted for these: shown as -).
 
-Prints jobs/s (median of ``--repeat`` runs) and ratios against the Laravel loop and PING.
+Every round runs each variant once, back to back; prints jobs/s (median over rounds) and the
+median of per-round ratios against the Laravel loop and PING (pairing cancels load drift on a
+shared machine).
 Benchmarks are not tests: nothing here asserts.
 """
 
@@ -34,6 +36,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import redis
@@ -207,22 +210,50 @@ def redis_benchmark_rate(port: int, n: int) -> float | None:
     return float(m.group(1)) if m else None
 
 
-def timed(setup: Callable[[], None], body: Callable[[], int], expected: int) -> tuple[float, float]:
-    """(jobs/s, round trips per job) of ``body`` after ``setup``."""
+@dataclass
+class Run:
+    """One drain: jobs/s, round trips per job, CPU microseconds per job (this Python process
+    and the redis-server process). CPU per job hardly depends on other load on the machine,
+    unlike jobs/s."""
+
+    rate: float
+    trips: float
+    client_us: float
+    server_us: float
+
+
+def server_cpu(client: redis.Redis) -> float:
+    """redis-server's CPU seconds so far (user + system)."""
+    info = client.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
+def timed(
+    client: redis.Redis, setup: Callable[[], None], body: Callable[[], int], expected: int
+) -> Run:
+    """Measure ``body`` (which drains ``expected`` jobs) after ``setup``."""
     setup()
+    cpu0, srv0 = time.process_time(), server_cpu(client)
     sent = CountingConnection.sent
     started = time.perf_counter()
     done = body()
     elapsed = time.perf_counter() - started
+    trips = (CountingConnection.sent - sent) / max(done, 1)
+    cpu1, srv1 = time.process_time(), server_cpu(client)
     if done != expected:
         raise RuntimeError(f"drained {done} jobs, expected {expected}")
-    return done / elapsed, (CountingConnection.sent - sent) / done
+    return Run(
+        rate=done / elapsed,
+        trips=trips,
+        client_us=(cpu1 - cpu0) / done * 1e6,
+        server_us=(srv1 - srv0) / done * 1e6,
+    )
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--jobs", type=int, default=20_000, help="jobs per drain run")
-    ap.add_argument("--repeat", type=int, default=3, help="runs per variant (median reported)")
+    ap.add_argument("--jobs", type=int, default=5_000, help="jobs per drain run")
+    ap.add_argument("--repeat", type=int, default=9, help="rounds (every variant once per round)")
     ap.add_argument("--redis-url", default=None, help="use this Redis (it is FLUSHDB'd!)")
     args = ap.parse_args()
 
@@ -250,27 +281,46 @@ def main() -> int:
             "async-fused-1": lambda: drain_fused_async(url, keys, 1),
             "async-fused-10": lambda: drain_fused_async(url, keys, 10),
         }
+        cpu: dict[str, list[tuple[float, float]]] = {n: [] for n in names}
         for _ in range(args.repeat):
             results["ping"].append(ping_rate(client, args.jobs))
             for name, drain in drains.items():
-                rate, trips[name] = timed(lambda: fill(q, items), drain, args.jobs)
-                results[name].append(rate)
+                run = timed(client, lambda: fill(q, items), drain, args.jobs)
+                results[name].append(run.rate)
+                trips[name] = run.trips
+                cpu[name].append((run.client_us, run.server_us))
         port = server.port if server else client.connection_pool.connection_kwargs.get("port")
         rb = redis_benchmark_rate(int(port or 6379), args.jobs * 2)
         med = {k: statistics.median(v) for k, v in results.items()}
+
+        def paired(k: str, base: str) -> float:
+            """Median over rounds of k/base measured back to back (cancels load drift)."""
+            return statistics.median(a / b for a, b in zip(results[k], results[base], strict=True))
+
         info = client.info("server")
-        print(f"redis {info['redis_version']}, {args.jobs} jobs per run, median of {args.repeat}")
+        print(
+            f"redis {info['redis_version']}, {args.jobs} jobs per run, {args.repeat} rounds; "
+            "ratios are medians of per-round ratios"
+        )
         print(
             f"{'variant':<18}{'per second':>12}{'vs laravel':>12}{'vs ping':>10}{'trips/job':>11}"
+            f"{'cpu us/job':>16}  range over rounds"
         )
         for k, v in med.items():
             unit = "round trips" if k == "ping" else "jobs"
             per_job = f"{trips[k]:.2f}" if trips[k] else "-"
-            runs = ", ".join(f"{x:,.0f}" for x in results[k])
+            lo, hi = min(results[k]), max(results[k])
+            if cpu[k]:
+                c_us = statistics.median(c for c, _ in cpu[k])
+                s_us = statistics.median(sv for _, sv in cpu[k])
+                cpu_text = f"{c_us:.0f} + {s_us:.0f}"
+            else:
+                cpu_text = "-"
             print(
-                f"{k:<18}{v:>12,.0f}{v / med['laravel-4rt']:>11.2f}x{v / med['ping']:>9.2f}x"
-                f"{per_job:>11}  ({unit}; runs: {runs})"
+                f"{k:<18}{v:>12,.0f}{paired(k, 'laravel-4rt'):>11.2f}x{paired(k, 'ping'):>9.2f}x"
+                f"{per_job:>11}{cpu_text:>16}  {lo:,.0f}..{hi:,.0f} {unit}/s"
             )
+        print("cpu us/job = this Python process + redis-server, CPU microseconds per job")
         if rb is not None:
             print(f"{'redis-benchmark':<18}{rb:>12,.0f}{'':>12}{rb / med['ping']:>9.2f}x"
                   "  (PING_INLINE round trips, C client, 1 connection)")  # fmt: skip
