@@ -13,6 +13,7 @@ import pytest
 import redis
 import redis.asyncio
 
+from sendgroup_worker.producer import make_mail_payload
 from sendgroup_worker.queue import Ack, AsyncQueue, Queue, QueueKeys
 from sendgroup_worker.queue.protocol import PUSH_CHUNK
 
@@ -320,3 +321,17 @@ def test_failed_list_pages_of_thousands(q: Queue) -> None:
     page = q.failed_list(limit=9000)
     assert page.total == 9000 and len(page.jobs) == 9000
     assert {j.uuid for j in page.jobs} == {f"bad-{i}" for i in range(9000)}
+
+
+def test_escaped_top_level_key_with_a_literal_nested_one(q: Queue) -> None:
+    raw = b'{"uuid":"u7","data":{"attempts":5},"attempt\\u0073":1,"x":2}'
+    q.push(raw)
+    [job] = q.reserve(now=NOW)
+    assert job.payload == {"uuid": "u7", "data": {"attempts": 5}, "attempts": 2, "x": 2}
+
+
+def test_producer_payload_takes_a_fast_path_and_keeps_bytes(q: Queue) -> None:
+    raw = make_mail_payload("a@example.test", text="Grüße", pushed_at=1796000000.5)
+    q.push(raw)
+    [job] = q.reserve(now=NOW)
+    assert job.reserved == raw.replace(b'"attempts":0', b'"attempts":1')

@@ -84,6 +84,23 @@ local function sg_set_attempts(payload, n)
   if v1 then
     return string.sub(payload, 1, v1 - 1) .. text .. string.sub(payload, v2)
   end
+  -- Second fast path: the literal "attempts" occurs once and the text has no \u escape. The
+  -- caller decoded a top-level attempts; without escapes its key can only be written
+  -- literally, so the single occurrence is that key.
+  local k1, k2 = string.find(payload, '"attempts"', 1, true)
+  if k1 and not string.find(payload, '"attempts"', k2 + 1, true)
+      and not string.find(payload, '\\u', 1, true) then
+    local _, colon = string.find(payload, '^%s*:%s*', k2 + 1)
+    if colon then
+      local _, e = string.find(payload, '^%-?%d[%d.eE+-]*', colon + 1)
+      if not e and string.byte(payload, colon + 1) == 34 then
+        e = sg_string_end(payload, colon + 1)
+      end
+      if e then
+        return string.sub(payload, 1, colon) .. text .. string.sub(payload, e + 1)
+      end
+    end
+  end
   local init = 1
   while true do
     local k1, k2 = string.find(payload, '"attempts"', init, true)
