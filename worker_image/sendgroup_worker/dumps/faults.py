@@ -1,0 +1,42 @@
+"""Deterministic crash points for the fault-injection tests.
+
+``SENDGROUP_DUMPS_CRASH_AT=<step>`` (or ``<step>@<n>`` for the n-th time the step is reached)
+makes the command kill itself with SIGKILL at that step: no cleanup, no ``finally``, exactly
+what an OOM kill or a node loss does. Unset in production; the step names are listed in
+:data:`STEPS` and in ``docs/dumps.md``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from typing import Final
+
+ENV: Final = "SENDGROUP_DUMPS_CRASH_AT"
+
+STEPS: Final = (
+    "dump:after-stage",  # live keys renamed to staging, nothing written yet
+    "dump:mid-write",  # after the n-th chunk was written to the temporary file
+    "dump:before-rename",  # temporary file complete and fsynced
+    "dump:after-rename",  # final name in place, directory not yet fsynced
+    "dump:before-delete",  # directory fsynced, staging keys still in Redis
+    "dump:after-delete",  # staging keys gone, lock still held
+    "restore:mid-merge",  # after the n-th chunk was merged
+    "restore:after-merge",  # segment fully merged, file still on disk
+    "restore:after-unlink",  # file deleted, progress record still in Redis
+    "purge:before-delete",  # lock taken, nothing deleted
+)
+
+
+def checkpoint(step: str, n: int = 1) -> None:
+    """Kill this process with SIGKILL if ``SENDGROUP_DUMPS_CRASH_AT`` names ``step``
+    (and, with ``@k``, if this is occurrence ``n == k``)."""
+    want = os.environ.get(ENV)
+    if not want:
+        return
+    name, _, count = want.partition("@")
+    if name == step and (not count or int(count) == n):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.kill(os.getpid(), signal.SIGKILL)
