@@ -2,8 +2,10 @@
 
 ``SENDGROUP_DUMPS_CRASH_AT=<step>`` (or ``<step>@<n>`` for the n-th time the step is reached)
 makes the command kill itself with SIGKILL at that step: no cleanup, no ``finally``, exactly
-what an OOM kill or a node loss does. Unset in production; the step names are listed in
-:data:`STEPS` and in ``docs/dumps.md``.
+what an OOM kill or a node loss does. ``SENDGROUP_DUMPS_STOP_AT`` (same syntax) makes it stop
+itself with SIGSTOP instead, so a test can run a second command against a lock that is
+really held, then let the first one continue with SIGCONT. Unset in production; the step
+names are listed in :data:`STEPS`.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import sys
 from typing import Final
 
 ENV: Final = "SENDGROUP_DUMPS_CRASH_AT"
+STOP_ENV: Final = "SENDGROUP_DUMPS_STOP_AT"
 
 STEPS: Final = (
     "dump:after-stage",  # live keys renamed to staging, nothing written yet
@@ -25,18 +28,25 @@ STEPS: Final = (
     "restore:mid-merge",  # after the n-th chunk was merged
     "restore:after-merge",  # segment fully merged, file still on disk
     "restore:after-unlink",  # file deleted, progress record still in Redis
+    "restore:before-merge",  # lock taken, interrupted dump finished, nothing merged
     "purge:before-delete",  # lock taken, nothing deleted
 )
 
 
-def checkpoint(step: str, n: int = 1) -> None:
-    """Kill this process with SIGKILL if ``SENDGROUP_DUMPS_CRASH_AT`` names ``step``
-    (and, with ``@k``, if this is occurrence ``n == k``)."""
-    want = os.environ.get(ENV)
+def _armed(env: str, step: str, n: int) -> bool:
+    want = os.environ.get(env)
     if not want:
-        return
+        return False
     name, _, count = want.partition("@")
-    if name == step and (not count or int(count) == n):
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os.kill(os.getpid(), signal.SIGKILL)
+    return name == step and (not count or int(count) == n)
+
+
+def checkpoint(step: str, n: int = 1) -> None:
+    """Kill this process with SIGKILL if ``SENDGROUP_DUMPS_CRASH_AT`` names ``step`` (and, with
+    ``@k``, if this is occurrence ``n == k``); stop it with SIGSTOP if
+    ``SENDGROUP_DUMPS_STOP_AT`` does."""
+    for env, sig in ((ENV, signal.SIGKILL), (STOP_ENV, signal.SIGSTOP)):
+        if _armed(env, step, n):
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.kill(os.getpid(), sig)

@@ -312,16 +312,18 @@ def _read_header(fh: IO[bytes], where: str) -> tuple[SegmentHeader, bytes]:
     return SegmentHeader.from_json(raw, where), head + raw
 
 
-def _read_frame(fh: IO[bytes], where: str, offset: int) -> tuple[str, int, bytes, bytes]:
+def _read_frame(
+    fh: IO[bytes], where: str, offset: int, what: str = "chunk"
+) -> tuple[str, int, bytes, bytes]:
     """(kind, count, body, raw frame bytes) of the frame at the file's position."""
-    head = _read_exact(fh, _CHUNK_HEAD.size, where, f"chunk header at byte {offset}")
+    head = _read_exact(fh, _CHUNK_HEAD.size, where, f"{what} header at byte {offset}")
     kind_b, count, n = _CHUNK_HEAD.unpack(head)
     if n > _MAX_BODY:
-        raise SegmentError(f"{where}: chunk at byte {offset} claims {n} bytes (corrupted)")
-    body = _read_exact(fh, n, where, f"chunk body at byte {offset}")
-    (crc,) = _U32.unpack(_read_exact(fh, 4, where, f"chunk checksum at byte {offset}"))
+        raise SegmentError(f"{where}: {what} at byte {offset} claims {n} bytes (corrupted)")
+    body = _read_exact(fh, n, where, f"{what} body at byte {offset}")
+    (crc,) = _U32.unpack(_read_exact(fh, 4, where, f"{what} checksum at byte {offset}"))
     if zlib.crc32(body, zlib.crc32(head)) != crc:
-        raise SegmentError(f"{where}: checksum mismatch in chunk at byte {offset} (corrupted)")
+        raise SegmentError(f"{where}: checksum mismatch in {what} at byte {offset} (corrupted)")
     return kind_b.decode("latin-1"), count, body, head + body + _U32.pack(crc)
 
 
@@ -342,7 +344,7 @@ def read_info(path: str | os.PathLike[str]) -> SegmentInfo:
         if magic != FOOTER_MAGIC or offset >= size - _FOOTER.size:
             raise SegmentError(f"{where}: truncated or corrupted (no valid footer)")
         fh.seek(offset)
-        kind, nchunks, body, _ = _read_frame(fh, where, offset)
+        kind, nchunks, body, _ = _read_frame(fh, where, offset, "trailer")
         if kind != "E" or fh.tell() != size - _FOOTER.size:
             raise SegmentError(f"{where}: corrupted trailer")
         try:

@@ -130,6 +130,7 @@ def restore_queue(
         keys.restored,
     ]
     merged_chunks = 0
+    faults.checkpoint("restore:before-merge")
     for path in paths.list_segments(directory):
         info = verify_segment(path)
         h = info.header
