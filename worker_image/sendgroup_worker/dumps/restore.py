@@ -8,7 +8,8 @@ For each segment (oldest first, by id = creation time):
 2. merge chunk by chunk; each chunk is one script that applies the records *and* advances the
    segment's progress (``restored`` hash: segment id -> chunks merged) atomically, so a crash
    mid-merge never applies a chunk twice and a re-run continues where it stopped;
-3. delete the file, fsync the directory, then drop the progress record.
+3. delete the file, fsync the directory, then drop the progress record (records whose file
+   is gone, left by a run killed between the two, are dropped at the end of the next run).
 
 Merging never overwrites (queue-protocol.md, property 3): ready items are appended at the tail
 (RPUSH) with one notify token each; delayed and reserved members keep their scores and are
@@ -162,9 +163,19 @@ def restore_queue(
         client.hdel(keys.restored, segment)
         result.bytes += info.bytes
         result.segments.append(str(path))
+    # Progress records of segments no longer on disk (a run killed between the file's deletion
+    # and its record's) have nothing left to protect.
+    on_disk = {p.name[: -len(".sgdump")] for p in paths.list_segments(directory)}
+    stale = [f for f in client.hkeys(keys.restored) if _text(f) not in on_disk]
+    if stale:
+        client.hdel(keys.restored, *stale)
     result.notify_fixed = reconcile_notify(client, keys)
     result.seconds = time.monotonic() - started
     return result
+
+
+def _text(v: object) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
 
 
 def _count(result: RestoreResult, kind: str, n: int) -> None:
