@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import pytest
 import redis
 
+from tests.support.redis_cluster import RedisCluster
 from tests.support.redis_server import RedisServer
 
 
@@ -31,3 +32,11 @@ def redis_client(redis_url: str) -> Iterator[redis.Redis]:
     client = redis.Redis.from_url(redis_url)
     yield client
     client.close()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[RedisCluster]:
+    """A real three-master Redis Cluster on loopback ports for the whole session."""
+    cluster = RedisCluster().start()
+    yield cluster
+    cluster.cleanup()

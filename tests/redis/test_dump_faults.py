@@ -51,14 +51,23 @@ CASES: dict[str, list[Run]] = {
     "dump:after-rename/restore": [("dump", "dump:after-rename"), ("restore", None)],
     "dump:before-delete/restore": [("dump", "dump:before-delete"), ("restore", None)],
     # restore killed, then re-run
-    "restore:before-merge": [("dump", None), ("restore", "restore:before-merge"),
-                             ("restore", None)],
+    "restore:before-merge": [
+        ("dump", None),
+        ("restore", "restore:before-merge"),
+        ("restore", None),
+    ],
     "restore:mid-merge@1": [("dump", None), ("restore", "restore:mid-merge@1"), ("restore", None)],
-    "restore:mid-merge@26": [("dump", None), ("restore", "restore:mid-merge@26"),
-                             ("restore", None)],
+    "restore:mid-merge@26": [
+        ("dump", None),
+        ("restore", "restore:mid-merge@26"),
+        ("restore", None),
+    ],
     "restore:after-merge": [("dump", None), ("restore", "restore:after-merge"), ("restore", None)],
-    "restore:after-unlink": [("dump", None), ("restore", "restore:after-unlink"),
-                             ("restore", None)],
+    "restore:after-unlink": [
+        ("dump", None),
+        ("restore", "restore:after-unlink"),
+        ("restore", None),
+    ],
     # two segments (31 + 5 chunks); restore killed twice, inside the second segment and again
     # two chunks after resuming
     "two-segments/restore-killed-twice": [
@@ -74,12 +83,21 @@ CASES: dict[str, list[Run]] = {
         ("dump", "dump:mid-write@2"),
         ("restore", None),
     ],
-}  # fmt: skip
+}
 
 
 def _run(command: str, queue: str, dumps_dir: Path, url: str, crash: str | None) -> None:
-    args = [command, "-q", queue, "--dumps-dir", str(dumps_dir), "--lock-ttl", "1",
-            "--wait-lock", "15"]  # fmt: skip
+    args = [
+        command,
+        "-q",
+        queue,
+        "--dumps-dir",
+        str(dumps_dir),
+        "--lock-ttl",
+        "1",
+        "--wait-lock",
+        "15",
+    ]
     if command == "dump":
         args += ["--chunk-jobs", "100"]
     env = {faults.ENV: crash} if crash else None
@@ -142,13 +160,22 @@ def test_random_external_sigkills_during_dump_and_restore(
     after the dump and the restore finally complete, every job is there exactly once."""
     rng = random.Random(20261130)
     keys = QueueKeys("mail-chaos")
-    fill_queue(redis_client, keys, ready=40_000, delayed=2_000, reserved=1_000, failed=100,
-               size=400)  # fmt: skip
+    fill_queue(
+        redis_client, keys, ready=40_000, delayed=2_000, reserved=1_000, failed=100, size=400
+    )
     before = snapshot(redis_client, keys)
     env = {k: v for k, v in os.environ.items() if not k.startswith("SENDGROUP_")}
     env["REDIS_URL"] = redis_url
-    common = ["-q", keys.queue, "--dumps-dir", str(tmp_path), "--lock-ttl", "0.5",
-              "--wait-lock", "10"]  # fmt: skip
+    common = [
+        "-q",
+        keys.queue,
+        "--dumps-dir",
+        str(tmp_path),
+        "--lock-ttl",
+        "0.5",
+        "--wait-lock",
+        "10",
+    ]
     pushed = [payload(i, "chaos-0", 200) for i in range(100)]
     push(redis_client, keys, pushed)
     kills = _kill_until_done([SGW, "dump", *common, "--chunk-jobs", "10"], env, rng)

@@ -30,6 +30,7 @@ from sendgroup_worker.dumps.redisconn import (
     Client,
     ClusterRuleError,
     ConfigError,
+    check_slot_rule,
     connect,
     redact,
     resolve_url,
@@ -139,6 +140,7 @@ class _Ctx:
 def _run(ctx: _Ctx, command: str, ttl: float, wait: float, body: Callable[[QueueLock], Any]) -> Any:
     """Run ``body`` under the queue lock, mapping errors to exit codes and one-line reasons."""
     try:
+        check_slot_rule(ctx.client, ctx.keys)  # before the lock: refuse without touching Redis
         lock = QueueLock(ctx.client, ctx.keys, command, ttl=ttl, wait=wait)
         with lock:
             return body(lock)
