@@ -520,3 +520,42 @@ def test_reserved_jobs_come_back_reserved_with_their_expiry(
     summary(run_cli("restore", "-q", keys.queue, "--dumps-dir", str(tmp_path), redis_url=redis_url))
     got = dict(redis_client.zrange(keys.reserved, 0, -1, withscores=True))
     assert got == {b'{"uuid":"a","attempts":1}': now - 5, b'{"uuid":"b","attempts":2}': now + 3600}
+
+
+def test_key_prefix_is_honoured_and_a_foreign_segment_is_refused(
+    redis_client: redis.Redis[bytes], redis_url: str, tmp_path: Path
+) -> None:
+    """Producers behind Laravel's ``laravel_database_`` prefix: the dump reads the prefixed
+    keys and records the prefix; restoring with another prefix is refused (exit 4, left in
+    place) instead of merging into the wrong keys."""
+    keys = QueueKeys("mail-pfx", prefix="laravel_database_")
+    fill_queue(redis_client, keys, ready=300, delayed=4, size=200)
+    before = snapshot(redis_client, keys)
+    out = summary(
+        run_cli(
+            "dump",
+            "-q",
+            keys.queue,
+            "--dumps-dir",
+            str(tmp_path),
+            "--prefix",
+            keys.prefix,
+            redis_url=redis_url,
+        )
+    )
+    assert out["jobs"] == 304 and redis_client.dbsize() == 0
+    wrong = run_cli("restore", "-q", keys.queue, "--dumps-dir", str(tmp_path), redis_url=redis_url)
+    assert wrong.returncode == 4 and "prefix 'laravel_database_'" in wrong.stderr
+    assert Path(out["segment"]).exists() and redis_client.dbsize() == 0
+    summary(
+        run_cli(
+            "restore",
+            "-q",
+            keys.queue,
+            "--dumps-dir",
+            str(tmp_path),
+            redis_url=redis_url,
+            env={"QUEUE_PREFIX": keys.prefix},
+        )
+    )
+    assert snapshot(redis_client, keys) == before

@@ -91,10 +91,13 @@ def _redis_options(f: Callable[..., Any]) -> Callable[..., Any]:
                 help="File holding the URL (a mounted Secret key). Env REDIS_URL_FILE.",
             ),
             click.option(
+                "--prefix",
                 "--key-prefix",
+                "key_prefix",
                 default="",
-                envvar="SENDGROUP_KEY_PREFIX",
-                help="Client-side key prefix of the producers (e.g. laravel_database_).",
+                envvar=["QUEUE_PREFIX", "SENDGROUP_KEY_PREFIX"],
+                help="Client-side key prefix of the producers (e.g. laravel_database_). "
+                "Env QUEUE_PREFIX.",
             ),
             click.option(
                 "--lock-ttl",
