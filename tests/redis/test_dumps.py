@@ -559,3 +559,30 @@ def test_key_prefix_is_honoured_and_a_foreign_segment_is_refused(
         )
     )
     assert snapshot(redis_client, keys) == before
+
+
+def test_disk_full_dump_fails_cleanly_and_puts_every_job_back(
+    redis_client: redis.Redis[bytes], redis_url: str, tmp_path: Path
+) -> None:
+    """The dumps volume fills up mid-write (a 2 MB tmpfs for a 4.5 MB queue): the dump exits 1
+    naming the cause, the staged jobs are moved back at once (same order, same scores, notify
+    tokens), no staging key and no partial file remain. Needs root for ``mount``."""
+    small = tmp_path / "small"
+    small.mkdir()
+    mount = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(small)],
+        capture_output=True,
+        text=True,
+    )
+    assert mount.returncode == 0, f"this test mounts a small tmpfs and needs root: {mount.stderr}"
+    try:
+        keys = QueueKeys("mail-full")
+        fill_queue(redis_client, keys, ready=3_000, delayed=20, reserved=5, failed=4)
+        before = snapshot(redis_client, keys)
+        proc = run_cli("dump", "-q", keys.queue, "--dumps-dir", str(small), redis_url=redis_url)
+        assert proc.returncode == 1 and "No space left on device" in proc.stderr, proc.stderr
+        assert snapshot(redis_client, keys) == before
+        assert [k for k in keys.staging_keys if redis_client.exists(k)] == []
+        assert [p.name for p in (small / "mail-full").iterdir()] == []
+    finally:
+        subprocess.run(["umount", str(small)], check=True)

@@ -15,13 +15,15 @@ Steps (each a crash point, see :mod:`faults`):
 4. **drop staging**: one UNLINK of the staging keys and the meta hash (freed in Redis'
    background thread). Only now has anything left Redis, and its bytes are durable.
 
-A crash before step 4 leaves the staging keys, so re-running ``dump`` (or ``restore``, which
-finishes an interrupted dump first) resumes; a finished segment found under the recorded id is
-verified and kept instead of being rewritten.
+A crash before step 4 leaves the staging keys: re-running ``dump`` resumes (a finished segment
+found under the recorded id is verified and kept instead of being rewritten), and ``restore``
+undoes the interrupted dump (:func:`unstage`: file deleted, staged jobs moved back). A clean
+failure (disk full, read-only volume) unstages at once, so the queue is never left hidden.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from dataclasses import dataclass
@@ -113,13 +115,13 @@ def dump_queue(
     lock: QueueLock,
     *,
     chunk_jobs: int = DEFAULT_CHUNK_JOBS,
-    resume_only: bool = False,
 ) -> DumpResult:
     """Dump ``keys.queue`` into a new segment under ``dumps_dir`` (caller holds ``lock``).
 
-    ``resume_only``: only finish an interrupted dump, never stage the live keys (used by
-    restore). Raises :class:`DumpError`, :class:`SegmentError`, ``OSError`` (disk full,
-    read-only volume: staging stays, nothing lost), ``LockLost`` or ``redis.RedisError``.
+    Resumes an interrupted dump (staging found) instead of staging again. Raises
+    :class:`DumpError`, :class:`SegmentError` or ``OSError`` (disk full, read-only volume)
+    after moving the staged jobs back (:func:`unstage`), ``LockLost`` or
+    ``redis.RedisError`` (staging kept: the next dump resumes, the next restore unstages).
     """
     check_slot_rule(client, keys)
     started = time.monotonic()
@@ -128,17 +130,27 @@ def dump_queue(
     s_ready, s_delayed, s_reserved, s_failed, s_failed_jobs = _staging(keys)
     meta = keys.staging("meta")
 
-    if resume_only and not staging_pending(client, keys):
-        return result
     lock.ensure()
     segment_id = paths.new_segment_id()
     created_at = datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
     stage = script(client, scripts.STAGE)
     reply = stage(
-        keys=[keys.ready, keys.delayed, keys.reserved, keys.failed, keys.failed_jobs,
-              s_ready, s_delayed, s_reserved, s_failed, s_failed_jobs, meta, keys.notify],
+        keys=[
+            keys.ready,
+            keys.delayed,
+            keys.reserved,
+            keys.failed,
+            keys.failed_jobs,
+            s_ready,
+            s_delayed,
+            s_reserved,
+            s_failed,
+            s_failed_jobs,
+            meta,
+            keys.notify,
+        ],
         args=[segment_id, created_at],
-    )  # fmt: skip
+    )
     status = int(reply[0])
     if status == 0:
         result.seconds = time.monotonic() - started
@@ -153,7 +165,6 @@ def dump_queue(
         "reserved": int(client.zcard(s_reserved)),
     }
     directory = paths.queue_dir(dumps_dir, keys.queue)
-    paths.ensure_dir(directory)
     final = paths.segment_path(directory, segment_id)
     header = SegmentHeader(
         queue=keys.queue,
@@ -162,6 +173,35 @@ def dump_queue(
         created_at=created_at,
         redis_version=version,
     )
+    try:
+        return _finish(
+            client, keys, lock, result, directory, final, header, chunk_jobs, expected, started
+        )
+    except (OSError, DumpError, SegmentError):
+        # A clean failure (disk full, read-only volume, count mismatch): put the staged jobs
+        # back so the queue is visible again, then report the error. (A SIGKILL cannot do
+        # this; the next dump resumes, or the next restore unstages.)
+        with contextlib.suppress(Exception):
+            unstage(client, keys, dumps_dir, lock)
+        raise
+
+
+def _finish(
+    client: Client,
+    keys: QueueKeys,
+    lock: QueueLock,
+    result: DumpResult,
+    directory: Path,
+    final: Path,
+    header: SegmentHeader,
+    chunk_jobs: int,
+    expected: dict[str, int],
+    started: float,
+) -> DumpResult:
+    s_ready, s_delayed, s_reserved, s_failed, s_failed_jobs = _staging(keys)
+    meta = keys.staging("meta")
+    segment_id = header.segment
+    paths.ensure_dir(directory)
     counts = None
     if final.exists():
         # Crashed after the rename: the file is durable; keep it if it checks out.
@@ -286,3 +326,89 @@ def _record_size(kind: str, r: Any) -> int:
     if kind in ("D", "V"):
         return len(r[1]) + 12
     return len(r.uuid) + len(r.record or b"") + 17
+
+
+@dataclass(slots=True)
+class UnstageResult:
+    """Records moved from an interrupted dump's staging keys back into the live keys."""
+
+    ready: int = 0
+    delayed: int = 0
+    reserved: int = 0
+    failed: int = 0
+    segment: str | None = None
+
+    @property
+    def jobs(self) -> int:
+        return self.ready + self.delayed + self.reserved
+
+
+def unstage(
+    client: Client,
+    keys: QueueKeys,
+    dumps_dir: str | os.PathLike[str],
+    lock: QueueLock,
+    *,
+    chunk_jobs: int = DEFAULT_CHUNK_JOBS,
+) -> UnstageResult:
+    """Undo an interrupted dump: delete its (temporary or final) segment file, then move the
+    staging keys back into the live keys in bounded atomic steps (ready appended with notify
+    tokens; delayed/reserved/failed with NX), and drop the staging meta record last.
+
+    The file goes first (fsynced), so a crash at any point leaves either file + staging (the
+    dump can still finish) or staging alone (the next run keeps unstaging): never a file
+    *and* jobs back in the live keys. Needs no free space on the volume. No-op without staging.
+    """
+    result = UnstageResult()
+    meta = keys.staging("meta")
+    raw = client.hget(meta, "segment")
+    if raw is None:
+        return result
+    segment_id = _text(raw)
+    result.segment = segment_id
+    directory = paths.queue_dir(dumps_dir, keys.queue)
+    lock.ensure()
+    if directory.is_dir():
+        removed = False
+        for p in (
+            paths.temp_path(directory, segment_id),
+            paths.segment_path(directory, segment_id),
+        ):
+            if p.exists():
+                p.unlink()
+                removed = True
+        if removed:
+            paths.fsync_dir(directory)
+    move = script(client, scripts.UNSTAGE)
+    s_ready, s_delayed, s_reserved, s_failed, s_failed_jobs = _staging(keys)
+    step = 0
+    while True:
+        lock.ensure()
+        r = [
+            int(x)
+            for x in move(
+                keys=[
+                    keys.ready,
+                    keys.notify,
+                    keys.delayed,
+                    keys.reserved,
+                    keys.failed,
+                    keys.failed_jobs,
+                    s_ready,
+                    s_delayed,
+                    s_reserved,
+                    s_failed,
+                    s_failed_jobs,
+                    meta,
+                ],
+                args=[chunk_jobs],
+            )
+        ]
+        result.ready += r[0]
+        result.delayed += r[1]
+        result.reserved += r[2]
+        result.failed += r[3]
+        step += 1
+        faults.checkpoint("restore:mid-unstage", step)
+        if r[4] == 1:
+            return result

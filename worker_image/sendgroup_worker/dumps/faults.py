@@ -25,10 +25,11 @@ STEPS: Final = (
     "dump:after-rename",  # final name in place, directory not yet fsynced
     "dump:before-delete",  # directory fsynced, staging keys still in Redis
     "dump:after-delete",  # staging keys gone, lock still held
+    "restore:mid-unstage",  # after the n-th step moving an interrupted dump's jobs back
     "restore:mid-merge",  # after the n-th chunk was merged
     "restore:after-merge",  # segment fully merged, file still on disk
     "restore:after-unlink",  # file deleted, progress record still in Redis
-    "restore:before-merge",  # lock taken, interrupted dump finished, nothing merged
+    "restore:before-merge",  # lock taken, interrupted dump undone, nothing merged
     "purge:before-delete",  # lock taken, nothing deleted
 )
 

@@ -1,6 +1,9 @@
 """Merge a queue's dump segments back into Redis, oldest first, idempotently.
 
-For each segment (oldest first, by id = creation time):
+An interrupted dump (staging keys still in Redis) is undone first: its segment file, if any,
+is deleted and the staged records move straight back into the live keys
+(:func:`sendgroup_worker.dumps.dump.unstage`). Then, for each segment (oldest first, by id =
+creation time):
 
 1. verify the whole file (header, every chunk CRC, counts, SHA-256) and that it belongs to
    this queue and key prefix; a bad file stops the restore with :class:`SegmentError` and is
@@ -29,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sendgroup_worker.dumps import faults, paths, scripts
-from sendgroup_worker.dumps.dump import DumpResult, dump_queue
+from sendgroup_worker.dumps.dump import UnstageResult, unstage
 from sendgroup_worker.dumps.format import (
     FORMAT_VERSION,
     Chunk,
@@ -59,7 +62,7 @@ class RestoreResult:
     seconds: float = 0.0
     segments: list[str] = field(default_factory=list)
     redis_version: str = ""
-    finished_dump: DumpResult | None = None
+    unstaged: UnstageResult | None = None
     notify_fixed: int = 0
 
     @property
@@ -81,8 +84,8 @@ class RestoreResult:
             "segments": self.segments,
             "redisVersion": self.redis_version,
             "formatVersion": FORMAT_VERSION,
-            "finishedInterruptedDump": self.finished_dump is not None
-            and self.finished_dump.segment is not None,
+            "unstagedJobs": self.unstaged.jobs if self.unstaged else 0,
+            "unstagedSegment": self.unstaged.segment if self.unstaged else None,
             "notifyFixed": self.notify_fixed,
         }
 
@@ -111,14 +114,16 @@ def restore_queue(
 ) -> RestoreResult:
     """Apply every segment of ``keys.queue`` under ``dumps_dir`` (caller holds ``lock``).
 
-    First finishes a dump that was interrupted (its staging keys still in Redis), so that its
-    segment is applied too. Raises :class:`SegmentError` (bad file, left in place),
-    ``LockLost``, ``OSError`` or ``redis.RedisError``; re-running after any failure is safe.
+    First undoes a dump that was interrupted (its staging keys still in Redis): its file, if
+    any, is deleted and the staged jobs move straight back (no disk space needed).
+
+    Raises :class:`SegmentError` (bad file, left in place), ``LockLost``, ``OSError`` or
+    ``redis.RedisError``; re-running after any failure is safe.
     """
     check_slot_rule(client, keys)
     started = time.monotonic()
     result = RestoreResult(queue=keys.queue, redis_version=redis_version(client))
-    result.finished_dump = dump_queue(client, keys, dumps_dir, lock, resume_only=True)
+    result.unstaged = unstage(client, keys, dumps_dir, lock)
     directory = paths.queue_dir(dumps_dir, keys.queue)
     merge = script(client, scripts.MERGE)
     merge_keys = [
@@ -131,7 +136,7 @@ def restore_queue(
         keys.restored,
     ]
     merged_chunks = 0
-    faults.checkpoint("restore:before-merge")
+    faults.checkpoint("restore:before-merge")  # after the unstage, before any segment
     for path in paths.list_segments(directory):
         info = verify_segment(path)
         h = info.header
