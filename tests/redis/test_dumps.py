@@ -586,3 +586,48 @@ def test_disk_full_dump_fails_cleanly_and_puts_every_job_back(
         assert [p.name for p in (small / "mail-full").iterdir()] == []
     finally:
         subprocess.run(["umount", str(small)], check=True)
+
+
+def test_lock_is_renewed_while_a_long_dump_runs(
+    redis_client: redis.Redis[bytes], redis_url: str, tmp_path: Path
+) -> None:
+    """With a 0.3 s lock TTL and a dump that takes several TTLs, the lock never expires: every
+    sample of the key shows the same owner token with time to live left, and the dump
+    completes (a lost lock would stop it with exit 1)."""
+    keys = QueueKeys("mail-renew")
+    fill_queue(redis_client, keys, ready=60_000, size=100)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SENDGROUP_")}
+    env["REDIS_URL"] = redis_url
+    proc = subprocess.Popen(
+        [
+            SGW,
+            "dump",
+            "-q",
+            keys.queue,
+            "--dumps-dir",
+            str(tmp_path),
+            "--lock-ttl",
+            "0.3",
+            "--chunk-jobs",
+            "2",
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    holders: set[bytes] = set()
+    first = last = 0.0
+    while proc.poll() is None:
+        holder = redis_client.get(keys.lock)
+        if holder is not None and redis_client.pttl(keys.lock) > 0:
+            holders.add(holder)
+            first = first or time.monotonic()
+            last = time.monotonic()
+        time.sleep(0.01)
+    out, err = proc.communicate()
+    assert proc.returncode == 0, err
+    assert json.loads(out)["jobs"] == 60_000
+    assert len(holders) == 1 and f"/{proc.pid}/".encode() in holders.pop()
+    assert last - first > 0.9, f"the dump held the lock only {last - first:.2f}s: not a test"
+    assert redis_client.exists(keys.lock) == 0
