@@ -25,11 +25,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+import queue
+import threading
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from sendgroup_worker.dumps import faults, paths, scripts
 from sendgroup_worker.dumps.format import (
@@ -49,6 +51,10 @@ from sendgroup_worker.queue.keys import QueueKeys
 DEFAULT_CHUNK_JOBS = 1000
 #: Bytes per chunk, whichever limit comes first (bounds one merge script's work).
 CHUNK_BYTES = 4 << 20
+#: The writer thread flushes to disk (fdatasync) after this many bytes.
+SYNC_BYTES = 64 << 20
+#: Chunks read from Redis that may wait for the writer thread (bounds memory to ~8 chunks).
+_QUEUE_CHUNKS = 8
 
 
 class DumpError(Exception):
@@ -251,49 +257,54 @@ def _write_segment(
     (Counts, bytes)."""
     s_ready, s_delayed, s_reserved, s_failed, s_failed_jobs = _staging(keys)
     tmp = paths.temp_path(directory, header.segment)
-    written = 0
     with open(tmp, "wb") as fh:
         w = SegmentWriter(fh, header)
+        sink = _BackgroundWriter(fh, w)
+        read = 0
 
         def emit(kind: str, records: list[Any]) -> None:
-            nonlocal written
+            nonlocal read
             for part in _split_by_bytes(kind, records):
-                w.chunk(kind, part)
-                written += 1
-                if written % 16 == 0:
+                sink.put(kind, part)
+                read += 1
+                if read % 16 == 0:
                     lock.ensure()
-                faults.checkpoint("dump:mid-write", written)
 
-        n = int(client.llen(s_ready))
-        for start in range(0, n, chunk_jobs):
-            emit("R", list(client.lrange(s_ready, start, start + chunk_jobs - 1)))
-        for kind, key in (("D", s_delayed), ("V", s_reserved)):
-            n = int(client.zcard(key))
+        try:
+            n = int(client.llen(s_ready))
             for start in range(0, n, chunk_jobs):
-                pairs = client.zrange(key, start, start + chunk_jobs - 1, withscores=True)
-                emit(kind, [(float(score), member) for member, score in pairs])
-        seen: set[bytes] = set()
-        n = int(client.zcard(s_failed))
-        for start in range(0, n, chunk_jobs):
-            pairs = client.zrange(s_failed, start, start + chunk_jobs - 1, withscores=True)
-            uuids = [member for member, _ in pairs]
-            records = client.hmget(s_failed_jobs, uuids) if uuids else []
-            seen.update(uuids)
-            emit(
-                "F",
-                [
-                    FailedEntry(u, float(score), rec)
-                    for (u, score), rec in zip(pairs, records, strict=True)
-                ],
-            )
-        # Records in the hash without an index entry are kept too.
-        cursor = 0
-        while True:
-            cursor, fields = client.hscan(s_failed_jobs, cursor, count=chunk_jobs)
-            orphans = [FailedEntry(k, None, v) for k, v in fields.items() if k not in seen]
-            emit("F", orphans)
-            if cursor == 0:
-                break
+                emit("R", list(client.lrange(s_ready, start, start + chunk_jobs - 1)))
+            for kind, key in (("D", s_delayed), ("V", s_reserved)):
+                n = int(client.zcard(key))
+                for start in range(0, n, chunk_jobs):
+                    pairs = client.zrange(key, start, start + chunk_jobs - 1, withscores=True)
+                    emit(kind, [(float(score), member) for member, score in pairs])
+            seen: set[bytes] = set()
+            n = int(client.zcard(s_failed))
+            for start in range(0, n, chunk_jobs):
+                pairs = client.zrange(s_failed, start, start + chunk_jobs - 1, withscores=True)
+                uuids = [member for member, _ in pairs]
+                records = client.hmget(s_failed_jobs, uuids) if uuids else []
+                seen.update(uuids)
+                emit(
+                    "F",
+                    [
+                        FailedEntry(u, float(score), rec)
+                        for (u, score), rec in zip(pairs, records, strict=True)
+                    ],
+                )
+            # Records in the hash without an index entry are kept too.
+            cursor = 0
+            while True:
+                cursor, fields = client.hscan(s_failed_jobs, cursor, count=chunk_jobs)
+                orphans = [FailedEntry(k, None, v) for k, v in fields.items() if k not in seen]
+                emit("F", orphans)
+                if cursor == 0:
+                    break
+        except BaseException:
+            sink.abort()
+            raise
+        sink.close()
         w.finish()
         fh.flush()
         os.fsync(fh.fileno())
@@ -302,6 +313,55 @@ def _write_segment(
     faults.checkpoint("dump:after-rename")
     paths.fsync_dir(directory)
     return w.counts, w.bytes
+
+
+class _BackgroundWriter:
+    """Encodes and writes chunks on a thread, so reading the next chunk from Redis overlaps
+    with the disk; calls fdatasync every :data:`SYNC_BYTES` so the final fsync has little
+    left to flush. :meth:`put` blocks while :data:`_QUEUE_CHUNKS` chunks wait (bounded
+    memory); a write error (disk full) is raised by the next :meth:`put` or :meth:`close`.
+    """
+
+    def __init__(self, fh: IO[bytes], writer: SegmentWriter) -> None:
+        self._fh = fh
+        self._w = writer
+        self._q: queue.Queue[tuple[str, list[Any]] | None] = queue.Queue(_QUEUE_CHUNKS)
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="segment-writer", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        synced = written = 0
+        try:
+            while (item := self._q.get()) is not None:
+                self._w.chunk(*item)
+                written += 1
+                faults.checkpoint("dump:mid-write", written)
+                if self._w.bytes - synced >= SYNC_BYTES:
+                    self._fh.flush()
+                    os.fdatasync(self._fh.fileno())
+                    synced = self._w.bytes
+        except BaseException as e:
+            self._error = e
+            while self._q.get() is not None:  # keep draining so put() never blocks forever
+                pass
+
+    def put(self, kind: str, records: list[Any]) -> None:
+        if self._error is not None:
+            raise self._error
+        self._q.put((kind, records))
+
+    def abort(self) -> None:
+        """Stop the thread after the chunks already queued (the caller failed)."""
+        self._q.put(None)
+        self._thread.join()
+
+    def close(self) -> None:
+        """Wait for every queued chunk to be written; re-raise the writer's error."""
+        self._q.put(None)
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
 
 
 def _split_by_bytes(kind: str, records: list[Any]) -> list[list[Any]]:
