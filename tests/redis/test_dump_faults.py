@@ -4,7 +4,7 @@ pushed meanwhile, each once (queue-protocol.md, "Dump and restore", properties 1
 
 The crash is deterministic: ``SENDGROUP_DUMPS_CRASH_AT=<step>[@n]`` makes the command SIGKILL
 itself at that step (``sendgroup_worker.dumps.faults``). A killed run leaves its lock behind;
-the runs use a 1 s lock TTL and ``--wait-lock`` so the re-run takes over once it expires.
+the runs use a 2 s lock TTL and ``--wait-lock`` so the re-run takes over once it expires.
 A second test kills real runs from outside at random moments until one completes.
 """
 
@@ -106,7 +106,7 @@ def _run(command: str, queue: str, dumps_dir: Path, url: str, crash: str | None)
         "--dumps-dir",
         str(dumps_dir),
         "--lock-ttl",
-        "1",
+        "2",
         "--wait-lock",
         "15",
     ]
@@ -193,7 +193,7 @@ def test_random_external_sigkills_during_dump_and_restore(
         "--dumps-dir",
         str(tmp_path),
         "--lock-ttl",
-        "0.5",
+        "1",
         "--wait-lock",
         "10",
     ]
