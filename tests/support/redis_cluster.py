@@ -1,9 +1,8 @@
-"""A real three-master Redis Cluster on loopback ports, for the cluster cases of the Redis tier.
+"""A real 3-master Redis Cluster on loopback (no replicas), for hash-tag and CROSSSLOT tests.
 
-Three ``redis-server --cluster-enabled yes`` processes (each a :class:`RedisServer` with its own
-data directory) joined by ``redis-cli --cluster create ... --cluster-replicas 0 --cluster-yes``.
-Each node also needs its cluster bus port (port + 10000) free, so ports are drawn from
-20000..45000 and both are checked.
+Each node is a :class:`RedisServer` started with ``cluster-enabled yes``; the slots are
+assigned with ``redis-cli --cluster create`` (Debian's ``redis-tools``, installed with
+``redis-server``). Raises RuntimeError with the tool's output if the cluster does not form.
 """
 
 from __future__ import annotations
@@ -20,93 +19,80 @@ import redis.cluster
 from tests.support.redis_server import RedisServer
 
 
-def _port_free(port: int) -> bool:
-    with socket.socket() as s:
+def _cluster_ports() -> tuple[int, int]:
+    """(client port, cluster bus port), both free a moment ago; the client port is <= 55535
+    because Redis refuses higher ones in cluster mode."""
+    for _ in range(200):
+        port = random.randint(20000, 55000)
+        bus = port + 10000
         try:
-            s.bind(("127.0.0.1", port))
+            for p in (port, bus):
+                with socket.socket() as sock:
+                    sock.bind(("127.0.0.1", p))
         except OSError:
-            return False
-    return True
-
-
-def cluster_ports(n: int) -> list[int]:
-    """``n`` ports p with p and p + 10000 (the cluster bus) free on 127.0.0.1."""
-    rng = random.Random()
-    out: list[int] = []
-    for _ in range(1000):
-        p = rng.randrange(20000, 45000)
-        if p not in out and _port_free(p) and _port_free(p + 10000):
-            out.append(p)
-            if len(out) == n:
-                return out
-    raise RuntimeError("no free port pairs (p, p+10000) for a Redis Cluster on 127.0.0.1")
+            continue
+        return port, bus
+    raise RuntimeError("no free port pair for a Redis Cluster node")
 
 
 class RedisCluster:
-    """Three masters on 127.0.0.1, slots spread by ``redis-cli --cluster create``.
+    """Three ``redis-server`` cluster nodes on free loopback ports."""
 
-    Raises RuntimeError with the redis-cli output when the cluster does not form (state ok on
-    every node) within 30 s.
-    """
-
-    def __init__(self, masters: int = 3) -> None:
-        if shutil.which("redis-cli") is None:
-            raise RuntimeError("redis-cli not found: run hack/bootstrap (Debian redis-tools)")
-        self.nodes = [
-            RedisServer(
-                config={
-                    "cluster-enabled": "yes",
-                    "cluster-config-file": "nodes.conf",
-                    "cluster-node-timeout": "5000",
-                },
-                port=port,
-            )
-            for port in cluster_ports(masters)
-        ]
+    def __init__(self, nodes: int = 3) -> None:
+        self.servers = []
+        for _ in range(nodes):
+            port, bus = _cluster_ports()
+            config = {
+                "cluster-enabled": "yes",
+                "cluster-config-file": "nodes.conf",
+                "cluster-node-timeout": "5000",
+                "cluster-port": str(bus),
+            }
+            self.servers.append(RedisServer(config=config, port=port))
 
     @property
     def url(self) -> str:
-        """URL of the first node (clients discover the others)."""
-        return f"redis://127.0.0.1:{self.nodes[0].port}/0"
+        """URL of the first node (cluster clients discover the others from it)."""
+        return f"redis://127.0.0.1:{self.servers[0].port}/0"
 
-    def client(self) -> redis.cluster.RedisCluster[bytes]:
-        return redis.cluster.RedisCluster(host="127.0.0.1", port=self.nodes[0].port)
+    @property
+    def startup_nodes(self) -> list[redis.cluster.ClusterNode]:
+        return [redis.cluster.ClusterNode("127.0.0.1", s.port) for s in self.servers]
+
+    def client(self) -> redis.cluster.RedisCluster:
+        """A bytes-returning cluster client."""
+        return redis.cluster.RedisCluster(startup_nodes=self.startup_nodes)
 
     def start(self) -> RedisCluster:
+        cli = shutil.which("redis-cli")
+        if cli is None:
+            raise RuntimeError("redis-cli not found: install Debian's redis-tools")
         try:
-            for node in self.nodes:
-                node.start()
-            addrs = [f"127.0.0.1:{n.port}" for n in self.nodes]
-            out = subprocess.run(
-                [
-                    "redis-cli",
-                    "--cluster",
-                    "create",
-                    *addrs,
-                    "--cluster-replicas",
-                    "0",
-                    "--cluster-yes",
-                ],
-                capture_output=True,
-                text=True,
-                timeout=60,
-            )
-            if out.returncode != 0:
-                raise RuntimeError(f"redis-cli --cluster create failed:\n{out.stdout}{out.stderr}")
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline:
-                states = [n.client().cluster("info").get("cluster_state") for n in self.nodes]
-                if all(s == "ok" for s in states):
-                    return self
-                time.sleep(0.1)
-            raise RuntimeError(f"Redis Cluster did not reach cluster_state:ok: {states}")
-        except BaseException:
+            for s in self.servers:
+                s.start()
+        except RuntimeError:
             self.cleanup()
             raise
+        addrs = [f"127.0.0.1:{s.port}" for s in self.servers]
+        out = subprocess.run(
+            [cli, "--cluster", "create", *addrs, "--cluster-yes"],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        if out.returncode != 0:
+            self.cleanup()
+            raise RuntimeError(f"redis-cli --cluster create failed:\n{out.stdout}\n{out.stderr}")
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            states = [s.client().cluster("info") for s in self.servers]
+            if all(st.get("cluster_state") == "ok" for st in states):
+                return self
+            time.sleep(0.1)
+        self.cleanup()
+        raise RuntimeError("Redis Cluster did not reach cluster_state:ok within 30 s")
 
     def cleanup(self) -> None:
-        for node in self.nodes:
-            node.cleanup()
+        for s in self.servers:
+            s.cleanup()
 
     def __enter__(self) -> RedisCluster:
         return self.start()
@@ -115,4 +101,4 @@ class RedisCluster:
         self.cleanup()
 
 
-__all__ = ["RedisCluster", "cluster_ports"]
+__all__ = ["RedisCluster"]
