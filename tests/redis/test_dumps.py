@@ -285,6 +285,9 @@ def test_several_dumps_are_segments_restored_oldest_first(
         run_cli("dump", "-q", keys.queue, "--dumps-dir", str(tmp_path), redis_url=redis_url)
     )
     assert a["segment"] != b["segment"] and Path(a["segment"]).exists()
+    # payloads hold addresses and bodies: no access for others
+    assert Path(a["segment"]).stat().st_mode & 0o777 == 0o640
+    assert (tmp_path / "mail-seg").stat().st_mode & 0o777 == 0o750
     assert sorted([a["segment"], b["segment"]]) == [a["segment"], b["segment"]]
     listed = [
         json.loads(x)

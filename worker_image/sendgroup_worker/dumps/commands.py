@@ -159,6 +159,8 @@ def _run(ctx: _Ctx, command: str, ttl: float, wait: float, body: Callable[[Queue
         _fail(f"{command} of queue {ctx.keys.queue!r}: Redis error: {e}", 1, ctx.url)
     except OSError as e:
         _fail(f"{command} of queue {ctx.keys.queue!r}: {e}", 1, ctx.url)
+    except Exception as e:  # still one line, never a traceback the operator cannot store
+        _fail(f"{command} of queue {ctx.keys.queue!r}: {type(e).__name__}: {e}", 1, ctx.url)
 
 
 @click.command("dump")

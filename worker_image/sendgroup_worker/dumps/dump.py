@@ -51,6 +51,9 @@ from sendgroup_worker.queue.keys import QueueKeys
 DEFAULT_CHUNK_JOBS = 1000
 #: Bytes per chunk, whichever limit comes first (bounds one merge script's work).
 CHUNK_BYTES = 4 << 20
+#: Segment files hold job payloads (addresses, bodies): owner read/write, group read (a
+#: volume shared through fsGroup), nothing for others.
+FILE_MODE = 0o640
 #: The writer thread flushes to disk (fdatasync) after this many bytes.
 SYNC_BYTES = 64 << 20
 #: Chunks read from Redis that may wait for the writer thread (bounds memory to ~8 chunks).
@@ -257,7 +260,8 @@ def _write_segment(
     (Counts, bytes)."""
     s_ready, s_delayed, s_reserved, s_failed, s_failed_jobs = _staging(keys)
     tmp = paths.temp_path(directory, header.segment)
-    with open(tmp, "wb") as fh:
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
+    with os.fdopen(fd, "wb") as fh:
         w = SegmentWriter(fh, header)
         sink = _BackgroundWriter(fh, w)
         read = 0

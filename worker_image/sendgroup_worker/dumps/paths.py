@@ -20,6 +20,8 @@ from sendgroup_worker.queue.keys import validate_queue_name
 
 _SAFE: Final = re.compile(r"[A-Za-z0-9._-]")
 SEGMENT_RE: Final = re.compile(r"^\d{8}T\d{12}Z-[0-9a-f]{8}$")
+#: Directories we create: owner full, group read/search (volume shared through fsGroup).
+DIR_MODE: Final = 0o750
 
 
 def safe_dir_name(queue: str) -> str:
@@ -83,5 +85,5 @@ def ensure_dir(directory: Path) -> None:
         missing.append(p)
         p = p.parent
     for d in reversed(missing):
-        d.mkdir(exist_ok=True)
+        d.mkdir(mode=DIR_MODE, exist_ok=True)
         fsync_dir(d.parent)

@@ -70,7 +70,10 @@ def connect(url: str) -> Client:
     Raises ``redis.RedisError`` when the server cannot be reached.
     """
     plain = redis.Redis.from_url(url, socket_timeout=_SOCKET_TIMEOUT)
-    info = plain.info("cluster")
+    try:
+        info = plain.info("cluster")
+    except redis.ResponseError:  # INFO restricted (some managed services): not a cluster
+        return plain
     if int(info.get("cluster_enabled", 0)) == 1:
         plain.close()
         return redis.cluster.RedisCluster.from_url(url, socket_timeout=_SOCKET_TIMEOUT)
