@@ -372,6 +372,8 @@ def _split_by_bytes(kind: str, records: list[Any]) -> list[list[Any]]:
     """``records`` cut so that no chunk holds much more than :data:`CHUNK_BYTES`."""
     if not records:
         return []
+    if kind == "R" and sum(map(len, records)) + 4 * len(records) <= CHUNK_BYTES:
+        return [records]  # the common case, without a Python loop per record
     out: list[list[Any]] = [[]]
     size = 0
     for r in records:
