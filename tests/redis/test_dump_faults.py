@@ -21,6 +21,7 @@ import pytest
 import redis
 
 from sendgroup_worker.dumps import faults
+from sendgroup_worker.dumps.format import read_info
 from sendgroup_worker.queue.keys import QueueKeys
 from tests.support.dumps import (
     SGW,
@@ -69,9 +70,9 @@ CASES: dict[str, list[Run]] = {
         ("restore", None),
     ],
     "restore:mid-merge@1": [("dump", None), ("restore", "restore:mid-merge@1"), ("restore", None)],
-    "restore:mid-merge@26": [
+    "restore:mid-merge@12": [
         ("dump", None),
-        ("restore", "restore:mid-merge@26"),
+        ("restore", "restore:mid-merge@12"),
         ("restore", None),
     ],
     "restore:after-merge": [("dump", None), ("restore", "restore:after-merge"), ("restore", None)],
@@ -80,8 +81,8 @@ CASES: dict[str, list[Run]] = {
         ("restore", "restore:after-unlink"),
         ("restore", None),
     ],
-    # two segments (31 + 5 chunks); restore killed twice, inside the second segment and again
-    # two chunks after resuming
+    # two segments (31 + 20 chunks, merged 8 per pipeline); restore killed twice inside the
+    # second segment (after 8 of its chunks, then after 16)
     "two-segments/restore-killed-twice": [
         ("dump", None),
         ("dump", None),
@@ -133,7 +134,14 @@ def test_killed_at_a_step_then_rerun_loses_and_duplicates_nothing(
     pushed: list[list[bytes]] = []
     for step, (command, crash) in enumerate(CASES[case]):
         _run(command, keys.queue, tmp_path, redis_url, crash)
-        size = 450 if step == 0 else 31 + step  # the first batch is a second segment's worth
+        if crash and crash.startswith("restore:mid-merge"):
+            # really in the middle: a segment partly merged, its file still there
+            progress = {k.decode(): int(v) for k, v in redis_client.hgetall(keys.restored).items()}
+            assert len(progress) == 1, progress
+            [(segment, merged)] = progress.items()
+            total = read_info(tmp_path / "mail-fault" / f"{segment}.sgdump").counts.chunks
+            assert 0 < merged < total, (merged, total)
+        size = 2_000 if step == 0 else 31 + step  # the first batch is a second segment's worth
         batch = [payload(i, f"meanwhile-{step}", 200) for i in range(size)]
         push(redis_client, keys, batch)
         pushed.append(batch)

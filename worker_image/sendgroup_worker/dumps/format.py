@@ -158,6 +158,7 @@ class Chunk:
     index: int
     kind: str
     records: list[Any] = field(default_factory=list)
+    size: int = 0  # body bytes on disk
 
 
 # --- encoding -------------------------------------------------------------------------------
@@ -380,7 +381,7 @@ def iter_chunks(path: str | os.PathLike[str], info: SegmentInfo | None = None) -
             kind, count, body, _ = _read_frame(fh, where, offset)
             if kind not in KIND_NAMES:
                 raise SegmentError(f"{where}: unknown chunk kind {kind!r} at byte {offset}")
-            yield Chunk(index, kind, decode_body(kind, count, body, where))
+            yield Chunk(index, kind, decode_body(kind, count, body, where), len(body))
             index += 1
         if fh.tell() != info.trailer_offset:
             raise SegmentError(f"{where}: chunks overrun the trailer (corrupted)")

@@ -28,8 +28,11 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
+
+import redis
 
 from sendgroup_worker.dumps import faults, paths, scripts
 from sendgroup_worker.dumps.dump import UnstageResult, unstage
@@ -42,10 +45,19 @@ from sendgroup_worker.dumps.format import (
     verify_segment,
 )
 from sendgroup_worker.dumps.lock import QueueLock
-from sendgroup_worker.dumps.redisconn import Client, check_slot_rule, redis_version, script
+from sendgroup_worker.dumps.redisconn import (
+    Client,
+    check_slot_rule,
+    is_cluster,
+    redis_version,
+    script,
+)
 from sendgroup_worker.queue.keys import QueueKeys
 
 _NOTIFY_STEP = 1000
+#: Chunks (and bytes) sent per pipeline round trip while merging.
+PIPELINE_CHUNKS = 8
+PIPELINE_BYTES = 16 << 20
 
 
 @dataclass(slots=True)
@@ -136,6 +148,9 @@ def restore_queue(
         keys.restored,
     ]
     merged_chunks = 0
+    # Pipelining overlaps encoding the next chunks with Redis merging the previous ones; each
+    # chunk is still its own atomic, idempotent script. Cluster pipelines are not used.
+    depth = 1 if is_cluster(client) else PIPELINE_CHUNKS
     faults.checkpoint("restore:before-merge")  # after the unstage, before any segment
     for path in paths.list_segments(directory):
         info = verify_segment(path)
@@ -151,16 +166,21 @@ def restore_queue(
         raw = client.hget(keys.restored, segment)
         progress = int(raw) if raw is not None else 0
         if progress < info.counts.chunks:
+            batch: list[Chunk] = []
+            batch_bytes = 0
             for chunk in iter_chunks(path, info):
                 if chunk.index < progress:
                     continue
-                lock.ensure()
-                n = int(merge(keys=merge_keys, args=[segment, chunk.index, chunk.kind,
-                                                     *_chunk_args(chunk)]))  # fmt: skip
-                merged_chunks += 1
-                if n >= 0:
-                    _count(result, chunk.kind, n)
-                faults.checkpoint("restore:mid-merge", merged_chunks)
+                batch.append(chunk)
+                batch_bytes += chunk.size
+                if len(batch) >= depth or batch_bytes >= PIPELINE_BYTES:
+                    merged_chunks = _merge_batch(
+                        client, merge, merge_keys, segment, batch, lock, result, merged_chunks
+                    )
+                    batch, batch_bytes = [], 0
+            merged_chunks = _merge_batch(
+                client, merge, merge_keys, segment, batch, lock, result, merged_chunks
+            )
         faults.checkpoint("restore:after-merge")
         os.unlink(path)
         paths.fsync_dir(directory)
@@ -177,6 +197,37 @@ def restore_queue(
     result.notify_fixed = reconcile_notify(client, keys)
     result.seconds = time.monotonic() - started
     return result
+
+
+def _merge_batch(
+    client: Client,
+    merge: Callable[..., Any],
+    merge_keys: list[str],
+    segment: str,
+    batch: list[Chunk],
+    lock: QueueLock,
+    result: RestoreResult,
+    merged_chunks: int,
+) -> int:
+    """Merge ``batch`` (consecutive chunks of one segment) in one pipeline round trip, or one
+    call when it holds a single chunk. Returns the running count of chunks merged."""
+    if not batch:
+        return merged_chunks
+    lock.ensure()
+    if len(batch) == 1:
+        c = batch[0]
+        replies = [merge(keys=merge_keys, args=[segment, c.index, c.kind, *_chunk_args(c)])]
+    else:
+        pipe = cast("redis.Redis[bytes]", client).pipeline(transaction=False)
+        for c in batch:
+            merge(keys=merge_keys, args=[segment, c.index, c.kind, *_chunk_args(c)], client=pipe)
+        replies = pipe.execute()
+    for c, n in zip(batch, replies, strict=True):
+        merged_chunks += 1
+        if int(n) >= 0:
+            _count(result, c.kind, int(n))
+        faults.checkpoint("restore:mid-merge", merged_chunks)
+    return merged_chunks
 
 
 def _text(v: object) -> str:
