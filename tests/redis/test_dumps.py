@@ -299,6 +299,8 @@ def test_several_dumps_are_segments_restored_oldest_first(
         (a["segment"], 1_501),
         (b["segment"], 701),
     ]
+    assert [d["createdAt"] for d in listed] == [a["createdAt"], b["createdAt"]]
+    assert a["createdAt"] < b["createdAt"] and a["createdAt"].endswith("Z")
     empty = summary(
         run_cli("dump", "-q", keys.queue, "--dumps-dir", str(tmp_path), redis_url=redis_url)
     )

@@ -77,6 +77,7 @@ class DumpResult:
     bytes: int = 0
     seconds: float = 0.0
     segment: str | None = None
+    created_at: str | None = None
     redis_version: str = ""
     resumed: bool = False
 
@@ -96,6 +97,7 @@ class DumpResult:
             "bytes": self.bytes,
             "seconds": round(self.seconds, 3),
             "segment": self.segment,
+            "createdAt": self.created_at,
             "redisVersion": self.redis_version,
             "formatVersion": FORMAT_VERSION,
             "resumed": self.resumed,
@@ -233,6 +235,7 @@ def _finish(
     result.ready, result.delayed, result.reserved = counts.ready, counts.delayed, counts.reserved
     result.failed = counts.failed
     result.segment = str(final)
+    result.created_at = header.created_at
 
     faults.checkpoint("dump:before-delete")
     lock.ensure()
