@@ -597,13 +597,13 @@ def test_disk_full_dump_fails_cleanly_and_puts_every_job_back(
 def test_lock_is_renewed_while_a_long_dump_runs(
     redis_client: redis.Redis[bytes], redis_url: str, tmp_path: Path
 ) -> None:
-    """With a 1 s lock TTL and a dump that takes several TTLs, the lock never expires: every
-    sample of the key shows the same owner token with time to live left, and the dump
-    completes (a lost lock would stop it with exit 1)."""
+    """With a 1 s lock TTL and a dump slowed to 0.1 s per chunk (30 chunks: about 3 TTLs), the
+    lock never expires: every sample of the key shows the same owner token with time to live
+    left, and the dump completes (a lost lock would stop it with exit 1)."""
     keys = QueueKeys("mail-renew")
-    fill_queue(redis_client, keys, ready=80_000, size=60)
+    fill_queue(redis_client, keys, ready=3_000, size=60)
     env = {k: v for k, v in os.environ.items() if not k.startswith("SENDGROUP_")}
-    env["REDIS_URL"] = redis_url
+    env |= {"REDIS_URL": redis_url, "SENDGROUP_DUMPS_SLOW": "dump:read-chunk=0.1"}
     proc = subprocess.Popen(
         [
             SGW,
@@ -615,7 +615,7 @@ def test_lock_is_renewed_while_a_long_dump_runs(
             "--lock-ttl",
             "1",
             "--chunk-jobs",
-            "2",
+            "100",
         ],
         env=env,
         stdout=subprocess.PIPE,
@@ -633,7 +633,7 @@ def test_lock_is_renewed_while_a_long_dump_runs(
         time.sleep(0.01)
     out, err = proc.communicate()
     assert proc.returncode == 0, err
-    assert json.loads(out)["jobs"] == 80_000
+    assert json.loads(out)["jobs"] == 3_000
     assert len(holders) == 1 and f"/{proc.pid}/".encode() in holders.pop()
     assert last - first > 2.5, f"the dump held the lock only {last - first:.2f}s: not a test"
     assert redis_client.exists(keys.lock) == 0

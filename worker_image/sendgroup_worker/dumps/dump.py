@@ -272,6 +272,7 @@ def _write_segment(
         def emit(kind: str, records: list[Any]) -> None:
             nonlocal read
             for part in _split_by_bytes(kind, records):
+                faults.slow("dump:read-chunk")
                 sink.put(kind, part)
                 read += 1
                 if read % 16 == 0:

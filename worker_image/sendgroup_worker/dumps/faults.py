@@ -13,13 +13,18 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import time
 from typing import Final
 
 ENV: Final = "SENDGROUP_DUMPS_CRASH_AT"
 STOP_ENV: Final = "SENDGROUP_DUMPS_STOP_AT"
+#: ``<step>=<seconds>``: sleep that long each time the step is reached (slows a run down
+#: deterministically, e.g. to prove the lock is renewed).
+SLOW_ENV: Final = "SENDGROUP_DUMPS_SLOW"
 
 STEPS: Final = (
     "dump:after-stage",  # live keys renamed to staging, nothing written yet
+    "dump:read-chunk",  # a chunk read from Redis (for SENDGROUP_DUMPS_SLOW)
     "dump:mid-write",  # after the n-th chunk was written to the temporary file
     "dump:before-rename",  # temporary file complete and fsynced
     "dump:after-rename",  # final name in place, directory not yet fsynced
@@ -51,3 +56,12 @@ def checkpoint(step: str, n: int = 1) -> None:
             sys.stdout.flush()
             sys.stderr.flush()
             os.kill(os.getpid(), sig)
+
+
+def slow(step: str) -> None:
+    """Sleep if ``SENDGROUP_DUMPS_SLOW`` is ``<step>=<seconds>``."""
+    want = os.environ.get(SLOW_ENV)
+    if want:
+        name, _, seconds = want.partition("=")
+        if name == step:
+            time.sleep(float(seconds))
