@@ -51,6 +51,11 @@ class RedisCluster:
             self.servers.append(RedisServer(config=config, port=port))
 
     @property
+    def url(self) -> str:
+        """URL of the first node (cluster clients discover the others from it)."""
+        return f"redis://127.0.0.1:{self.servers[0].port}/0"
+
+    @property
     def startup_nodes(self) -> list[redis.cluster.ClusterNode]:
         return [redis.cluster.ClusterNode("127.0.0.1", s.port) for s in self.servers]
 
@@ -88,6 +93,12 @@ class RedisCluster:
     def cleanup(self) -> None:
         for s in self.servers:
             s.cleanup()
+
+    def __enter__(self) -> RedisCluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.cleanup()
 
 
 __all__ = ["RedisCluster"]

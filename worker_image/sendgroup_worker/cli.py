@@ -21,6 +21,8 @@ def main() -> None:
 
 
 # Command registration: one line per area (keep this list sorted).
+from sendgroup_worker.dumps.commands import register as _register_dumps  # noqa: E402
 from sendgroup_worker.producer_cli import register as _register_producer  # noqa: E402
 
+_register_dumps(main)
 _register_producer(main)
