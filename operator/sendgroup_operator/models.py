@@ -210,13 +210,21 @@ class BackpressureSpec(_Model):
     )
 
 
+class SmtpSecretRef(_Model):
+    """A Secret in the SendGroup's namespace with the relay's username and password."""
+
+    name: str = Field(min_length=1, max_length=253)
+    username_key: str = Field(default="username", min_length=1, max_length=253)
+    password_key: str = Field(default="password", min_length=1, max_length=253)
+
+
 class SmtpSpec(_Model):
     """The relay the workers send through; credentials only from a Secret."""
 
     host: str | None = Field(default=None, min_length=1, max_length=253)
     port: int | None = Field(default=None, ge=1, le=65535)
     tls: SmtpTls | None = None
-    secret_ref: SecretKeyRef | None = None
+    secret_ref: SmtpSecretRef | None = None
 
 
 class ReaperSpec(_Model):
