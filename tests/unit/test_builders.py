@@ -101,7 +101,7 @@ def test_dump_job() -> None:
     assert spec["ttlSecondsAfterFinished"] > 0
     pod = spec["template"]["spec"]
     assert pod["restartPolicy"] == "Never" and pod["automountServiceAccountToken"] is False
-    claim = [v for v in pod["volumes"] if "persistentVolumeClaim" in v][0]
+    claim = next(v for v in pod["volumes"] if "persistentVolumeClaim" in v)
     assert claim["persistentVolumeClaim"]["claimName"] == SETTINGS.dumps_claim_name
     ctr = pod["containers"][0]
     assert ctr["command"] == [
