@@ -9,6 +9,7 @@ This module is the ONE place that spells the worker's environment variables
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from dataclasses import dataclass
 from typing import Any, Final, Literal
@@ -61,6 +62,7 @@ LABEL_MANAGED_BY: Final = "app.kubernetes.io/managed-by"
 LABEL_CAMPAIGN: Final = "sendgroups.io/campaign"
 LABEL_HOST: Final = "sendgroups.io/host"
 LABEL_GROUP: Final = "sendgroups.io/group"
+ANNOTATION_TEMPLATE_HASH: Final = "sendgroups.io/template-hash"
 APP_NAME: Final = "sendgroup-worker"
 PART_OF: Final = "sendgroup-operator"
 MANAGED_BY: Final = "sendgroup-operator"
@@ -294,6 +296,8 @@ def deployment(
     }
     pod = _pod_spec(ref, spec, settings, container, [])
     pod["terminationGracePeriodSeconds"] = spec.worker.timeout + GRACE_MARGIN_SECONDS
+    template = {"metadata": {"labels": meta["labels"]}, "spec": pod}
+    meta["annotations"] = {ANNOTATION_TEMPLATE_HASH: _digest(json.dumps(template, sort_keys=True))}
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -302,9 +306,16 @@ def deployment(
             "replicas": replicas,
             "revisionHistoryLimit": 2,
             "selector": {"matchLabels": selector},
-            "template": {"metadata": {"labels": meta["labels"]}, "spec": pod},
+            "template": template,
         },
     }
+
+
+def template_hash(ref: GroupRef, spec: models.SendGroupSpec, settings: Settings) -> str:
+    """Hash of the worker pod template the spec asks for (annotation on the Deployment), so a
+    spec change is noticed without comparing whole objects."""
+    annotations: dict[str, str] = deployment(ref, spec, settings, 0)["metadata"]["annotations"]
+    return annotations[ANNOTATION_TEMPLATE_HASH]
 
 
 def dumps_dir(ref: GroupRef) -> str:

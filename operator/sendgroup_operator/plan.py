@@ -84,6 +84,7 @@ class DeploymentObs:
 
     replicas: int
     ready_replicas: int = 0
+    template_hash: str | None = None
 
 
 @dataclass(frozen=True)
@@ -502,7 +503,10 @@ def _run(
     )
     if total > 0:
         st.workers.allowed = allowed
-        if dep is None or dep.replicas != allowed:
+        stale = dep is not None and dep.template_hash != builders.template_hash(
+            b.group.ref(spec), spec, settings
+        )
+        if dep is None or dep.replicas != allowed or stale:
             b.act(EnsureDeployment(allowed))
             if dep is None or dep.replicas == 0:
                 b.event("Normal", "Scaled", f"workers -> {allowed}")

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sendgroup_operator import models
+from sendgroup_operator import builders, models
 from sendgroup_operator import plan as p
 from sendgroup_operator.conditions import find
 from sendgroup_operator.models import Phase
@@ -39,11 +40,18 @@ def run(
     allowed: int | None = None,
     group: p.Group = GROUP,
 ) -> p.Plan:
+    obs = obs or p.Observed(jobs_listed=True)
+    if obs.deployment is not None and obs.deployment.template_hash is None:
+        # Children built from this very spec (tests of template drift pass their own hash).
+        current = builders.template_hash(group.ref(s), s, SETTINGS)
+        obs = dataclasses.replace(
+            obs, deployment=dataclasses.replace(obs.deployment, template_hash=current)
+        )
     return p.plan(
         group,
         s,
         status or models.SendGroupStatus(),
-        obs or p.Observed(jobs_listed=True),
+        obs,
         measure if measure is not None else q(0),
         s.workers if allowed is None else allowed,
         SETTINGS,
@@ -259,3 +267,10 @@ def test_ttl_after_finished_deletes_the_group() -> None:
 
 def test_workers_clamped_by_operator_setting() -> None:
     assert p.desired_workers(spec(workers=50), Settings(max_workers_per_group=10)) == 10
+
+
+def test_spec_change_updates_the_worker_template() -> None:
+    s = spec()
+    st = run(s, measure=q(5)).status
+    old = p.Observed(p.DeploymentObs(3, 3, template_hash="0123abcd"), jobs_listed=True)
+    assert run(s, st, old, q(5), at(1)).actions == [p.EnsureDeployment(3)]

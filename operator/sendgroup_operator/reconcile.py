@@ -1,0 +1,245 @@
+"""One reconciliation pass: observe -> plan -> apply. Called by every kopf handler and by the
+reaper timer alike (level-based: a pass never assumes what the previous one did).
+
+``Runtime`` holds what the passes share (clients, the global cap's book-keeping, locks,
+the liveness heartbeat); it lives in kopf's ``memo``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from sendgroup_operator import builders, fairshare, metrics, models, plan
+from sendgroup_operator.kube import Kube
+from sendgroup_operator.queueio import QueueUnavailable, RedisQueues
+from sendgroup_operator.settings import Settings
+
+#: Seconds a Secret's value is cached (it is read again after this, so rotation works).
+SECRET_TTL = 60.0
+
+
+@dataclass
+class Runtime:
+    """Shared state of the operator process (one per process, in kopf's memo)."""
+
+    settings: Settings
+    kube: Kube
+    queues: RedisQueues = field(default_factory=RedisQueues)
+    locks: defaultdict[str, asyncio.Lock] = field(default_factory=lambda: defaultdict(asyncio.Lock))
+    demands: dict[str, int] = field(default_factory=dict)
+    granted: dict[str, int] = field(default_factory=dict)
+    table: metrics.GroupTable = field(default_factory=metrics.GroupTable)
+    heartbeat: float = field(default_factory=time.monotonic)
+    secrets: dict[tuple[str, str, str], tuple[float, str | None]] = field(default_factory=dict)
+
+    def allowed(self, key: str, demand: int) -> int:
+        """Workers the global cap grants ``key`` now: its water-filling share, and never so
+        many that the sum of what is granted passes the cap (others shrink on their next
+        pass, then this group grows)."""
+        self.demands[key] = demand
+        cap = self.settings.max_total_workers
+        share = fairshare.allocate(self.demands, cap)[key]
+        if cap is None:
+            return share
+        others = sum(v for k, v in self.granted.items() if k != key)
+        return max(0, min(share, cap - others))
+
+    def forget(self, key: str) -> None:
+        """The group is gone: release its share."""
+        self.demands.pop(key, None)
+        self.granted.pop(key, None)
+        self.locks.pop(key, None)
+        self.table.forget(key)
+
+
+def _parse_time(value: Any) -> datetime:
+    if isinstance(value, datetime):
+        return value
+    if isinstance(value, str) and value:
+        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    return datetime.now(UTC)
+
+
+def parse(
+    body: Mapping[str, Any],
+) -> tuple[plan.Group, models.SendGroupSpec, models.SendGroupStatus]:
+    """The object as models (raises pydantic.ValidationError on a spec the CRD would reject)."""
+    meta = body["metadata"]
+    deleting_since = meta.get("deletionTimestamp")
+    group = plan.Group(
+        namespace=meta["namespace"],
+        name=meta["name"],
+        uid=meta["uid"],
+        generation=int(meta.get("generation") or 1),
+        created_at=_parse_time(meta.get("creationTimestamp")),
+        deleting=deleting_since is not None,
+        deleting_since=_parse_time(deleting_since) if deleting_since else None,
+    )
+    spec = models.SendGroupSpec.model_validate(dict(body.get("spec") or {}))
+    status = models.SendGroupStatus.model_validate(dict(body.get("status") or {}))
+    return group, spec, status
+
+
+async def redis_url(rt: Runtime, namespace: str, spec: models.SendGroupSpec) -> str:
+    """The group's Redis URL: from its Secret (cached 60 s), ``redis.url``, or the default.
+    Raises QueueUnavailable when the Secret or key is missing."""
+    redis = spec.redis
+    if redis is not None and redis.secret_ref is not None:
+        key = (namespace, redis.secret_ref.name, redis.secret_ref.key)
+        cached = rt.secrets.get(key)
+        if cached is None or time.monotonic() - cached[0] > SECRET_TTL:
+            value = await rt.kube.secret_value(*key)
+            cached = (time.monotonic(), value)
+            rt.secrets[key] = cached
+        if cached[1] is None:
+            raise QueueUnavailable(
+                f"Secret {redis.secret_ref.name} key {redis.secret_ref.key} not found"
+            )
+        return cached[1]
+    if redis is not None and redis.url:
+        return redis.url
+    return rt.settings.default_redis_url
+
+
+def _needs_children(
+    group: plan.Group, spec: models.SendGroupSpec, st: models.SendGroupStatus
+) -> bool:
+    return (
+        group.deleting
+        or spec.paused
+        or spec.state == models.State.CANCELLED
+        or st.operation is not None
+        or st.dump.total_jobs > 0
+    )
+
+
+def _job_obs(job: Mapping[str, Any]) -> plan.JobObs:
+    status = job.get("status") or {}
+    failed_final = any(
+        c.get("type") == "Failed" and c.get("status") == "True"
+        for c in status.get("conditions") or []
+    )
+    return plan.JobObs(
+        name=job["metadata"]["name"],
+        active=int(status.get("active") or 0),
+        succeeded=int(status.get("succeeded") or 0),
+        failed_final=failed_final,
+    )
+
+
+async def observe(
+    rt: Runtime, group: plan.Group, spec: models.SendGroupSpec, st: models.SendGroupStatus
+) -> plan.Observed:
+    """Read the children: the Deployment always; Jobs and pods only when the plan can need
+    them (paused, finishing, a Job in flight), so an idle group costs one GET per pass."""
+    ref = group.ref(spec)
+    raw = await rt.kube.get_deployment(group.namespace, builders.deployment_name(group.name))
+    dep = None
+    if raw is not None and not raw["metadata"].get("deletionTimestamp"):
+        annotations = raw["metadata"].get("annotations") or {}
+        dep = plan.DeploymentObs(
+            replicas=int((raw.get("spec") or {}).get("replicas") or 0),
+            ready_replicas=int((raw.get("status") or {}).get("readyReplicas") or 0),
+            template_hash=annotations.get(builders.ANNOTATION_TEMPLATE_HASH),
+        )
+    if not _needs_children(group, spec, st):
+        return plan.Observed(deployment=dep)
+    selector = builders.group_selector(ref)
+    jobs = await rt.kube.list_jobs(group.namespace, selector)
+    pods = await rt.kube.list_pods(group.namespace, selector)
+    live = [p for p in pods if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
+    return plan.Observed(
+        deployment=dep,
+        pods=len(live),
+        jobs={j["metadata"]["name"]: _job_obs(j) for j in jobs},
+        jobs_listed=True,
+    )
+
+
+async def measure(
+    rt: Runtime, group: plan.Group, spec: models.SendGroupSpec
+) -> tuple[plan.Measurement, str | None]:
+    """Measure the queue; (QueueError, None) when Redis or its Secret is unavailable."""
+    try:
+        url = await redis_url(rt, group.namespace, spec)
+        return await rt.queues.measure(url, spec.queue_name(group.name)), url
+    except QueueUnavailable as exc:
+        return plan.QueueError(str(exc)), None
+
+
+async def apply(
+    rt: Runtime,
+    group: plan.Group,
+    spec: models.SendGroupSpec,
+    result: plan.Plan,
+    observed: plan.Observed,
+    url: str | None,
+    logger: logging.Logger | logging.LoggerAdapter[Any],
+) -> None:
+    """Carry out the plan's actions, each idempotent (404 on delete and 409 on create are
+    outcomes, not errors)."""
+    ref = group.ref(spec)
+    key = f"{group.namespace}/{group.name}"
+    settings = rt.settings
+    for action in result.actions:
+        if isinstance(action, plan.EnsureDeployment):
+            body = builders.deployment(ref, spec, settings, action.replicas)
+            await rt.kube.apply_deployment(body, exists=observed.deployment is not None)
+            rt.granted[key] = action.replicas
+            logger.info("deployment %s replicas=%d", body["metadata"]["name"], action.replicas)
+        elif isinstance(action, plan.DeleteDeployment):
+            await rt.kube.delete_deployment(group.namespace, builders.deployment_name(group.name))
+            rt.granted[key] = 0
+            logger.info("deployment deleted")
+        elif isinstance(action, plan.CreateJob):
+            await rt.kube.create_job(builders.job(ref, spec, settings, action.kind, action.number))
+            logger.info("job %s-%d created", action.kind, action.number)
+        elif isinstance(action, plan.DeleteJob):
+            await rt.kube.delete_job(group.namespace, action.name)
+        elif isinstance(action, plan.PurgeQueue):
+            if url is not None:
+                deleted = await rt.queues.purge(url, spec.queue_name(group.name))
+                logger.info("queue purged (%d keys)", deleted)
+        elif isinstance(action, plan.DeleteGroup):
+            await rt.kube.delete_group(group.namespace, group.name)
+
+
+async def reconcile(
+    rt: Runtime,
+    body: Mapping[str, Any],
+    logger: logging.Logger | logging.LoggerAdapter[Any],
+    now: datetime | None = None,
+) -> plan.Plan:
+    """One pass for one group: observe, measure, plan, apply. Returns the plan (the caller
+    writes ``plan.status`` through kopf's ``patch.status`` when ``plan.write_status``, and
+    posts ``plan.events``). Kubernetes API errors propagate (kopf retries the handler)."""
+    group, spec, status = parse(body)
+    key = f"{group.namespace}/{group.name}"
+    started = time.monotonic()
+    async with rt.locks[key]:
+        observed = await observe(rt, group, spec, status)
+        measured, url = await measure(rt, group, spec)
+        want = plan.demand(spec, status, measured, group.deleting)
+        allowed = rt.allowed(key, min(want, plan.desired_workers(spec, rt.settings)))
+        now = now or datetime.now(UTC).replace(microsecond=0)
+        result = plan.plan(group, spec, status, observed, measured, allowed, rt.settings, now)
+        await apply(rt, group, spec, result, observed, url, logger)
+        rt.demands[key] = min(result.demand, plan.desired_workers(spec, rt.settings))
+        if observed.deployment is not None and not any(
+            isinstance(a, plan.EnsureDeployment | plan.DeleteDeployment) for a in result.actions
+        ):
+            rt.granted[key] = observed.deployment.replicas
+        elif observed.deployment is None and not result.actions:
+            rt.granted[key] = 0
+    metrics.observe(group.namespace, group.name, result.status)
+    rt.table.update(key, result.status, spec, now)
+    rt.table.export(now, rt.settings.orphan_grace)
+    metrics.DURATION.observe(time.monotonic() - started)
+    return result
