@@ -31,3 +31,39 @@ def redis_client(redis_url: str) -> Iterator[redis.Redis]:
     client = redis.Redis.from_url(redis_url)
     yield client
     client.close()
+
+
+# --- Kubernetes control plane (tests/support/cluster.py, hack/cluster/cluster) ---------------
+from tests.support.cluster import (  # noqa: E402
+    ClusterError,
+    KubeCluster,
+    session_cluster,
+)
+
+
+@pytest.fixture(scope="session")
+def kube_cluster() -> Iterator[KubeCluster]:
+    """The session's Kubernetes control plane: a local one started by hack/cluster/cluster
+    (etcd, kube-apiserver, kube-controller-manager, kube-scheduler on free loopback ports),
+    or the cluster KUBECONFIG names when SENDGROUP_TEST_USE_EXISTING_CLUSTER=1. A cluster that
+    cannot be built or started fails the test with the reason."""
+    try:
+        cluster, release = session_cluster()
+    except ClusterError as exc:
+        pytest.fail(f"Kubernetes control plane unavailable: {exc}", pytrace=False)
+    yield cluster
+    release()
+
+
+@pytest.fixture
+def namespace(kube_cluster: KubeCluster, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh namespace for one test (name from the test's name), deleted afterwards."""
+    import re
+    import secrets
+
+    base = re.sub(r"[^a-z0-9-]+", "-", request.node.name.lower()).strip("-")[:40].strip("-")
+    name = f"t-{base}-{secrets.token_hex(3)}"
+    kube_cluster.kubectl("create", "namespace", name)
+    kube_cluster.kubectl("label", "namespace", name, "sendgroup.test/temporary=true")
+    yield name
+    kube_cluster.kubectl("delete", "namespace", name, "--wait=false", "--ignore-not-found")
