@@ -22,6 +22,10 @@ def main() -> None:
         level=os.environ.get("SENDGROUP_LOG_LEVEL", "INFO"),
         format="%(asctime)s %(levelname)s %(name)s %(message)s",
     )
+    # One line per reaper pass per group would drown the log: keep kopf's other lines.
+    logging.getLogger("kopf.objects").addFilter(
+        lambda record: not record.getMessage().startswith("Timer 'reaper' succeeded")
+    )
     from sendgroup_operator import handlers  # noqa: F401  (registers the handlers)
 
     host = os.environ.get("SENDGROUP_LISTEN_HOST", "0.0.0.0")

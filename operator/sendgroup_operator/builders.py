@@ -138,6 +138,11 @@ def group_selector(ref: GroupRef) -> str:
     return f"{LABEL_GROUP}={label_value(ref.name)},{LABEL_PART_OF}={PART_OF}"
 
 
+def worker_selector(ref: GroupRef) -> str:
+    """Label selector of the group's worker pods."""
+    return f"{group_selector(ref)},{LABEL_COMPONENT}=worker"
+
+
 def owner_reference(ref: GroupRef) -> dict[str, Any]:
     """ownerReference to the SendGroup (controller, blocks owner deletion)."""
     return {

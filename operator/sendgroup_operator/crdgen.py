@@ -117,13 +117,19 @@ def structural(schema: dict[str, Any], defs: dict[str, Any] | None = None) -> di
 
 
 def _object_defaults(schema: dict[str, Any], model: type[BaseModel]) -> None:
-    """Give nested objects whose fields all have defaults ``default: {}`` so the API server
-    fills their children's defaults when the user leaves the whole object out."""
+    """Give nested objects built by a default factory their full default value (e.g.
+    ``worker: {tries: 3, backoff: [...], timeout: 60, retryAfter: 90}``), so the API server
+    fills them when the user leaves the whole object out (and CEL rules on them can run)."""
     for name, field in model.model_fields.items():
         alias = field.alias or name
+        factory = field.default_factory
         ann = field.annotation
-        if isinstance(ann, type) and issubclass(ann, BaseModel) and field.default_factory:
-            schema["properties"][alias]["default"] = {}
+        if isinstance(ann, type) and issubclass(ann, BaseModel) and factory is not None:
+            value = factory()  # type: ignore[call-arg]
+            assert isinstance(value, BaseModel)
+            schema["properties"][alias]["default"] = value.model_dump(
+                by_alias=True, exclude_none=True, mode="json"
+            )
 
 
 def spec_schema() -> dict[str, Any]:

@@ -103,7 +103,7 @@ class JobObs:
 
 @dataclass(frozen=True)
 class Observed:
-    """Children of one group. ``pods``: pods of the group (workers and Jobs) still present;
+    """Children of one group. ``pods``: worker pods of the group still present;
     ``jobs_listed``: whether Jobs/pods were looked at in this pass (they are only listed when
     the plan can need them)."""
 
@@ -556,6 +556,8 @@ def _finish_dump(b: _Builder, observed: Observed, measure: Measurement, outcome:
         st.unchanged_since = b.now  # try again after another dumpAfter
         return
     job = observed.jobs.get(op.job_name)
+    if job is not None and job.succeeded == 0:
+        b.act(DeleteJob(job.name))  # outcome decided from Redis: the Job is moot
     summary = dict(job.summary) if job is not None and job.summary else {}
     jobs = int(summary.get("jobs", op.baseline_total))
     segment = models.DumpSegment(
@@ -588,7 +590,7 @@ def _paused(
         # Paused again while restoring: let the restore finish, it is idempotent.
         outcome = _job_outcome(b, observed, measure)
         if outcome == "done":
-            _finish_restore(b)
+            _finish_restore(b, observed)
         elif outcome == "failed":
             _operation_failed(b, "restore")
             st.operation = None
@@ -628,8 +630,12 @@ def _paused(
         )
 
 
-def _finish_restore(b: _Builder) -> None:
+def _finish_restore(b: _Builder, observed: Observed) -> None:
     st = b.status
+    op = st.operation
+    job = observed.jobs.get(op.job_name) if op is not None else None
+    if job is not None and job.succeeded == 0:
+        b.act(DeleteJob(job.name))  # outcome decided from Redis: the Job is moot
     jobs = st.dump.total_jobs
     st.dump = models.DumpStatus()
     st.operation = None
@@ -645,7 +651,7 @@ def _restore(b: _Builder, observed: Observed, measure: Measurement) -> None:
     if op is not None and op.kind == "restore":
         outcome = _job_outcome(b, observed, measure)
         if outcome == "done":
-            _finish_restore(b)
+            _finish_restore(b, observed)
             b.busy = True
             return
         if outcome == "failed":

@@ -38,6 +38,9 @@ class Runtime:
     table: metrics.GroupTable = field(default_factory=metrics.GroupTable)
     heartbeat: float = field(default_factory=time.monotonic)
     secrets: dict[tuple[str, str, str], tuple[float, str | None]] = field(default_factory=dict)
+    #: The status this process last wrote per group (uid, status): the operator is the only
+    #: writer of status, and a timer's body can predate the previous pass's patch.
+    written: dict[str, tuple[str, models.SendGroupStatus]] = field(default_factory=dict)
 
     def allowed(self, key: str, demand: int) -> int:
         """Workers the global cap grants ``key`` now: its water-filling share, and never so
@@ -56,6 +59,7 @@ class Runtime:
         self.demands.pop(key, None)
         self.granted.pop(key, None)
         self.locks.pop(key, None)
+        self.written.pop(key, None)
         self.table.forget(key)
 
 
@@ -153,7 +157,7 @@ async def observe(
         return plan.Observed(deployment=dep)
     selector = builders.group_selector(ref)
     jobs = await rt.kube.list_jobs(group.namespace, selector)
-    pods = await rt.kube.list_pods(group.namespace, selector)
+    pods = await rt.kube.list_pods(group.namespace, builders.worker_selector(ref))
     live = [p for p in pods if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
     return plan.Observed(
         deployment=dep,
@@ -224,6 +228,9 @@ async def reconcile(
     key = f"{group.namespace}/{group.name}"
     started = time.monotonic()
     async with rt.locks[key]:
+        cached = rt.written.get(key)
+        if cached is not None and cached[0] == group.uid:
+            status = cached[1].model_copy(deep=True)
         observed = await observe(rt, group, spec, status)
         measured, url = await measure(rt, group, spec)
         want = plan.demand(spec, status, measured, group.deleting)
@@ -231,6 +238,8 @@ async def reconcile(
         now = now or datetime.now(UTC).replace(microsecond=0)
         result = plan.plan(group, spec, status, observed, measured, allowed, rt.settings, now)
         await apply(rt, group, spec, result, observed, url, logger)
+        if result.write_status:
+            rt.written[key] = (group.uid, result.status.model_copy(deep=True))
         rt.demands[key] = min(result.demand, plan.desired_workers(spec, rt.settings))
         if observed.deployment is not None and not any(
             isinstance(a, plan.EnsureDeployment | plan.DeleteDeployment) for a in result.actions

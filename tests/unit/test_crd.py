@@ -73,7 +73,13 @@ def test_defaults_match_api_md() -> None:
     assert props["reaper"]["properties"]["idleAfter"]["default"] == "30m"
     assert props["reaper"]["properties"]["dumpAfter"]["default"] == "30m"
     assert props["backpressure"]["properties"]["suspendFor"]["default"] == "10m"
-    assert props["worker"]["default"] == {} and props["reaper"]["default"] == {}
+    assert props["worker"]["default"] == {
+        "tries": 3,
+        "backoff": [10, 60, 300],
+        "timeout": 60,
+        "retryAfter": 90,
+    }
+    assert props["reaper"]["default"] == {"idleAfter": "30m", "dumpAfter": "30m"}
     # The same defaults come out of the model for a minimal object.
     spec = models.SendGroupSpec.model_validate({"campaign": "c", "host": "gmail.com"})
     assert (spec.workers, spec.worker.timeout, spec.worker.retry_after) == (1, 60, 90)

@@ -16,8 +16,7 @@ RULES = yaml.safe_load(
 
 def _allows(rules: list[dict[str, list[str]]], verb: str, group: str, resource: str) -> bool:
     return any(
-        group in r["apiGroups"] and resource in r["resources"] and verb in r["verbs"]
-        for r in rules
+        group in r["apiGroups"] and resource in r["resources"] and verb in r["verbs"] for r in rules
     )
 
 
