@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import pytest
 import redis
 
+from tests.support.redis_cluster import RedisCluster
 from tests.support.redis_server import RedisServer
 
 
@@ -67,3 +68,11 @@ def namespace(kube_cluster: KubeCluster, request: pytest.FixtureRequest) -> Iter
     kube_cluster.kubectl("label", "namespace", name, "sendgroup.test/temporary=true")
     yield name
     kube_cluster.kubectl("delete", "namespace", name, "--wait=false", "--ignore-not-found")
+
+
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[RedisCluster]:
+    """A real three-master Redis Cluster on loopback ports for the whole session."""
+    cluster = RedisCluster().start()
+    yield cluster
+    cluster.cleanup()

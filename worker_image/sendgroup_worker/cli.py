@@ -21,3 +21,6 @@ def main() -> None:
 
 
 # Command registration: one line per area (keep this list sorted).
+from sendgroup_worker.dumps.commands import register as _register_dumps  # noqa: E402
+
+_register_dumps(main)

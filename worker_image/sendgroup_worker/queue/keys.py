@@ -147,7 +147,8 @@ class QueueKeys:
 
     @property
     def restored(self) -> str:
-        """Set of dump segment ids already merged back (makes restore idempotent)."""
+        """Hash of restore progress: field = dump segment id, value = number of the segment's
+        chunks already merged (makes restore idempotent; see ``sendgroup_worker.dumps``)."""
         return self._sub("restored")
 
     def staging(self, name: str) -> str:
@@ -164,7 +165,8 @@ class QueueKeys:
     def staging_keys(self) -> tuple[str, ...]:
         """Every staging key a dump may leave behind."""
         return tuple(
-            self.staging(n) for n in ("ready", "delayed", "reserved", "failed", "failed:jobs")
+            self.staging(n)
+            for n in ("ready", "delayed", "reserved", "failed", "failed:jobs", "meta")
         )
 
     @property
