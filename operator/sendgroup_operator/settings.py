@@ -25,6 +25,7 @@ SENDGROUP_JOB_DEADLINE         activeDeadlineSeconds of Jobs         3600
 SENDGROUP_PURGE_TIMEOUT        seconds a deletion waits for Redis    300
 SENDGROUP_ORPHAN_GRACE         seconds before "work, no workers"     120
 SENDGROUP_LIVENESS_STALL       seconds without a reaper pass -> dead 120
+SENDGROUP_PREFLIGHT_RETRY      seconds between preflight checks      10
 POD_NAMESPACE                  the operator's own namespace          default
 =============================  ====================================  =======================
 """
@@ -102,6 +103,7 @@ class Settings:
     purge_timeout: float = 300.0
     orphan_grace: float = 120.0
     liveness_stall: float = 120.0
+    preflight_retry: float = 10.0
     namespace: str = "default"
 
     @property
@@ -154,5 +156,6 @@ class Settings:
             purge_timeout=float(_req_int(e, "SENDGROUP_PURGE_TIMEOUT", 300)),
             orphan_grace=float(_req_int(e, "SENDGROUP_ORPHAN_GRACE", 120)),
             liveness_stall=float(_req_int(e, "SENDGROUP_LIVENESS_STALL", 120)),
+            preflight_retry=float(_req_int(e, "SENDGROUP_PREFLIGHT_RETRY", 10) or 1),
             namespace=e.get("POD_NAMESPACE") or d.namespace,
         )

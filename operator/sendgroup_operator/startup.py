@@ -42,7 +42,6 @@ NAMESPACED_PERMISSIONS: Final = (
     ("get", "", "secrets"),
     ("create", "", "events"),
 )
-PREFLIGHT_RETRY: Final = 10.0
 
 
 def load_kube_config() -> k8s.ApiClient:
@@ -85,7 +84,7 @@ async def missing_permissions(kube: Kube, ours: Settings) -> list[str]:
 
 async def preflight(kube: Kube, ours: Settings, logger: Logger) -> None:
     """Wait until the CRD exists and the RBAC is sufficient, logging exactly what is missing
-    every :data:`PREFLIGHT_RETRY` seconds (no crash loop)."""
+    every ``preflight_retry`` seconds (no crash loop)."""
     while True:
         problems: list[str] = []
         try:
@@ -101,7 +100,7 @@ async def preflight(kube: Kube, ours: Settings, logger: Logger) -> None:
             logger.info("preflight ok: CRD installed, RBAC sufficient")
             return
         logger.error("waiting: %s", "; ".join(problems))
-        await asyncio.sleep(PREFLIGHT_RETRY)
+        await asyncio.sleep(ours.preflight_retry)
 
 
 async def start(settings: kopf.OperatorSettings, memo: Any, logger: Logger) -> None:

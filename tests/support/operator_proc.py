@@ -106,6 +106,7 @@ class OperatorProcess:
             "SENDGROUP_HEALTH_PORT": str(self.health_port),
             "SENDGROUP_LISTEN_HOST": "127.0.0.1",
             "SENDGROUP_STANDALONE": "true",
+            "SENDGROUP_PREFLIGHT_RETRY": "1",
             **env,
         }
         self.proc: subprocess.Popen[bytes] | None = None

@@ -1,0 +1,424 @@
+"""The operator against the real control plane, as a real process under its ServiceAccount,
+with a real redis-server. No node runs pods here: Deployments get (Pending) pods from the
+controllers; a dump/restore Job's command is run by the test itself against the same Redis
+and a local dumps directory, and the operator must see the outcome from Redis."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from sendgroup_worker.queue.keys import QueueKeys
+from tests.cluster.conftest import Objects
+from tests.support.cluster import KubeCluster, wait_for
+from tests.support.operator_proc import OperatorProcess, apply_objects, rbac_objects
+from tests.support.redis_server import RedisServer, free_port
+
+pytestmark = pytest.mark.cluster
+
+WORKER_BIN = Path(sys.executable).parent / "sendgroup-worker"
+
+
+def push(client: redis.Redis, queue: str, n: int) -> None:
+    """Push ``n`` Laravel-shaped jobs (ready list + notify tokens)."""
+    keys = QueueKeys(queue)
+    now = time.time()
+    payloads = [
+        json.dumps(
+            {
+                "uuid": str(uuid.uuid4()),
+                "displayName": "sendgroups.SendMail",
+                "job": "sendgroups.SendMail",
+                "attempts": 0,
+                "pushedAt": f"{now:.4f}",
+                "data": {"to": f"u{i}@gmail.com", "subject": "hi", "text": "hello"},
+            }
+        )
+        for i in range(n)
+    ]
+    if payloads:
+        client.rpush(keys.ready, *payloads)
+        client.rpush(keys.notify, *(["1"] * n))
+
+
+def sendgroup(name: str, **spec: Any) -> str:
+    body = {"campaign": "spring-sale", "host": "gmail.com", **spec}
+    return json.dumps(
+        {
+            "apiVersion": "sendgroups.io/v1alpha1",
+            "kind": "SendGroup",
+            "metadata": {"name": name},
+            "spec": body,
+        }
+    )
+
+
+def replicas(objects: Objects, name: str) -> int | None:
+    dep = objects.get("deployment", f"sg-{name}")
+    return None if dep is None else int(dep["spec"].get("replicas", 0))
+
+
+def run_job_locally(job: dict[str, Any], dumps_root: Path) -> dict[str, Any]:
+    """Run a dump/restore/forget Job's container command here (no node to run the pod):
+    same command, same env, the PVC mount ``/dumps`` replaced by ``dumps_root``."""
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    assert {"name": "dumps", "mountPath": "/dumps"} in container["volumeMounts"]
+    command = [
+        str(dumps_root) + a[len("/dumps") :] if a.startswith("/dumps/") else a
+        for a in container["command"]
+    ]
+    assert command[0] == "sendgroup-worker"
+    env = {**os.environ, **{e["name"]: e["value"] for e in container["env"] if "value" in e}}
+    proc = subprocess.run(
+        [str(WORKER_BIN), *command[1:]], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, f"{command}: {proc.stderr}"
+    summary: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return summary
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def test_sendgroup_with_jobs_gets_its_workers_and_status(
+    operator: OperatorProcess,
+    objects: Objects,
+    redis_client: redis.Redis,
+    kube_cluster: KubeCluster,
+) -> None:
+    push(redis_client, "mail-gmail", 7)
+    redis_client.zadd(QueueKeys("mail-gmail").delayed, {'{"uuid":"d1"}': time.time() + 3600})
+    objects.apply(sendgroup("gmail", workers=3, worker={"timeout": 45, "retryAfter": 120}))
+
+    dep = wait_for(lambda: objects.get("deployment", "sg-gmail"), 20, "Deployment sg-gmail")
+    sg = objects.get("sendgroup", "gmail")
+    assert sg is not None
+    assert dep["spec"]["replicas"] == 3
+    owner = dep["metadata"]["ownerReferences"][0]
+    assert (owner["kind"], owner["name"], owner["uid"]) == (
+        "SendGroup",
+        "gmail",
+        sg["metadata"]["uid"],
+    )
+    labels = dep["metadata"]["labels"]
+    assert labels["sendgroups.io/campaign"] == "spring-sale"
+    assert labels["sendgroups.io/host"] == "gmail.com"
+    assert labels["app.kubernetes.io/managed-by"] == "sendgroup-operator"
+    pod = dep["spec"]["template"]["spec"]
+    assert pod["terminationGracePeriodSeconds"] > 45
+    assert pod["automountServiceAccountToken"] is False
+    ctr = pod["containers"][0]
+    env = {e["name"]: e.get("value") for e in ctr["env"]}
+    assert env["SENDGROUP_QUEUE"] == "mail-gmail"
+    assert env["WORKER_TIMEOUT"] == "45" and env["WORKER_RETRY_AFTER"] == "120"
+    sc = ctr["securityContext"]
+    assert sc["runAsNonRoot"] and sc["readOnlyRootFilesystem"]
+    assert sc["capabilities"]["drop"] == ["ALL"] and not sc["allowPrivilegeEscalation"]
+    assert pod["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
+
+    status = wait_for(
+        lambda: (s := objects.status("gmail")).get("queue", {}).get("total") == 8 and s,
+        20,
+        "status.queue.total == 8",
+        describe=lambda: objects.status("gmail"),
+    )
+    assert status["queue"]["ready"] == redis_client.llen("queues:mail-gmail") == 7
+    assert status["queue"]["delayed"] == redis_client.zcard("queues:mail-gmail:delayed") == 1
+    assert status["phase"] == "Running" and status["observedGeneration"] == 1
+    assert status["workers"] == {"desired": 3, "ready": 0, "allowed": 3, "summary": "0/3"}
+    # The controllers made (Pending) pods for the Deployment.
+    wait_for(
+        lambda: len(objects.list("pods", "sendgroups.io/group=gmail")) == 3, 30, "3 worker pods"
+    )
+
+    table = kube_cluster.kubectl("get", "sg", "-n", objects.namespace).stdout.splitlines()
+    header = table[0].split()
+    assert header == [
+        "NAME",
+        "CAMPAIGN",
+        "HOST",
+        "WORKERS",
+        "PHASE",
+        "QUEUE",
+        "PROGRESS",
+        "OLDEST",
+        "AGE",
+    ]
+    row = table[1].split()
+    assert row[:6] == ["gmail", "spring-sale", "gmail.com", "0/3", "Running", "8"]
+    wide = kube_cluster.kubectl("get", "sendgroups", "-n", objects.namespace, "-o", "wide").stdout
+    assert wide.splitlines()[0].split()[-3:] == ["FAILED", "PAUSED", "DUMPED"]
+    assert "gmail" in kube_cluster.kubectl("get", "mail", "-n", objects.namespace).stdout
+
+    # Steady state: no writes to the SendGroup at all.
+    rv = objects.get("sendgroup", "gmail")["metadata"]["resourceVersion"]  # type: ignore[index]
+    time.sleep(4)
+    assert objects.get("sendgroup", "gmail")["metadata"]["resourceVersion"] == rv  # type: ignore[index]
+
+
+BAD_SPECS = [
+    ({"worker": {"timeout": 90, "retryAfter": 90}}, "timeout < retryAfter"),
+    ({"workers": 51}, "spec.workers"),
+    ({"state": "Paused"}, 'Unsupported value: "Paused"'),
+    ({"reaper": {"idleAfter": "30 minutes"}}, "duration well-formed"),
+    ({"redis": {"url": "redis://:hunter2@redis:6379/0"}}, "redis.secretRef"),
+]
+
+
+@pytest.mark.parametrize(("spec", "message"), BAD_SPECS, ids=[m for _, m in BAD_SPECS])
+def test_bad_specs_are_rejected_naming_the_rule(
+    sendgroup_crd: str,
+    objects: Objects,
+    kube_cluster: KubeCluster,
+    spec: dict[str, Any],
+    message: str,
+) -> None:
+    proc = kube_cluster.kubectl(
+        "apply", "-n", objects.namespace, "-f", "-", input=sendgroup("bad", **spec), check=False
+    )
+    assert proc.returncode != 0 and message in proc.stderr, proc.stderr
+
+
+def test_queue_is_immutable_and_cancelled_is_final(
+    sendgroup_crd: str, objects: Objects, kube_cluster: KubeCluster
+) -> None:
+    objects.apply(sendgroup("g", queue="mail-one"))
+    proc = kube_cluster.kubectl(
+        "patch",
+        "sg",
+        "g",
+        "-n",
+        objects.namespace,
+        "--type=merge",
+        "-p",
+        '{"spec":{"queue":"mail-two"}}',
+        check=False,
+    )
+    assert proc.returncode != 0 and "queue is immutable" in proc.stderr
+    objects.patch_sg("g", {"state": "Cancelled"})
+    proc = kube_cluster.kubectl(
+        "patch",
+        "sg",
+        "g",
+        "-n",
+        objects.namespace,
+        "--type=merge",
+        "-p",
+        '{"spec":{"state":"Active"}}',
+        check=False,
+    )
+    assert proc.returncode != 0 and "no way back from Cancelled" in proc.stderr
+
+
+def test_pause_dump_resume_restore(
+    operator: OperatorProcess, objects: Objects, redis_client: redis.Redis, tmp_path: Path
+) -> None:
+    push(redis_client, "mail-p", 5)
+    objects.apply(sendgroup("p", workers=2, reaper={"dumpAfter": "3s"}))
+    wait_for(lambda: replicas(objects, "p") == 2, 20, "2 replicas")
+
+    paused_at = time.monotonic()
+    objects.patch_sg("p", {"paused": True})
+    wait_for(lambda: replicas(objects, "p") == 0, 10, "replicas 0 after pause")
+    assert time.monotonic() - paused_at < 5
+    wait_for(lambda: objects.status("p").get("phase") in ("Paused", "Dumping"), 10, "phase Paused")
+    assert redis_client.llen("queues:mail-p") == 5  # nothing popped while paused
+
+    job = wait_for(lambda: objects.get("job", "sg-p-dump-1"), 20, "dump Job sg-p-dump-1")
+    volumes = job["spec"]["template"]["spec"]["volumes"]
+    assert {"name": "dumps", "persistentVolumeClaim": {"claimName": "sendgroup-dumps"}} in volumes
+    assert job["spec"]["backoffLimit"] >= 1 and job["spec"]["activeDeadlineSeconds"] > 0
+    assert objects.status("p")["phase"] == "Dumping"
+    summary = run_job_locally(job, tmp_path / "dumps")
+    assert summary.get("jobs", summary.get("ready")) == 5, summary
+    segments = list((tmp_path / "dumps").rglob("*.sgdump"))
+    assert len(segments) == 1 and segments[0].stat().st_size > 0
+    status = wait_for(
+        lambda: (s := objects.status("p")).get("phase") == "Dumped" and s,
+        20,
+        "phase Dumped",
+        describe=lambda: objects.status("p"),
+    )
+    assert status["dump"]["totalJobs"] == 5
+    assert not redis_client.exists(
+        "queues:mail-p", "queues:mail-p:delayed", "queues:mail-p:reserved"
+    )
+    dumped = objects.condition("p", "Dumped")
+    assert dumped is not None and dumped["status"] == "True"
+
+    objects.patch_sg("p", {"paused": False})
+    restore = wait_for(lambda: objects.get("job", "sg-p-restore-2"), 20, "restore Job")
+    time.sleep(2)
+    assert replicas(objects, "p") == 0, "workers must wait for the restore"
+    assert objects.status("p")["phase"] == "Restoring"
+    run_job_locally(restore, tmp_path / "dumps")
+    assert redis_client.llen("queues:mail-p") == 5
+    wait_for(lambda: replicas(objects, "p") == 2, 20, "replicas back after restore")
+    wait_for(lambda: objects.status("p").get("phase") == "Running", 20, "phase Running")
+    assert objects.status("p")["dump"]["totalJobs"] == 0
+    reasons = {e["reason"] for e in objects.events("p")}
+    assert {"Paused", "Dumping", "Dumped", "Restoring", "Restored"} <= reasons
+
+
+def test_idle_group_is_reaped_and_work_brings_workers_back(
+    operator: OperatorProcess, objects: Objects, redis_client: redis.Redis
+) -> None:
+    push(redis_client, "mail-i", 1)
+    objects.apply(sendgroup("i", workers=2, reaper={"idleAfter": "4s"}))
+    wait_for(lambda: replicas(objects, "i") == 2, 20, "workers for the job")
+    redis_client.delete("queues:mail-i", "queues:mail-i:notify")
+    emptied = time.monotonic()
+    wait_for(lambda: objects.get("deployment", "sg-i") is None, 20, "Deployment reaped")
+    assert time.monotonic() - emptied >= 3
+    wait_for(lambda: objects.status("i").get("phase") == "Idle", 10, "phase Idle")
+    assert "Reaped" in {e["reason"] for e in objects.events("i")}
+    push(redis_client, "mail-i", 3)
+    wait_for(lambda: replicas(objects, "i") == 2, 20, "workers back with work")
+    wait_for(lambda: objects.status("i").get("phase") == "Running", 10, "phase Running")
+
+
+def test_operator_restart_keeps_the_reaper_deadline(
+    operator_factory: Any, objects: Objects, redis_client: redis.Redis
+) -> None:
+    first = operator_factory()
+    push(redis_client, "mail-r", 1)
+    objects.apply(sendgroup("r", workers=1, reaper={"idleAfter": "20s"}))
+    wait_for(lambda: replicas(objects, "r") == 1, 20, "workers")
+    redis_client.delete("queues:mail-r", "queues:mail-r:notify")
+    idle_since = wait_for(lambda: objects.status("r").get("idleSince"), 20, "idleSince set")
+    first.stop(signal.SIGKILL)
+    time.sleep(8)
+    operator_factory()
+    wait_for(lambda: objects.get("deployment", "sg-r") is None, 40, "Deployment reaped")
+    reaped_at = time.time()
+    from datetime import datetime
+
+    deadline = datetime.fromisoformat(idle_since.replace("Z", "+00:00")).timestamp() + 20
+    # Acted at the original deadline (give or take the reaper interval), not 20 s after restart.
+    assert reaped_at < deadline + 6, (reaped_at, deadline)
+    assert objects.status("r")["idleSince"] == idle_since
+
+
+def test_cancel_stops_workers_then_purges(
+    operator: OperatorProcess, objects: Objects, redis_client: redis.Redis
+) -> None:
+    push(redis_client, "mail-c", 4)
+    redis_client.zadd("queues:mail-c:failed", {"f1": 1})
+    redis_client.rpush("queues:mail-c1", "neighbour")
+    objects.apply(sendgroup("c", workers=2))
+    wait_for(lambda: len(objects.list("pods", "sendgroups.io/group=c")) == 2, 30, "worker pods")
+    objects.patch_sg("c", {"state": "Cancelled"})
+    wait_for(lambda: objects.get("deployment", "sg-c") is None, 20, "workers removed")
+    wait_for(lambda: objects.status("c").get("phase") == "Cancelled", 20, "phase Cancelled")
+    wait_for(
+        lambda: not redis_client.exists("queues:mail-c", "queues:mail-c:failed"), 20, "keys purged"
+    )
+    assert objects.list("pods", "sendgroups.io/group=c,app.kubernetes.io/component=worker") == []
+    assert redis_client.llen("queues:mail-c1") == 1  # a neighbour queue is untouched
+    assert "Purged" in {e["reason"] for e in objects.events("c")}
+
+
+def test_delete_retain_leaves_keys_and_purge_removes_them(
+    operator: OperatorProcess,
+    objects: Objects,
+    redis_client: redis.Redis,
+    kube_cluster: KubeCluster,
+) -> None:
+    push(redis_client, "mail-keep", 3)
+    push(redis_client, "mail-drop", 3)
+    objects.apply(sendgroup("keep", deletionPolicy="Retain"))
+    objects.apply(sendgroup("drop"))
+    wait_for(
+        lambda: replicas(objects, "keep") == 1 and replicas(objects, "drop") == 1, 20, "workers"
+    )
+    kube_cluster.kubectl(
+        "delete", "sg", "keep", "drop", "-n", objects.namespace, "--timeout=60s", timeout=90
+    )
+    assert objects.get("sendgroup", "keep") is None and objects.get("sendgroup", "drop") is None
+    assert redis_client.llen("queues:mail-keep") == 3
+    assert not redis_client.exists("queues:mail-drop")
+
+
+def test_global_cap_is_shared_fairly(
+    operator_factory: Any, objects: Objects, redis_client: redis.Redis
+) -> None:
+    operator_factory(SENDGROUP_MAX_TOTAL_WORKERS="20")
+    names = [f"g{i}" for i in range(10)]
+    for name in names:
+        push(redis_client, f"mail-{name}", 10)
+    objects.apply("\n---\n".join(sendgroup(n, workers=5) for n in names))
+
+    def settled() -> dict[str, int] | None:
+        counts = {n: replicas(objects, n) or 0 for n in names}
+        return counts if sum(counts.values()) == 20 and min(counts.values()) == 2 else None
+
+    counts = wait_for(
+        settled,
+        60,
+        "10 groups sharing 20 workers",
+        describe=lambda: {n: replicas(objects, n) for n in names},
+    )
+    assert all(c == 2 for c in counts.values())
+    throttled = objects.condition("g0", "Throttled")
+    assert throttled is not None and throttled["status"] == "True"
+    assert objects.status("g0")["workers"]["allowed"] == 2
+    # One group finishing its work frees its share for the others, never exceeding the cap.
+    for _ in range(10):
+        total = sum((replicas(objects, n) or 0) for n in names)
+        assert total <= 20
+        time.sleep(0.3)
+
+
+def test_unreachable_redis_is_a_condition_and_recovers(
+    operator: OperatorProcess, objects: Objects, tmp_path: Path
+) -> None:
+    port = free_port()
+    objects.apply(sendgroup("u", redis={"url": f"redis://127.0.0.1:{port}/0"}))
+    cond = wait_for(
+        lambda: (c := objects.condition("u", "QueueReachable")) and c["status"] == "False" and c,
+        20,
+        "QueueReachable=False",
+    )
+    assert f"127.0.0.1:{port}" in cond["message"]
+    assert "QueueUnreachable" in {e["reason"] for e in objects.events("u")}
+    time.sleep(3)
+    assert operator.running()
+    server = RedisServer(port=port).start()
+    try:
+        push(server.client(), "mail-u", 2)
+        wait_for(
+            lambda: (c := objects.condition("u", "QueueReachable")) and c["status"] == "True",
+            20,
+            "QueueReachable=True after Redis came up",
+        )
+        wait_for(lambda: replicas(objects, "u") == 1, 20, "workers once measured")
+    finally:
+        server.cleanup()
+
+
+def test_narrow_rbac_is_reported_and_waited_for(
+    operator_factory: Any, objects: Objects, kube_cluster: KubeCluster
+) -> None:
+    ns = objects.namespace
+    kube_cluster.kubectl("delete", "rolebinding", "sendgroup-operator", "-n", ns)
+    proc = operator_factory(wait=False)
+    wait_for(
+        lambda: f"RBAC: cannot create apps/deployments in namespace {ns}" in proc.log(),
+        30,
+        "the missing permission named in the log",
+        describe=lambda: proc.log()[-2000:],
+    )
+    time.sleep(2)
+    assert proc.running(), "waits instead of crash-looping"
+    apply_objects(kube_cluster, [o for o in rbac_objects(ns) if o["kind"] == "RoleBinding"])
+    proc.wait_started(30)
