@@ -46,7 +46,8 @@ ENV_METRICS_PORT: Final = "METRICS_PORT"
 
 WORKER_COMMAND: Final = ("sendgroup-worker", "work")
 #: ``sendgroup-worker <cmd> --queue Q --dumps-dir DIR`` per Job kind; Redis from $REDIS_URL.
-JOB_COMMANDS: Final = {"dump": "dump", "restore": "restore", "purge": "forget"}
+#: ``purge --dumps-dir`` deletes the queue's keys and its dump segments.
+JOB_COMMANDS: Final = {"dump": "dump", "restore": "restore", "purge": "purge"}
 WORKER_METRICS_PORT: Final = 9090
 GRACE_MARGIN_SECONDS: Final = 30
 DEFAULT_RESOURCES: Final = {
@@ -334,7 +335,7 @@ def dumps_dir(ref: GroupRef) -> str:
 
 
 def job_command(ref: GroupRef, spec: models.SendGroupSpec, kind: JobKind) -> list[str]:
-    """``sendgroup-worker dump|restore|forget --queue Q --dumps-dir DIR``."""
+    """``sendgroup-worker dump|restore|purge --queue Q --dumps-dir DIR``."""
     return [
         "sendgroup-worker",
         JOB_COMMANDS[kind],

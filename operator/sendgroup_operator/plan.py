@@ -15,9 +15,10 @@ their TTL, or retried by their backoffLimit):
   volume, so "keys gone" is the durable evidence);
 * restore done <- the Job succeeded, or the queue holds at least ``baseline + dumped`` jobs
   (no worker runs while restoring, so nothing else removes jobs);
-* purge: the operator deletes the queue's Redis keys itself (explicit names, never a
-  pattern); a ``-purge-<n>`` Job (``sendgroup-worker forget``) removes dump segments from the
-  volume, and is done when it succeeded.
+* purge without dump segments: the operator deletes the queue's Redis keys itself (explicit
+  names, never a pattern); with segments on the volume, it sets a purge marker key and starts
+  a ``-purge-<n>`` Job (``sendgroup-worker purge --dumps-dir``) that deletes the keys, the
+  marker with them, and the segments: done when the Job succeeded or the marker is gone.
 
 A Job that failed (its backoffLimit or deadline exhausted) or vanished before giving an
 outcome sets ``Degraded`` and is retried by a new Job with the next number, at most
@@ -61,6 +62,7 @@ class QueueMeasure:
     failed_total: int = 0
     oldest_pushed_at: float | None = None
     staging: int = 0
+    purge_requested: bool = False
 
     @property
     def total(self) -> int:
@@ -166,11 +168,24 @@ class PurgeQueue:
 
 
 @dataclass(frozen=True)
+class RequestPurge:
+    """Set the queue's purge marker in Redis (before a purge Job starts)."""
+
+
+@dataclass(frozen=True)
 class DeleteGroup:
     """Delete the SendGroup itself (ttlSecondsAfterFinished passed)."""
 
 
-Action = EnsureDeployment | DeleteDeployment | CreateJob | DeleteJob | PurgeQueue | DeleteGroup
+Action = (
+    EnsureDeployment
+    | DeleteDeployment
+    | CreateJob
+    | DeleteJob
+    | PurgeQueue
+    | RequestPurge
+    | DeleteGroup
+)
 
 
 @dataclass(frozen=True)
@@ -751,26 +766,29 @@ def _purged(b: _Builder, observed: Observed, measure: Measurement, settings: Set
         and measure.delivered == 0
         and measure.failed_total == 0
     )
-    if not clean:
-        b.act(PurgeQueue())
-        b.event("Normal", "Purged", f"queue keys purged ({measure.total + measure.failed} jobs)")
     op = st.operation
     if st.dump.total_jobs > 0 or st.dump.segments:
         if op is None or op.kind != "purge":
+            b.act(RequestPurge())
             b.start_job("purge", 0)
             return False
         job = observed.jobs.get(op.job_name)
-        if job is not None and job.succeeded > 0:
+        if (job is not None and job.succeeded > 0) or not measure.purge_requested:
+            if job is not None and job.succeeded == 0:
+                b.act(DeleteJob(job.name))
             st.dump = models.DumpStatus()
             st.operation = None
-            b.event("Normal", "Purged", "dump segments forgotten")
-        elif job is not None and job.failed_final:
+            b.event("Normal", "Purged", "queue keys purged and dump segments forgotten")
+            return True
+        if job is not None and job.failed_final:
             _operation_failed(b, "purge")
             attempts = op.attempts + 1
             st.operation = None
             if attempts <= MAX_OPERATION_ATTEMPTS:
+                b.act(RequestPurge())
                 b.start_job("purge", 0, attempts)
-            return False
-        else:
-            return False
+        return False
+    if not clean:
+        b.act(PurgeQueue())
+        b.event("Normal", "Purged", f"queue keys purged ({measure.total + measure.failed} jobs)")
     return clean

@@ -3,7 +3,8 @@
 Key names come only from ``sendgroup_worker.queue.keys.QueueKeys``. The measurement is one
 MULTI/EXEC transaction (atomic, one round trip): LLEN ready, ZCARD delayed/reserved/failed,
 HMGET stats delivered/failed, LINDEX ready 0 (the oldest job's ``pushedAt``), EXISTS of the
-dump's staging keys. "Empty" and "unchanged" always mean ready + delayed + reserved.
+dump's staging keys and of the purge marker. "Empty" and "unchanged" always mean
+ready + delayed + reserved.
 
 Errors never carry the URL (it may hold a password from a Secret): :class:`QueueUnavailable`
 messages name the exception type and the host only.
@@ -81,7 +82,8 @@ class RedisQueues:
             pipe.hmget(keys.stats, ["delivered", "failed"])
             pipe.lindex(keys.ready, 0)
             pipe.exists(*keys.staging_keys)
-            ready, delayed, reserved, failed, stats, head, staging = await pipe.execute()
+            pipe.exists(keys.purge_requested)
+            ready, delayed, reserved, failed, stats, head, staging, marker = await pipe.execute()
         except (RedisError, OSError) as exc:
             raise QueueUnavailable(
                 f"Redis at {safe_host(url)} unreachable: {type(exc).__name__}"
@@ -95,6 +97,7 @@ class RedisQueues:
             failed_total=_int(stats[1]),
             oldest_pushed_at=_pushed_at(head),
             staging=_int(staging),
+            purge_requested=bool(_int(marker)),
         )
 
     async def purge(self, url: str, queue: str) -> int:
@@ -103,6 +106,16 @@ class RedisQueues:
         keys = QueueKeys(queue)
         try:
             return int(await self.client(url).delete(*keys.all_keys))
+        except (RedisError, OSError) as exc:
+            raise QueueUnavailable(
+                f"Redis at {safe_host(url)} unreachable: {type(exc).__name__}"
+            ) from None
+
+    async def request_purge(self, url: str, queue: str) -> None:
+        """Set the purge marker (deleted by the purge Job with every other key).
+        Raises :class:`QueueUnavailable`."""
+        try:
+            await self.client(url).set(QueueKeys(queue).purge_requested, "1")
         except (RedisError, OSError) as exc:
             raise QueueUnavailable(
                 f"Redis at {safe_host(url)} unreachable: {type(exc).__name__}"

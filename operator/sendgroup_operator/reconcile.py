@@ -211,6 +211,10 @@ async def apply(
             if url is not None:
                 deleted = await rt.queues.purge(url, spec.queue_name(group.name))
                 logger.info("queue purged (%d keys)", deleted)
+        elif isinstance(action, plan.RequestPurge):
+            if url is None:
+                raise QueueUnavailable("Redis unavailable: cannot mark the purge")
+            await rt.queues.request_purge(url, spec.queue_name(group.name))
         elif isinstance(action, plan.DeleteGroup):
             await rt.kube.delete_group(group.namespace, group.name)
 

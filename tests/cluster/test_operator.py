@@ -422,3 +422,64 @@ def test_narrow_rbac_is_reported_and_waited_for(
     assert proc.running(), "waits instead of crash-looping"
     apply_objects(kube_cluster, [o for o in rbac_objects(ns) if o["kind"] == "RoleBinding"])
     proc.wait_started(30)
+
+
+def test_cancel_of_a_dumped_group_forgets_its_segments(
+    operator: OperatorProcess, objects: Objects, redis_client: redis.Redis, tmp_path: Path
+) -> None:
+    dumps = tmp_path / "dumps"
+    push(redis_client, "mail-cd", 3)
+    objects.apply(sendgroup("cd", paused=True, reaper={"dumpAfter": "2s"}))
+    job = wait_for(lambda: objects.get("job", "sg-cd-dump-1"), 30, "dump Job")
+    run_job_locally(job, dumps)
+    wait_for(lambda: objects.status("cd").get("phase") == "Dumped", 20, "phase Dumped")
+    assert len(list(dumps.rglob("*.sgdump"))) == 1
+
+    objects.patch_sg("cd", {"state": "Cancelled"})
+    purge = wait_for(lambda: objects.get("job", "sg-cd-purge-2"), 20, "purge Job")
+    assert purge["spec"]["template"]["spec"]["containers"][0]["command"][1] == "purge"
+    assert redis_client.exists("queues:mail-cd:purge")  # the marker the purge removes
+    time.sleep(2)
+    assert objects.status("cd")["phase"] == "Cancelled"
+    assert objects.status("cd")["dump"]["totalJobs"] == 3, "not done before the Job ran"
+    summary = run_job_locally(purge, dumps)
+    assert summary["segmentsForgotten"] == 1
+    assert list(dumps.rglob("*.sgdump")) == []
+    wait_for(lambda: objects.status("cd")["dump"]["totalJobs"] == 0, 20, "dump forgotten in status")
+    assert not redis_client.exists("queues:mail-cd", "queues:mail-cd:purge")
+
+
+def test_completed_group_drains_and_expires_after_ttl(
+    operator: OperatorProcess, objects: Objects, redis_client: redis.Redis
+) -> None:
+    push(redis_client, "mail-done", 2)
+    objects.apply(sendgroup("done", state="Completed", ttlSecondsAfterFinished=3))
+    wait_for(lambda: replicas(objects, "done") == 1, 20, "workers drain a Completed group")
+    redis_client.delete("queues:mail-done", "queues:mail-done:notify")
+    wait_for(lambda: objects.get("deployment", "sg-done") is None, 20, "workers removed at once")
+    wait_for(lambda: objects.get("sendgroup", "done") is None, 30, "group deleted by its TTL")
+
+
+def test_metrics_show_queue_and_workers(
+    operator: OperatorProcess, objects: Objects, redis_client: redis.Redis
+) -> None:
+    push(redis_client, "mail-m", 4)
+    objects.apply(sendgroup("m", workers=2))
+    wait_for(lambda: replicas(objects, "m") == 2, 20, "workers")
+    ns = objects.namespace
+
+    def metric(line_start: str) -> float | None:
+        for line in operator.metrics().splitlines():
+            if line.startswith(line_start):
+                return float(line.rsplit(" ", 1)[1])
+        return None
+
+    ready = f'sendgroup_queue_jobs{{namespace="{ns}",sendgroup="m",state="ready"}}'
+    wait_for(lambda: metric(ready) == 4.0, 20, "queue gauge")
+    desired = f'sendgroup_workers{{namespace="{ns}",sendgroup="m",kind="desired"}}'
+    assert metric(desired) == 2.0
+        2.0,
+        None,
+    )
+    assert metric('sendgroup_groups{phase="Running"}') == 1.0
+    assert "redis://" not in operator.metrics()

@@ -117,5 +117,5 @@ def test_dump_job() -> None:
         builders.job(REF, _spec(), SETTINGS, "purge", 1)["spec"]["template"]["spec"]["containers"][
             0
         ]["command"][1]
-        == "forget"
+        == "purge"
     )

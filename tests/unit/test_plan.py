@@ -201,11 +201,18 @@ def test_cancel_with_dumps_runs_a_purge_job() -> None:
     s = spec(state="Cancelled")
     st = models.SendGroupStatus(dump=models.DumpStatus(total_jobs=7))
     first = run(s, st, p.Observed(jobs_listed=True), q(0), at(1))
-    assert first.actions == [p.CreateJob("purge", 1)]
+    assert first.actions == [p.RequestPurge(), p.CreateJob("purge", 1)]
     name = "sg-g1-purge-1"
+    running = p.Observed(jobs={name: p.JobObs(name, active=1)}, jobs_listed=True)
+    marked = q(0, purge_requested=True)
+    waiting = run(s, first.status, running, marked, at(3))
+    assert waiting.actions == [] and waiting.status.dump.total_jobs == 7
     ok = p.Observed(jobs={name: p.JobObs(name, succeeded=1)}, jobs_listed=True)
-    done = run(s, first.status, ok, q(0), at(5))
+    done = run(s, first.status, ok, marked, at(5))
     assert done.status.dump.total_jobs == 0 and done.status.phase is Phase.CANCELLED
+    # The Job ran elsewhere (or was removed by its TTL): the marker's absence is the outcome.
+    gone = run(s, first.status, running, q(0), at(5))
+    assert gone.status.dump.total_jobs == 0 and p.DeleteJob(name) in gone.actions
 
 
 def test_delete_retain_leaves_keys_and_purge_purges() -> None:
