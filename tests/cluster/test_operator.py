@@ -478,8 +478,5 @@ def test_metrics_show_queue_and_workers(
     wait_for(lambda: metric(ready) == 4.0, 20, "queue gauge")
     desired = f'sendgroup_workers{{namespace="{ns}",sendgroup="m",kind="desired"}}'
     assert metric(desired) == 2.0
-        2.0,
-        None,
-    )
     assert metric('sendgroup_groups{phase="Running"}') == 1.0
     assert "redis://" not in operator.metrics()
