@@ -476,7 +476,7 @@ def test_metrics_show_queue_and_workers(
 
     ready = f'sendgroup_queue_jobs{{namespace="{ns}",sendgroup="m",state="ready"}}'
     wait_for(lambda: metric(ready) == 4.0, 20, "queue gauge")
-    desired = f'sendgroup_workers{{namespace="{ns}",sendgroup="m",kind="desired"}}'
+    desired = f'sendgroup_workers{{kind="desired",namespace="{ns}",sendgroup="m"}}'
     assert metric(desired) == 2.0
     assert metric('sendgroup_groups{phase="Running"}') == 1.0
     assert "redis://" not in operator.metrics()
