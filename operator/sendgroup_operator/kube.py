@@ -16,7 +16,7 @@ from typing import Any, Final, TypeVar
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from sendgroup_operator import models
+from sendgroup_operator import metrics, models
 
 MERGE_PATCH: Final = "application/merge-patch+json"
 T = TypeVar("T")
@@ -46,6 +46,7 @@ class Kube:
 
     async def _call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         self.requests += 1
+        metrics.KUBE_REQUESTS.inc()
         return await asyncio.to_thread(fn, *args, **kwargs)
 
     async def _get(self, fn: Callable[..., Any], *args: Any) -> dict[str, Any] | None:

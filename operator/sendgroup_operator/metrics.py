@@ -12,6 +12,7 @@ sendgroup_groups                           phase
 sendgroup_orphans                          kind (group_without_workers)
 sendgroup_reconcile_errors_total           namespace
 sendgroup_reconcile_seconds                (histogram)
+sendgroup_kube_requests_total              (API requests of the reconciler)
 sendgroup_queue_unreachable                namespace, sendgroup (1 while Redis is unreachable)
 =========================================  =====================================================
 """
@@ -70,6 +71,11 @@ ERRORS: Final = Counter(
     "sendgroup_reconcile_errors",
     "Reconciliation passes that failed",
     ["namespace"],
+    registry=REGISTRY,
+)
+KUBE_REQUESTS: Final = Counter(
+    "sendgroup_kube_requests",
+    "Kubernetes API requests made by the reconciler (kopf's own watches not included)",
     registry=REGISTRY,
 )
 DURATION: Final = Histogram(

@@ -138,11 +138,31 @@ def _job_obs(job: Mapping[str, Any]) -> plan.JobObs:
     )
 
 
+#: Ready reasons that mean "this operator left the group without a Deployment".
+_NO_DEPLOYMENT_REASONS = frozenset({"Idle", "NoWork", "Completed"})
+
+
+def _known_without_children(
+    group: plan.Group,
+    spec: models.SendGroupSpec,
+    st: models.SendGroupStatus,
+    measured: plan.Measurement,
+) -> bool:
+    """An idle group: empty queue, and the last written status says we left it without a
+    Deployment. Nothing to look at in the API server."""
+    if not isinstance(measured, plan.QueueMeasure) or measured.total > 0:
+        return False
+    if _needs_children(group, spec, st) or st.observed_generation != group.generation:
+        return False
+    ready = next((c for c in st.conditions if c.type == "Ready"), None)
+    return ready is not None and ready.reason in _NO_DEPLOYMENT_REASONS
+
+
 async def observe(
     rt: Runtime, group: plan.Group, spec: models.SendGroupSpec, st: models.SendGroupStatus
 ) -> plan.Observed:
-    """Read the children: the Deployment always; Jobs and pods only when the plan can need
-    them (paused, finishing, a Job in flight), so an idle group costs one GET per pass."""
+    """Read the children: the Deployment; Jobs and pods only when the plan can need them
+    (paused, finishing, a Job in flight)."""
     ref = group.ref(spec)
     raw = await rt.kube.get_deployment(group.namespace, builders.deployment_name(group.name))
     dep = None
@@ -235,8 +255,11 @@ async def reconcile(
         cached = rt.written.get(key)
         if cached is not None and cached[0] == group.uid:
             status = cached[1].model_copy(deep=True)
-        observed = await observe(rt, group, spec, status)
         measured, url = await measure(rt, group, spec)
+        if _known_without_children(group, spec, status, measured):
+            observed = plan.Observed()  # idle: no API request at all in this pass
+        else:
+            observed = await observe(rt, group, spec, status)
         want = plan.demand(spec, status, measured, group.deleting)
         allowed = rt.allowed(key, min(want, plan.desired_workers(spec, rt.settings)))
         now = now or datetime.now(UTC).replace(microsecond=0)

@@ -480,3 +480,43 @@ def test_metrics_show_queue_and_workers(
     assert metric(desired) == 2.0
     assert metric('sendgroup_groups{phase="Running"}') == 1.0
     assert "redis://" not in operator.metrics()
+
+
+def test_two_replicas_peer_and_only_the_higher_priority_acts(
+    operator_factory: Any, objects: Objects, redis_client: redis.Redis
+) -> None:
+    objects.apply(
+        json.dumps(
+            {
+                "apiVersion": "kopf.dev/v1",
+                "kind": "KopfPeering",
+                "metadata": {"name": "sendgroup-operator"},
+            }
+        )
+    )
+    low = operator_factory(SENDGROUP_STANDALONE="false", SENDGROUP_PEERING_PRIORITY="10")
+    high = operator_factory(SENDGROUP_STANDALONE="false", SENDGROUP_PEERING_PRIORITY="20")
+    wait_for(lambda: "Pausing operations" in low.log(), 30, "the low-priority replica pauses")
+    push(redis_client, "mail-ha", 2)
+    objects.apply(sendgroup("ha", workers=2))
+    wait_for(lambda: replicas(objects, "ha") == 2, 30, "workers from the active replica")
+    assert "deployment sg-ha" in high.log()
+    assert "deployment sg-ha" not in low.log()
+    high.stop()  # graceful: it leaves the peering, the other one takes over
+    wait_for(lambda: "Resuming operations" in low.log(), 60, "the standby resumes")
+    objects.patch_sg("ha", {"workers": 1})
+    wait_for(lambda: replicas(objects, "ha") == 1, 30, "the former standby reconciles")
+
+
+def test_liveness_endpoint_reports_the_reaper(
+    operator: OperatorProcess, objects: Objects, redis_client: redis.Redis
+) -> None:
+    import urllib.request
+
+    objects.apply(sendgroup("live"))
+    wait_for(lambda: objects.status("live").get("phase") == "Pending", 20, "phase Pending")
+    url = f"http://127.0.0.1:{operator.health_port}/healthz"
+    with urllib.request.urlopen(url, timeout=5) as response:
+        assert response.status == 200
+        body = json.loads(response.read())
+    assert body["reaper"]["groups"] == 1
