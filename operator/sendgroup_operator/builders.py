@@ -118,6 +118,7 @@ class GroupRef:
     uid: str
     campaign: str
     host: str
+    created_at: str | None = None
 
 
 def labels(ref: GroupRef, component: str) -> dict[str, str]:
@@ -247,8 +248,9 @@ def worker_env(
     if spec.warmup is not None and spec.warmup.start_per_hour is not None:
         env.append(_value(ENV_WARMUP_START_PER_HOUR, spec.warmup.start_per_hour))
         env.append(_value(ENV_WARMUP_GROWTH_PER_DAY, spec.warmup.growth_per_day))
-        if spec.warmup.since is not None:
-            env.append(_value(ENV_WARMUP_SINCE, spec.warmup.since.isoformat()))
+        since = spec.warmup.since.isoformat() if spec.warmup.since else ref.created_at
+        if since:
+            env.append(_value(ENV_WARMUP_SINCE, since))
     if spec.backpressure.patterns:
         env.append(_value(ENV_BACKPRESSURE_PATTERNS, "\n".join(spec.backpressure.patterns)))
     return env

@@ -63,6 +63,7 @@ class QueueMeasure:
     oldest_pushed_at: float | None = None
     staging: int = 0
     purge_requested: bool = False
+    suspended_seconds: float = 0.0
 
     @property
     def total(self) -> int:
@@ -129,7 +130,14 @@ class Group:
 
     def ref(self, spec: models.SendGroupSpec) -> builders.GroupRef:
         """The identity its children need."""
-        return builders.GroupRef(self.namespace, self.name, self.uid, spec.campaign, spec.host)
+        return builders.GroupRef(
+            self.namespace,
+            self.name,
+            self.uid,
+            spec.campaign,
+            spec.host,
+            self.created_at.isoformat(),
+        )
 
 
 # ------------------------------------------------------------------------------ outputs
@@ -360,6 +368,16 @@ def plan(
     if isinstance(measure, QueueMeasure):
         b.cond(conditions.QUEUE_REACHABLE, "True", "Measured", "queue measured")
         _record_measure(b, measure)
+        if measure.suspended_seconds > 0:
+            b.cond(
+                conditions.SUSPENDED,
+                "True",
+                "ProviderPushback",
+                f"{spec.backpressure.suspend_after} temporary failures in a row or a deferral "
+                "reply: workers stopped sending for a while",
+            )
+        else:
+            b.cond(conditions.SUSPENDED, "False", "Sending", "no provider pushback")
     else:
         b.cond(conditions.QUEUE_REACHABLE, "False", "RedisUnreachable", measure.message)
 

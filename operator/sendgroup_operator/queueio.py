@@ -3,8 +3,9 @@
 Key names come only from ``sendgroup_worker.queue.keys.QueueKeys``. The measurement is one
 MULTI/EXEC transaction (atomic, one round trip): LLEN ready, ZCARD delayed/reserved/failed,
 HMGET stats delivered/failed, LINDEX ready 0 (the oldest job's ``pushedAt``), EXISTS of the
-dump's staging keys and of the purge marker. "Empty" and "unchanged" always mean
-ready + delayed + reserved.
+dump's staging keys and of the purge marker, the workers' backpressure deadline (HGET
+``backpressure`` ``until``) and TIME. "Empty" and "unchanged" always mean ready + delayed +
+reserved.
 
 Errors never carry the URL (it may hold a password from a Secret): :class:`QueueUnavailable`
 messages name the exception type and the host only.
@@ -46,6 +47,16 @@ def _pushed_at(payload: bytes | str | None) -> float | None:
         return None
 
 
+def _suspended(until_ms: Any, server_time: Any) -> float:
+    """Seconds the workers' backpressure suspension still lasts (hash ``backpressure``, field
+    ``until`` in unix ms, written by the worker), against Redis' own clock (TIME)."""
+    try:
+        now_ms = int(server_time[0]) * 1000 + int(server_time[1]) // 1000
+        return max(0.0, (int(until_ms or 0) - now_ms) / 1000)
+    except (TypeError, ValueError, IndexError):
+        return 0.0
+
+
 def _int(value: Any) -> int:
     try:
         return int(value or 0)
@@ -83,7 +94,20 @@ class RedisQueues:
             pipe.lindex(keys.ready, 0)
             pipe.exists(*keys.staging_keys)
             pipe.exists(keys.purge_requested)
-            ready, delayed, reserved, failed, stats, head, staging, marker = await pipe.execute()
+            pipe.hget(keys.backpressure, "until")
+            pipe.time()
+            (
+                ready,
+                delayed,
+                reserved,
+                failed,
+                stats,
+                head,
+                staging,
+                marker,
+                until_ms,
+                server_time,
+            ) = await pipe.execute()
         except (RedisError, OSError) as exc:
             raise QueueUnavailable(
                 f"Redis at {safe_host(url)} unreachable: {type(exc).__name__}"
@@ -98,6 +122,7 @@ class RedisQueues:
             oldest_pushed_at=_pushed_at(head),
             staging=_int(staging),
             purge_requested=bool(_int(marker)),
+            suspended_seconds=_suspended(until_ms, server_time),
         )
 
     async def purge(self, url: str, queue: str) -> int:

@@ -55,3 +55,19 @@ def test_unreachable_redis_gives_a_safe_message() -> None:
         await queues.close()
 
     asyncio.run(go())
+
+
+def test_backpressure_suspension_is_measured(redis_url: str, redis_client: redis.Redis) -> None:
+    keys = QueueKeys("mail-b")
+    server_ms = int(redis_client.time()[0]) * 1000
+    redis_client.hset(keys.backpressure, mapping={"run": 0, "until": server_ms + 120_000})
+
+    async def go() -> None:
+        queues = RedisQueues()
+        m = await queues.measure(redis_url, "mail-b")
+        assert 100 < m.suspended_seconds <= 121
+        redis_client.hset(keys.backpressure, "until", server_ms - 1000)
+        assert (await queues.measure(redis_url, "mail-b")).suspended_seconds == 0
+        await queues.close()
+
+    asyncio.run(go())

@@ -281,3 +281,10 @@ def test_spec_change_updates_the_worker_template() -> None:
     st = run(s, measure=q(5)).status
     old = p.Observed(p.DeploymentObs(3, 3, template_hash="0123abcd"), jobs_listed=True)
     assert run(s, st, old, q(5), at(1)).actions == [p.EnsureDeployment(3)]
+
+
+def test_provider_pushback_sets_suspended() -> None:
+    plan = run(spec(), measure=q(5, suspended_seconds=300))
+    assert cond(plan, "Suspended") == ("True", "ProviderPushback")
+    assert plan.actions == [p.EnsureDeployment(3)]  # workers stay, they stop sending
+    assert cond(run(spec(), plan.status, measure=q(5)), "Suspended")[0] == "False"
