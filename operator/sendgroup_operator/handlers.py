@@ -33,6 +33,9 @@ async def on_startup(
 @kopf.on.cleanup()
 async def on_cleanup(memo: Any, **_: Any) -> None:
     """Close the Redis pools."""
+    task = getattr(memo, "orphan_task", None)
+    if task is not None:
+        task.cancel()
     rt: reconcile.Runtime | None = getattr(memo, "runtime", None)
     if rt is not None:
         await rt.queues.close()

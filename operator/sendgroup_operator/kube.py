@@ -109,6 +109,24 @@ class Kube:
             self.batch.delete_namespaced_job, name, namespace, propagation_policy="Background"
         )
 
+    async def list_deployments(self, namespace: str | None, selector: str) -> list[dict[str, Any]]:
+        """Deployments matching ``selector`` in ``namespace`` (None: all namespaces)."""
+        if namespace is None:
+            response = await self._call(
+                self.apps.list_deployment_for_all_namespaces,
+                label_selector=selector,
+                _preload_content=False,
+            )
+        else:
+            response = await self._call(
+                self.apps.list_namespaced_deployment,
+                namespace,
+                label_selector=selector,
+                _preload_content=False,
+            )
+        items: list[dict[str, Any]] = _json(response).get("items", [])
+        return items
+
     async def list_pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
         """Pods matching ``selector``."""
         data = _json(

@@ -9,7 +9,8 @@ sendgroup_queue_oldest_job_age_seconds     namespace, sendgroup
 sendgroup_workers                          namespace, sendgroup, kind (desired, ready, allowed)
 sendgroup_dump_bytes                       namespace, sendgroup
 sendgroup_groups                           phase
-sendgroup_orphans                          kind (group_without_workers)
+sendgroup_orphans                          kind (group_without_workers,
+                                           deployment_without_group)
 sendgroup_reconcile_errors_total           namespace
 sendgroup_reconcile_seconds                (histogram)
 sendgroup_kube_requests_total              (API requests of the reconciler)

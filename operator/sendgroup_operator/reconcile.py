@@ -239,6 +239,40 @@ async def apply(
             await rt.kube.delete_group(group.namespace, group.name)
 
 
+async def count_orphan_deployments(rt: Runtime) -> int:
+    """Worker Deployments of ours whose SendGroup this process does not know (compared by
+    name sets: ``namespace/group``). Sets ``sendgroup_orphans{kind="deployment_without_group"}``
+    and returns the count. One LIST per watched namespace."""
+    selector = (
+        f"{builders.LABEL_MANAGED_BY}={builders.MANAGED_BY},{builders.LABEL_COMPONENT}=worker"
+    )
+    settings = rt.settings
+    namespaces: tuple[str | None, ...] = (None,) if settings.clusterwide else settings.namespaces
+    known = {(ns, builders.label_value(name)) for ns, name in (k.split("/", 1) for k in rt.demands)}
+    orphans = 0
+    for ns in namespaces:
+        for dep in await rt.kube.list_deployments(ns, selector):
+            meta = dep["metadata"]
+            group = (meta.get("labels") or {}).get(builders.LABEL_GROUP, "")
+            if (meta["namespace"], group) not in known:
+                orphans += 1
+    metrics.ORPHANS.labels("deployment_without_group").set(orphans)
+    return orphans
+
+
+async def orphan_loop(rt: Runtime, logger: logging.Logger | logging.LoggerAdapter[Any]) -> None:
+    """Every ``orphanGrace`` seconds (first after one period, when the groups are known),
+    count orphan Deployments; errors are logged, never fatal."""
+    while True:
+        await asyncio.sleep(rt.settings.orphan_grace)
+        try:
+            count = await count_orphan_deployments(rt)
+            if count:
+                logger.warning("%d worker Deployment(s) without a SendGroup", count)
+        except Exception as exc:
+            logger.warning("orphan check failed: %s: %s", type(exc).__name__, exc)
+
+
 async def reconcile(
     rt: Runtime,
     body: Mapping[str, Any],

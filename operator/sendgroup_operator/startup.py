@@ -17,7 +17,7 @@ import kopf
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
-from sendgroup_operator import metrics, models
+from sendgroup_operator import metrics, models, reconcile
 from sendgroup_operator.kube import Kube
 from sendgroup_operator.reconcile import Runtime
 from sendgroup_operator.settings import Settings
@@ -112,6 +112,7 @@ async def start(settings: kopf.OperatorSettings, memo: Any, logger: Logger) -> N
     metrics.serve(ours.metrics_port, os.environ.get("SENDGROUP_LISTEN_HOST", "0.0.0.0"))
     await preflight(kube, ours, logger)
     memo.runtime.heartbeat = time.monotonic()
+    memo.orphan_task = asyncio.create_task(reconcile.orphan_loop(memo.runtime, logger))
 
 
 def liveness(memo: Any) -> dict[str, Any]:

@@ -520,3 +520,80 @@ def test_liveness_endpoint_reports_the_reaper(
         assert response.status == 200
         body = json.loads(response.read())
     assert body["reaper"]["groups"] == 1
+
+
+def test_orphans_are_counted_by_name(
+    operator_factory: Any, objects: Objects, redis_client: redis.Redis
+) -> None:
+    op = operator_factory(SENDGROUP_ORPHAN_GRACE="2")
+    push(redis_client, "mail-o", 2)
+    objects.apply(sendgroup("o"))  # work, and (no node) never a ready worker
+    ghost = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {
+            "name": "sg-ghost",
+            "labels": {
+                "app.kubernetes.io/managed-by": "sendgroup-operator",
+                "app.kubernetes.io/component": "worker",
+                "sendgroups.io/group": "ghost",
+            },
+        },
+        "spec": {
+            "replicas": 0,
+            "selector": {"matchLabels": {"sendgroups.io/group": "ghost"}},
+            "template": {
+                "metadata": {"labels": {"sendgroups.io/group": "ghost"}},
+                "spec": {"containers": [{"name": "w", "image": "registry.invalid/w:1"}]},
+            },
+        },
+    }
+    objects.apply(json.dumps(ghost))
+
+    def gauge(kind: str) -> float | None:
+        for line in op.metrics().splitlines():
+            if line.startswith(f'sendgroup_orphans{{kind="{kind}"}}'):
+                return float(line.split()[-1])
+        return None
+
+    wait_for(lambda: gauge("deployment_without_group") == 1.0, 20, "orphan Deployment counted")
+    wait_for(lambda: gauge("group_without_workers") == 1.0, 20, "group without ready workers")
+
+
+def test_redis_secret_ref_is_used_and_never_inlined(
+    operator: OperatorProcess, objects: Objects, redis_client: redis.Redis, redis_url: str
+) -> None:
+    objects.cluster.kubectl(
+        "create",
+        "secret",
+        "generic",
+        "redis-cred",
+        "-n",
+        objects.namespace,
+        f"--from-literal=url={redis_url}",
+    )
+    push(redis_client, "mail-s", 3)
+    objects.apply(sendgroup("s", redis={"secretRef": {"name": "redis-cred", "key": "url"}}))
+    dep = wait_for(lambda: objects.get("deployment", "sg-s"), 20, "workers for the Secret's Redis")
+    env = {e["name"]: e for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["REDIS_URL"]["valueFrom"] == {"secretKeyRef": {"name": "redis-cred", "key": "url"}}
+    assert "value" not in env["REDIS_URL"]
+    wait_for(lambda: objects.status("s").get("queue", {}).get("ready") == 3, 20, "measured")
+
+
+def test_deletion_with_redis_down_is_bounded(
+    operator_factory: Any, objects: Objects, kube_cluster: KubeCluster
+) -> None:
+    operator_factory(SENDGROUP_PURGE_TIMEOUT="4")
+    port = free_port()
+    objects.apply(sendgroup("down", redis={"url": f"redis://127.0.0.1:{port}/0"}))
+    wait_for(lambda: objects.status("down").get("phase"), 20, "first status")
+    started = time.monotonic()
+    kube_cluster.kubectl("delete", "sg", "down", "-n", objects.namespace, "--wait=false")
+    time.sleep(2)
+    assert objects.get("sendgroup", "down") is not None, "the finalizer waits for Redis first"
+    wait_for(
+        lambda: objects.get("sendgroup", "down") is None, 40, "deletion proceeds after the timeout"
+    )
+    assert time.monotonic() - started >= 3
+    assert "PurgeAbandoned" in {e["reason"] for e in objects.events("down")}
