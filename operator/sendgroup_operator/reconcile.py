@@ -63,6 +63,14 @@ class Runtime:
         self.table.forget(key)
 
 
+def _not_older(cached: models.SendGroupStatus, stored: models.SendGroupStatus) -> bool:
+    """Whether our last written status is at least as new as the stored one (another
+    replica may have written since, e.g. after a peering failover)."""
+    if stored.last_refresh is None:
+        return True
+    return cached.last_refresh is not None and cached.last_refresh >= stored.last_refresh
+
+
 def _parse_time(value: Any) -> datetime:
     if isinstance(value, datetime):
         return value
@@ -287,7 +295,7 @@ async def reconcile(
     started = time.monotonic()
     async with rt.locks[key]:
         cached = rt.written.get(key)
-        if cached is not None and cached[0] == group.uid:
+        if cached is not None and cached[0] == group.uid and _not_older(cached[1], status):
             status = cached[1].model_copy(deep=True)
         measured, url = await measure(rt, group, spec)
         if _known_without_children(group, spec, status, measured):
