@@ -160,6 +160,27 @@ def test_sendgroup_with_jobs_gets_its_workers_and_status(
     assert wide.splitlines()[0].split()[-3:] == ["FAILED", "PAUSED", "DUMPED"]
     assert "gmail" in kube_cluster.kubectl("get", "mail", "-n", objects.namespace).stdout
 
+    # kopf's bookkeeping lives under our API group's prefix, never in status.
+    meta = objects.get("sendgroup", "gmail")["metadata"]  # type: ignore[index]
+    assert meta["finalizers"] == ["sendgroups.io/finalizer"]
+    kopf_keys = [k for k in meta.get("annotations", {}) if "kopf" in k or "last-handled" in k]
+    assert kopf_keys and all(k.startswith("sendgroups.io/") for k in kopf_keys)
+    assert set(objects.status("gmail")) <= {
+        "observedGeneration",
+        "phase",
+        "workers",
+        "queue",
+        "progress",
+        "idleSince",
+        "unchangedSince",
+        "dump",
+        "operation",
+        "operationsStarted",
+        "finishedAt",
+        "lastRefresh",
+        "conditions",
+    }
+
     # Steady state: no writes to the SendGroup at all.
     rv = objects.get("sendgroup", "gmail")["metadata"]["resourceVersion"]  # type: ignore[index]
     time.sleep(4)
