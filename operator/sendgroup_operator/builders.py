@@ -22,6 +22,7 @@ HASH_LEN: Final = 8
 
 # --- the worker's environment (sendgroup_worker reads these) ------------------------------
 ENV_QUEUE: Final = "SENDGROUP_QUEUE"
+ENV_KEY_PREFIX: Final = "SENDGROUP_KEY_PREFIX"
 ENV_GROUP: Final = "SENDGROUP_NAME"
 ENV_NAMESPACE: Final = "SENDGROUP_NAMESPACE"
 ENV_REDIS_URL: Final = "REDIS_URL"
@@ -221,6 +222,7 @@ def worker_env(
     smtp = spec.smtp or models.SmtpSpec()
     env = [
         _value(ENV_QUEUE, spec.queue_name(ref.name)),
+        _value(ENV_KEY_PREFIX, settings.key_prefix),
         _value(ENV_GROUP, ref.name),
         _value(ENV_NAMESPACE, ref.namespace),
         redis_env(spec, settings),
@@ -363,6 +365,7 @@ def job(
         "command": job_command(ref, spec, kind),
         "env": [
             _value(ENV_QUEUE, spec.queue_name(ref.name)),
+            _value(ENV_KEY_PREFIX, settings.key_prefix),
             redis_env(spec, settings),
         ],
         "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "512Mi"}},

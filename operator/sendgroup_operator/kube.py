@@ -140,6 +140,23 @@ class Kube:
         items: list[dict[str, Any]] = data.get("items", [])
         return items
 
+    async def pod_log_tail(self, namespace: str, pod: str, lines: int = 5) -> str | None:
+        """The last ``lines`` lines of a pod's log; None when there is none (no node ran it,
+        or the pod is gone)."""
+        try:
+            response: Any = await self._call(
+                self.core.read_namespaced_pod_log,
+                pod,
+                namespace,
+                tail_lines=lines,
+                _preload_content=False,
+            )
+        except ApiException as exc:
+            if exc.status in (400, 404):
+                return None
+            raise
+        return str(response.data.decode(errors="replace"))
+
     async def secret_value(self, namespace: str, name: str, key: str) -> str | None:
         """One key of a Secret, decoded; None if the Secret or key is missing."""
         secret = await self._get(self.core.read_namespaced_secret, name, namespace)

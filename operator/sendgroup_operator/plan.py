@@ -94,7 +94,9 @@ class DeploymentObs:
 class JobObs:
     """A dump/restore/purge Job as observed (``failed_final``: its Failed condition is True).
 
-    ``summary``: the command's JSON summary when the operator could read it, else None.
+    ``summary``: the command's JSON summary (``sendgroup-worker dump`` prints one line:
+    ``jobs, ready, delayed, reserved, failed, bytes, segment, redisVersion``) when the operator
+    could read it from the succeeded pod's log, else None.
     """
 
     name: str
@@ -316,6 +318,12 @@ class _Builder:
         flipped = old is None or old.status != status or old.reason != reason
         if flipped and type_ == conditions.QUEUE_REACHABLE and status == "False":
             self.event("Warning", "QueueUnreachable", message)
+        if flipped and type_ == conditions.QUEUE_REACHABLE and status == "True" and old:
+            self.event("Normal", "QueueReachable", "queue measured again")
+        if flipped and type_ == conditions.THROTTLED and status == "True":
+            self.event("Normal", "Throttled", message)
+        if flipped and type_ == conditions.SUSPENDED and status == "True":
+            self.event("Warning", "Suspended", message)
 
     def event(self, type_: Literal["Normal", "Warning"], reason: str, message: str) -> None:
         self.plan.events.append(Event(type_, reason, message))
@@ -541,8 +549,9 @@ def _run(
         )
         if dep is None or dep.replicas != allowed or stale:
             b.act(EnsureDeployment(allowed))
-            if dep is None or dep.replicas == 0:
-                b.event("Normal", "Scaled", f"workers -> {allowed}")
+            if dep is None or dep.replicas != allowed:
+                was = dep.replicas if dep is not None else 0
+                b.event("Normal", "Scaled", f"workers {was} -> {allowed}")
             b.busy = True
         ready = dep.ready_replicas if dep else 0
         if ready >= allowed and allowed > 0:
@@ -592,13 +601,16 @@ def _finish_dump(b: _Builder, observed: Observed, measure: Measurement, outcome:
     if job is not None and job.succeeded == 0:
         b.act(DeleteJob(job.name))  # outcome decided from Redis: the Job is moot
     summary = dict(job.summary) if job is not None and job.summary else {}
-    jobs = int(summary.get("jobs", op.baseline_total))
+    if all(k in summary for k in ("ready", "delayed", "reserved")):
+        jobs = int(summary["ready"]) + int(summary["delayed"]) + int(summary["reserved"])
+    else:
+        jobs = op.baseline_total
     segment = models.DumpSegment(
-        path=str(summary.get("path", builders.dumps_dir(b.group.ref(b.spec)))),
+        path=str(summary.get("segment") or builders.dumps_dir(b.group.ref(b.spec))),
         bytes=summary.get("bytes"),
         jobs=jobs,
         created_at=b.now,
-        redis_version=summary.get("redisVersion") or summary.get("redis_version"),
+        redis_version=summary.get("redisVersion"),
     )
     st.dump.segments.append(segment)
     st.dump.total_jobs += jobs

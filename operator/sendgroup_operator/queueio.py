@@ -65,9 +65,11 @@ def _int(value: Any) -> int:
 
 
 class RedisQueues:
-    """One connection pool per Redis URL, shared by all groups using it."""
+    """One connection pool per Redis URL, shared by all groups using it. ``prefix``: the
+    producers' client-side key prefix (``laravel_database_``), as in ``QueueKeys``."""
 
-    def __init__(self) -> None:
+    def __init__(self, prefix: str = "") -> None:
+        self.prefix = prefix
         self._clients: dict[str, aioredis.Redis[bytes]] = {}
 
     def client(self, url: str) -> aioredis.Redis[bytes]:
@@ -83,7 +85,7 @@ class RedisQueues:
 
     async def measure(self, url: str, queue: str) -> QueueMeasure:
         """One atomic measurement of ``queue``. Raises :class:`QueueUnavailable`."""
-        keys = QueueKeys(queue)
+        keys = QueueKeys(queue, self.prefix)
         try:
             pipe = self.client(url).pipeline(transaction=True)
             pipe.llen(keys.ready)
@@ -128,7 +130,7 @@ class RedisQueues:
     async def purge(self, url: str, queue: str) -> int:
         """Delete every key of ``queue`` (explicit names, never a pattern); returns how many
         keys existed. Raises :class:`QueueUnavailable`."""
-        keys = QueueKeys(queue)
+        keys = QueueKeys(queue, self.prefix)
         try:
             return int(await self.client(url).delete(*keys.all_keys))
         except (RedisError, OSError) as exc:
@@ -140,7 +142,7 @@ class RedisQueues:
         """Set the purge marker (deleted by the purge Job with every other key).
         Raises :class:`QueueUnavailable`."""
         try:
-            await self.client(url).set(QueueKeys(queue).purge_requested, "1")
+            await self.client(url).set(QueueKeys(queue, self.prefix).purge_requested, "1")
         except (RedisError, OSError) as exc:
             raise QueueUnavailable(
                 f"Redis at {safe_host(url)} unreachable: {type(exc).__name__}"

@@ -8,6 +8,8 @@ the liveness heartbeat); it lives in kopf's ``memo``.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import json
 import logging
 import time
 from collections import defaultdict
@@ -132,6 +134,23 @@ def _needs_children(
     )
 
 
+async def _summary(rt: Runtime, namespace: str, job_name: str) -> dict[str, Any] | None:
+    """The JSON summary line a succeeded Job's pod printed, or None."""
+    pods = await rt.kube.list_pods(namespace, f"batch.kubernetes.io/job-name={job_name}")
+    for pod in pods:
+        if (pod.get("status") or {}).get("phase") != "Succeeded":
+            continue
+        text = await rt.kube.pod_log_tail(namespace, pod["metadata"]["name"])
+        for line in reversed((text or "").strip().splitlines()):
+            try:
+                data = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(data, dict):
+                return data
+    return None
+
+
 def _job_obs(job: Mapping[str, Any]) -> plan.JobObs:
     status = job.get("status") or {}
     failed_final = any(
@@ -187,10 +206,17 @@ async def observe(
     jobs = await rt.kube.list_jobs(group.namespace, selector)
     pods = await rt.kube.list_pods(group.namespace, builders.worker_selector(ref))
     live = [p for p in pods if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
+    observed_jobs = {j["metadata"]["name"]: _job_obs(j) for j in jobs}
+    op = st.operation
+    if op is not None and op.kind == "dump":
+        job = observed_jobs.get(op.job_name)
+        if job is not None and job.succeeded > 0:
+            summary = await _summary(rt, group.namespace, op.job_name)
+            observed_jobs[op.job_name] = dataclasses.replace(job, summary=summary)
     return plan.Observed(
         deployment=dep,
         pods=len(live),
-        jobs={j["metadata"]["name"]: _job_obs(j) for j in jobs},
+        jobs=observed_jobs,
         jobs_listed=True,
     )
 

@@ -7,6 +7,7 @@ env                            api.md name                           default
 =============================  ====================================  =======================
 SENDGROUP_DEFAULT_REDIS_URL    defaultRedisUrl                       redis://redis:6379/0
 SENDGROUP_DEFAULT_IMAGE        defaultImage                          sendgroup-worker:latest
+SENDGROUP_KEY_PREFIX           producers' client-side key prefix     "" (e.g. laravel_database_)
 SENDGROUP_IMAGE_PULL_POLICY    (image pull policy of children)       IfNotPresent
 SENDGROUP_ALLOW_IMAGE_OVERRIDE allowImageOverride                    false
 SENDGROUP_MAX_WORKERS_PER_GROUP maxWorkersPerGroup                   50
@@ -82,6 +83,7 @@ class Settings:
 
     default_redis_url: str = "redis://redis:6379/0"
     default_image: str = "sendgroup-worker:latest"
+    key_prefix: str = ""
     image_pull_policy: str = "IfNotPresent"
     allow_image_override: bool = False
     max_workers_per_group: int = models.MAX_WORKERS_PER_GROUP_DEFAULT
@@ -133,6 +135,7 @@ class Settings:
         return cls(
             default_redis_url=e.get("SENDGROUP_DEFAULT_REDIS_URL") or d.default_redis_url,
             default_image=e.get("SENDGROUP_DEFAULT_IMAGE") or d.default_image,
+            key_prefix=e.get("SENDGROUP_KEY_PREFIX", ""),
             image_pull_policy=e.get("SENDGROUP_IMAGE_PULL_POLICY") or d.image_pull_policy,
             allow_image_override=_bool(e, "SENDGROUP_ALLOW_IMAGE_OVERRIDE", False),
             max_workers_per_group=_req_int(

@@ -19,6 +19,7 @@ from kubernetes import config as k8s_config
 
 from sendgroup_operator import metrics, models, reconcile
 from sendgroup_operator.kube import Kube
+from sendgroup_operator.queueio import RedisQueues
 from sendgroup_operator.reconcile import Runtime
 from sendgroup_operator.settings import Settings
 
@@ -108,7 +109,7 @@ async def start(settings: kopf.OperatorSettings, memo: Any, logger: Logger) -> N
     ours = Settings.from_env()
     configure_kopf(settings, ours)
     kube = Kube(load_kube_config())
-    memo.runtime = Runtime(settings=ours, kube=kube)
+    memo.runtime = Runtime(settings=ours, kube=kube, queues=RedisQueues(ours.key_prefix))
     metrics.serve(ours.metrics_port, os.environ.get("SENDGROUP_LISTEN_HOST", "0.0.0.0"))
     await preflight(kube, ours, logger)
     memo.runtime.heartbeat = time.monotonic()

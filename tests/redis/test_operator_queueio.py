@@ -71,3 +71,17 @@ def test_backpressure_suspension_is_measured(redis_url: str, redis_client: redis
         await queues.close()
 
     asyncio.run(go())
+
+
+def test_key_prefix_of_the_producers(redis_url: str, redis_client: redis.Redis) -> None:
+    redis_client.rpush("laravel_database_queues:mail-l", _job("1", 1), _job("2", 2))
+    redis_client.rpush("queues:mail-l", _job("3", 3))
+
+    async def go() -> None:
+        prefixed = RedisQueues("laravel_database_")
+        assert (await prefixed.measure(redis_url, "mail-l")).ready == 2
+        assert await prefixed.purge(redis_url, "mail-l") == 1
+        assert redis_client.llen("queues:mail-l") == 1  # the unprefixed queue is another one
+        await prefixed.close()
+
+    asyncio.run(go())

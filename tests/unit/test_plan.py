@@ -288,3 +288,31 @@ def test_provider_pushback_sets_suspended() -> None:
     assert cond(plan, "Suspended") == ("True", "ProviderPushback")
     assert plan.actions == [p.EnsureDeployment(3)]  # workers stay, they stop sending
     assert cond(run(spec(), plan.status, measure=q(5)), "Suspended")[0] == "False"
+
+
+def test_dump_summary_from_the_job_is_recorded() -> None:
+    s = spec(paused=True, reaper={"dumpAfter": "30s"})
+    status = models.SendGroupStatus(
+        unchanged_since=at(0), queue=models.QueueStatus(total=6, measured_at=at(0))
+    )
+    started = run(s, status, dep(0), q(6), at(30))
+    name = "sg-g1-dump-1"
+    summary = {
+        "jobs": 7,
+        "ready": 4,
+        "delayed": 1,
+        "reserved": 1,
+        "failed": 1,
+        "bytes": 2048,
+        "segment": "/dumps/mail/g1/mail-g1/20260301T120000000000Z-0a1b2c3d.sgdump",
+        "redisVersion": "7.0.15",
+    }
+    ok = p.Observed(
+        p.DeploymentObs(0),
+        jobs={name: p.JobObs(name, succeeded=1, summary=summary)},
+        jobs_listed=True,
+    )
+    done = run(s, started.status, ok, q(0), at(40))
+    seg = done.status.dump.segments[0]
+    assert (seg.jobs, seg.bytes, seg.redis_version) == (6, 2048, "7.0.15")
+    assert seg.path.endswith(".sgdump") and done.status.dump.total_jobs == 6
