@@ -618,3 +618,13 @@ def test_deletion_with_redis_down_is_bounded(
     )
     assert time.monotonic() - started >= 3
     assert "PurgeAbandoned" in {e["reason"] for e in objects.events("down")}
+
+
+def test_examples_are_accepted_by_the_api_server(
+    sendgroup_crd: str, objects: Objects, kube_cluster: KubeCluster
+) -> None:
+    examples = Path(__file__).resolve().parents[2] / "examples"
+    proc = kube_cluster.kubectl(
+        "apply", "--dry-run=server", "-n", objects.namespace, "-f", str(examples)
+    )
+    assert proc.stdout.count("created (server dry run)") == len(list(examples.glob("*.yaml")))
