@@ -42,8 +42,18 @@ from tests.support.cluster import (  # noqa: E402
 )
 
 
+def _report(config: pytest.Config, line: str) -> None:
+    """Write a line to the terminal, past output capturing (start-up time, memory)."""
+    capture = config.pluginmanager.get_plugin("capturemanager")
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if capture is None or reporter is None:
+        return
+    with capture.global_and_fixture_disabled():
+        reporter.write_line(f"\n{line}")
+
+
 @pytest.fixture(scope="session")
-def kube_cluster() -> Iterator[KubeCluster]:
+def kube_cluster(pytestconfig: pytest.Config) -> Iterator[KubeCluster]:
     """The session's Kubernetes control plane: a local one started by hack/cluster/cluster
     (etcd, kube-apiserver, kube-controller-manager, kube-scheduler on free loopback ports),
     or the cluster KUBECONFIG names when SENDGROUP_TEST_USE_EXISTING_CLUSTER=1. A cluster that
@@ -52,7 +62,19 @@ def kube_cluster() -> Iterator[KubeCluster]:
         cluster, release = session_cluster()
     except ClusterError as exc:
         pytest.fail(f"Kubernetes control plane unavailable: {exc}", pytrace=False)
+    if cluster.managed:
+        _report(
+            pytestconfig,
+            f"kube_cluster: up in {cluster.startup_seconds:.1f}s ({cluster.state_dir})",
+        )
     yield cluster
+    if cluster.managed:
+        rss = cluster.rss_mib()
+        parts = ", ".join(f"{name} {mib:.0f}" for name, mib in rss.items())
+        _report(
+            pytestconfig,
+            f"kube_cluster: RSS MiB at the end: {parts}; total {sum(rss.values()):.0f}",
+        )
     release()
 
 

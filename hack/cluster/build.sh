@@ -103,6 +103,7 @@ now_s() { date +%s.%N; }
 elapsed() { python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.1f}s')" "$1" "$(now_s)"; }
 
 cmd_build() {
+	command -v go >/dev/null || die "Go is not installed: the control plane is built from Go modules (Go >= 1.26 needed)"
 	resolve_versions
 	if [[ -f "$BIN_DIR/.complete" ]]; then
 		log "binaries cached in $BIN_DIR ($VERSION_KEY)"
@@ -111,8 +112,10 @@ cmd_build() {
 	mkdir -p "$CACHE_ROOT"
 	# One build at a time per cache (parallel `up`s in several state dirs share it).
 	exec {lockfd}>"$CACHE_ROOT/.build.lock"
-	log "waiting for build lock $CACHE_ROOT/.build.lock" 
-	flock "$lockfd"
+	if ! flock -n "$lockfd"; then
+		log "another build holds $CACHE_ROOT/.build.lock; waiting for it"
+		flock "$lockfd"
+	fi
 	if [[ -f "$BIN_DIR/.complete" ]]; then
 		log "binaries cached in $BIN_DIR (built by another process)"
 		flock -u "$lockfd"

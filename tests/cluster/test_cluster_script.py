@@ -131,3 +131,49 @@ def test_two_parallel_ups_give_independent_clusters_and_down_leaves_nothing(
         assert not s.exists(), f"down left {s}"
         assert processes_mentioning(str(s)) == []
     assert [pid for pid in pids if alive(pid)] == []
+
+
+def test_up_fails_with_the_reason_and_leaves_nothing_when_a_component_cannot_start(
+    tmp_path: Path,
+) -> None:
+    # A binary cache whose kube-apiserver refuses to start; the other binaries are the real ones.
+    real = built_bin_dir()
+    fake = tmp_path / "cache" / "v1.37.2+etcd-test" / "bin"
+    fake.mkdir(parents=True)
+    for binary in ("etcd", "kube-controller-manager", "kube-scheduler", "kubectl"):
+        (fake / binary).symlink_to(real / binary)
+    apiserver = fake / "kube-apiserver"
+    apiserver.write_text("#!/bin/sh\necho 'E0000 bad flag --made-up-for-the-test' >&2\nexit 1\n")
+    apiserver.chmod(0o755)
+    (fake / ".complete").write_text("test\n")
+    state = tmp_path / "state"
+    env = {
+        **os.environ,
+        "SENDGROUP_K8S_CACHE": str(tmp_path / "cache"),
+        "K8S_VERSION": "v1.37.2",
+        "ETCD_VERSION": "test",
+    }
+    up = subprocess.run(
+        [str(CLUSTER_SCRIPT), "--state-dir", str(state), "up"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env=env,
+    )
+    assert up.returncode != 0
+    assert "kube-apiserver exited while waiting for kube-apiserver /readyz" in up.stderr
+    assert "bad flag --made-up-for-the-test" in up.stderr
+    assert "control plane did not start" in up.stderr
+    # etcd, which did start, was stopped again.
+    assert processes_mentioning(str(state)) == []
+    down = subprocess.run(
+        [str(CLUSTER_SCRIPT), "--state-dir", str(state), "down"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env=env,
+    )
+    assert down.returncode == 0, down.stderr
+    assert not state.exists()

@@ -113,6 +113,21 @@ class KubeCluster:
             self._api_client = config.new_client_from_config(config_file=str(self.kubeconfig))
         return self._api_client
 
+    def rss_mib(self) -> dict[str, float]:
+        """Resident memory (MiB) of each running component of a managed cluster, by name."""
+        result: dict[str, float] = {}
+        if self.state_dir is None:
+            return result
+        for pid_file in sorted((self.state_dir / "pids").glob("*.pid")):
+            try:
+                status = Path(f"/proc/{pid_file.read_text().strip()}/status").read_text()
+            except OSError:
+                continue
+            for line in status.splitlines():
+                if line.startswith("VmRSS:"):
+                    result[pid_file.stem] = int(line.split()[1]) / 1024
+        return result
+
     def server(self) -> tuple[str, str]:
         """(server URL, base64 CA data or "") of the kubeconfig's current context."""
         cfg = yaml.safe_load(self.kubeconfig.read_text())
@@ -189,6 +204,12 @@ def session_cluster() -> tuple[KubeCluster, Callable[[], None]]:
     """
     if os.environ.get(USE_EXISTING_ENV) == "1":
         return existing_cluster(), lambda: None
+    if not (built_bin_dir() / ".complete").exists():
+        # A cold build takes minutes, longer than a test's timeout: hack/test builds first.
+        raise ClusterError(
+            "the control plane binaries are not built: run hack/cluster/cluster build "
+            "(hack/test does this before pytest)"
+        )
     state_dir = Path(tempfile.mkdtemp(prefix="sg-cluster-")) / "state"
     cluster = start_cluster(state_dir)
 
@@ -202,7 +223,7 @@ def session_cluster() -> tuple[KubeCluster, Callable[[], None]]:
 
 
 def wait_for(
-    predicate: Callable[[], T],
+    predicate: Callable[[], T | None],
     timeout: float,
     what: str,
     interval: float = 0.5,
@@ -251,7 +272,10 @@ def service_account_kubeconfig(
     request = client.AuthenticationV1TokenRequest(
         spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=expiration_seconds)
     )
-    token = core.create_namespaced_service_account_token(name, namespace, request).status.token
+    status = core.create_namespaced_service_account_token(name, namespace, request).status
+    if status is None or not status.token:
+        raise ClusterError(f"TokenRequest for {namespace}/{name} returned no token")
+    token = status.token
     server, ca = cluster.server()
     cluster_entry: dict[str, str] = {"server": server}
     if ca:
