@@ -318,3 +318,28 @@ def test_dump_summary_from_the_job_is_recorded() -> None:
     seg = done.status.dump.segments[0]
     assert (seg.jobs, seg.bytes, seg.redis_version) == (6, 2048, "7.0.15")
     assert seg.path.endswith(".sgdump") and done.status.dump.total_jobs == 6
+
+
+def test_restore_that_keeps_failing_ends_failed_until_the_spec_changes() -> None:
+    s = spec()
+    status = models.SendGroupStatus(
+        dump=models.DumpStatus(total_jobs=4), queue=models.QueueStatus(measured_at=at(0))
+    )
+    current = run(s, status, dep(0), q(0), at(1))
+    for attempt in range(1, p.MAX_OPERATION_ATTEMPTS + 1):
+        op = current.status.operation
+        assert op is not None and op.kind == "restore" and op.attempts == attempt
+        failed = p.Observed(
+            p.DeploymentObs(0, template_hash="x"),
+            jobs={op.job_name: p.JobObs(op.job_name, failed_final=True)},
+            jobs_listed=True,
+        )
+        current = run(s, current.status, failed, q(0), at(10 * attempt))
+    assert current.status.phase is Phase.FAILED
+    assert not any(isinstance(a, p.CreateJob) for a in current.actions)
+    stuck = run(s, current.status, dep(0), q(0), at(100))
+    assert stuck.status.phase is Phase.FAILED and stuck.actions == []
+    # A spec change (new generation) is the user's "try again".
+    retry_group = p.Group("mail", "g1", "uid-1", 2, T0)
+    retried = run(s, current.status, dep(0), q(0), at(110), group=retry_group)
+    assert [type(a) for a in retried.actions] == [p.CreateJob]
