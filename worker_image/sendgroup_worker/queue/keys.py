@@ -151,6 +151,12 @@ class QueueKeys:
         chunks already merged (makes restore idempotent; see ``sendgroup_worker.dumps``)."""
         return self._sub("restored")
 
+    @property
+    def purge_requested(self) -> str:
+        """String set by the operator before it starts a purge Job; the purge deletes it with
+        every other key, so its absence tells the operator the purge ran."""
+        return self._sub("purge")
+
     def staging(self, name: str) -> str:
         """Staging copy of live key ``name`` (``ready``, ``delayed``, ``reserved``, ...) used
         while a dump runs; same hash tag, so the atomic move works on a cluster."""
@@ -182,6 +188,7 @@ class QueueKeys:
             self.ratelimit,
             self.backpressure,
             self.restored,
+            self.purge_requested,
             *self.staging_keys,
         )
 
