@@ -21,3 +21,6 @@ def main() -> None:
 
 
 # Command registration: one line per area (keep this list sorted).
+from sendgroup_worker.cli_work import work  # noqa: E402
+
+main.add_command(work)
