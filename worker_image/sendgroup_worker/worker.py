@@ -124,6 +124,10 @@ class Worker:
         self.taken = 0
         self.finished = 0
         self._suspension_logged = False
+        # idle lanes: one blocks on Redis (BLPOP), the others wait here until a lane that
+        # found a job wakes one of them (so an idle process makes one blocking call, not N)
+        self._idle = asyncio.Condition()
+        self._blocker = False
 
     # --- control ---------------------------------------------------------------------------
     def stop(self, reason: str) -> None:
@@ -132,6 +136,11 @@ class Worker:
             self.stop_reason = reason
             log.info("stopping (%s): finishing jobs in flight", reason)
             self.stopping.set()
+            asyncio.get_running_loop().create_task(self._wake_all())
+
+    async def _wake_all(self) -> None:
+        async with self._idle:
+            self._idle.notify_all()
 
     async def run(self) -> int:
         """Run until stopped (signal, max jobs, max time). Returns the process exit code."""
@@ -214,6 +223,7 @@ class Worker:
             return
         self.taken += 1
         job = result.jobs[0]
+        await self._wake_one()
         self.metrics.in_flight.labels(self.config.queue).inc()
         try:
             await self._process(job, reserved_until=now + self.queue.retry_after)
@@ -237,7 +247,26 @@ class Worker:
         await self._sleep(min(remaining, 5.0))
         return True
 
+    async def _wake_one(self) -> None:
+        """A lane found a job: there may be more, wake one idle lane."""
+        async with self._idle:
+            self._idle.notify(1)
+
     async def _wait_for_work(self) -> None:
+        """Wait for work: one lane at a time blocks on Redis (:meth:`_block_on_redis`), the
+        others wait to be woken by a lane that found a job (or 30 s, or the stop)."""
+        if not self._blocker:
+            self._blocker = True
+            try:
+                await self._block_on_redis()
+            finally:
+                self._blocker = False
+            return
+        async with self._idle:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._idle.wait(), 30.0)
+
+    async def _block_on_redis(self) -> None:
         """Block on the notify list until a token arrives, the next delayed job or expired
         reservation is due, ``block_for`` passes, or the worker stops."""
         async with self.client.pipeline(transaction=False) as pipe:
