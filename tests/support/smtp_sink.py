@@ -100,7 +100,12 @@ class _Handler:
                 for rcpt in envelope.rcpt_tos:
                     sink.data_waiting[rcpt] += 1
         if delay:
-            await asyncio.sleep(delay)
+            try:
+                await asyncio.sleep(delay)
+            except asyncio.CancelledError:  # aiosmtpd cancels the hook when the client is gone
+                with sink.lock:
+                    sink.aborted.extend(envelope.rcpt_tos)
+                raise
         transport = server.transport
         if transport is None or transport.is_closing():
             with sink.lock:
