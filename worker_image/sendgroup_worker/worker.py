@@ -31,6 +31,7 @@ import logging
 import signal
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Final, TypeVar
 
 import redis.asyncio
@@ -50,7 +51,7 @@ from sendgroup_worker.jobopts import JobOptions
 from sendgroup_worker.metrics import WorkerMetrics
 from sendgroup_worker.queue.client import AsyncQueue
 from sendgroup_worker.queue.keys import QueueKeys
-from sendgroup_worker.queue.protocol import Reserved
+from sendgroup_worker.queue.protocol import Ack, Reserved
 from sendgroup_worker.ratelimit import RateLimiter, RatePolicy
 from sendgroup_worker.smtp import SmtpPool, SmtpSettings
 
@@ -90,6 +91,15 @@ class Outage:
             log.warning("Redis reachable again after %.1fs", time.monotonic() - self.since)
             self.since = None
             self.metrics.redis_up.labels(self.metrics.queue).set(1)
+
+
+@dataclass(slots=True)
+class _Lane:
+    """One lane's state: its index and the acknowledgement of its last delivered job, which
+    rides along with the lane's next reserve call."""
+
+    index: int
+    ack: Ack | None = None
 
 
 class Worker:
@@ -181,9 +191,10 @@ class Worker:
     async def _lane(self, index: int) -> None:
         delay = wait_exponential_jitter(initial=0.1, max=OUTAGE_MAX_WAIT, jitter=0.2)
         failures = 0
+        lane = _Lane(index)
         while not self.stopping.is_set():
             try:
-                await self._step()
+                await self._step(lane)
                 failures = 0
             except REDIS_DOWN as exc:
                 self.outage.failed(exc)
@@ -192,9 +203,19 @@ class Worker:
             except Exception:
                 log.exception("lane %d: unexpected error; continuing", index)
                 await self._sleep(1.0)
+        await self._flush(lane)
 
-    async def _step(self) -> None:
-        if await self._wait_if_suspended():
+    async def _flush(self, lane: _Lane) -> None:
+        """Send the lane's pending acknowledgement now (before waiting or stopping)."""
+        ack = lane.ack
+        if ack is not None:
+            lost = await self._retry(lambda: self.queue.done(ack, delivered=True))
+            lane.ack = None
+            if lost:
+                log.warning("job %s: delivered, but its reservation had expired", ack.uuid)
+
+    async def _step(self, lane: _Lane) -> None:
+        if await self._wait_if_suspended(lane):
             return
         if self.config.max_jobs and self.taken >= self.config.max_jobs:
             self.stop("max jobs reached")
@@ -202,7 +223,10 @@ class Worker:
         if self.limiter.unlimited:
             granted = 1
         else:
-            granted = await self.limiter.take(1, self.stopping, self.backpressure.run)
+            granted, _ = await self.limiter.try_take(1, self.backpressure.run)
+            if granted == 0:
+                await self._flush(lane)  # do not hold an acknowledgement while waiting
+                granted = await self.limiter.take(1, self.stopping, self.backpressure.run)
             self._publish_rate()
             if granted == 0:
                 return
@@ -210,8 +234,12 @@ class Worker:
             await self.limiter.give_back(granted, self.backpressure.run)
             return
         now = time.time()
-        result = await self.queue.reserve_detailed(1, now=now)
+        acks = [lane.ack] if lane.ack is not None else []
+        result = await self.queue.reserve_detailed(1, ack=acks, now=now)
+        lane.ack = None  # the script ran: acknowledged (lost or not)
         self.outage.ok()
+        if result.lost_acks:
+            log.warning("job %s: delivered, but its reservation had expired", acks[0].uuid)
         for _ in range(result.invalid):
             self.metrics.job("failed")
         if result.invalid:
@@ -226,14 +254,14 @@ class Worker:
         await self._wake_one()
         self.metrics.in_flight.labels(self.config.queue).inc()
         try:
-            await self._process(job, reserved_until=now + self.queue.retry_after)
+            await self._process(lane, job, reserved_until=now + self.queue.retry_after)
         finally:
             self.metrics.in_flight.labels(self.config.queue).dec()
             self.finished += 1
             if self.config.max_jobs and self.finished >= self.config.max_jobs:
                 self.stop("max jobs reached")
 
-    async def _wait_if_suspended(self) -> bool:
+    async def _wait_if_suspended(self, lane: _Lane) -> bool:
         remaining = await self.backpressure.suspended_for()
         self.metrics.suspended.labels(self.config.queue).set(1 if remaining > 0 else 0)
         if remaining <= 0:
@@ -244,6 +272,7 @@ class Worker:
         if not self._suspension_logged:
             log.warning("group suspended by provider backpressure for %.0fs", remaining)
             self._suspension_logged = True
+        await self._flush(lane)
         await self._sleep(min(remaining, 5.0))
         return True
 
@@ -263,6 +292,8 @@ class Worker:
                 self._blocker = False
             return
         async with self._idle:
+            if self.stopping.is_set():  # stop() may have notified before this lane got here
+                return
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._idle.wait(), 30.0)
 
@@ -294,7 +325,7 @@ class Worker:
             pop.result()  # raises the Redis error, if any
 
     # --- one job ---------------------------------------------------------------------------
-    async def _process(self, job: Reserved, reserved_until: float) -> None:
+    async def _process(self, lane: _Lane, job: Reserved, reserved_until: float) -> None:
         payload = job.payload
         if payload is None:
             await self._fail(job, "InvalidPayload", "payload is not a JSON object")
@@ -352,14 +383,16 @@ class Worker:
         except Exception as exc:
             log.exception("job %s: handler raised", job.uuid)
             result = h.HandlerResult(h.Outcome.TEMPORARY, type(exc).__name__, str(exc))
-        await self._settle(job, opts, result)
+        await self._settle(lane, job, opts, result)
 
-    async def _settle(self, job: Reserved, opts: JobOptions, result: h.HandlerResult) -> None:
+    async def _settle(
+        self, lane: _Lane, job: Reserved, opts: JobOptions, result: h.HandlerResult
+    ) -> None:
         if result.outcome is h.Outcome.DONE:
-            lost = await self._retry(lambda: self.queue.done(job, delivered=True))
+            # acknowledged inside the lane's next reserve call (one round trip saved), or by
+            # _flush before the lane waits or stops
+            lane.ack = Ack.of(job, delivered=True)
             self.metrics.job("delivered")
-            if lost:
-                log.warning("job %s: delivered, but its reservation had expired", job.uuid)
             await self._best_effort(self.backpressure.record_success())
             return
         if result.outcome is h.Outcome.FENCED:
