@@ -91,6 +91,14 @@ def test_three_workers_share_one_rate_limit(redis_url: str, smtp_sink: SmtpSink)
     assert 10 * 10 - 10 <= len(times) <= 10 * 10 + 10, len(times)
     gauge = rb'sendgroup_worker_rate_limit_per_minute\{queue="mail-test"\} 600\.0'
     assert re.search(gauge, metrics)
+    delivered = _metric(
+        metrics, 'sendgroup_worker_jobs_total{outcome="delivered",queue="mail-test"}'
+    )
+    replies = _metric(
+        metrics, 'sendgroup_worker_smtp_replies_total{queue="mail-test",reply_class="2xx"}'
+    )
+    sends = _metric(metrics, 'sendgroup_worker_send_seconds_count{queue="mail-test"}')
+    assert 10 <= delivered == replies == sends <= len(times)
 
 
 def test_temporary_replies_are_retried_after_backoff_permanent_ones_fail_at_once(
@@ -289,3 +297,46 @@ def _total_calls(client: redis.Redis) -> int:
 def _cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _metric(text: bytes, name: str) -> float:
+    for line in text.decode().splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[-1])
+    raise AssertionError(f"metric {name} not exported")
+
+
+def test_relay_unreachable_releases_with_backoff_then_fails(redis_url: str) -> None:
+    q = sync_queue(redis_url, Q)
+    payload = mail_payload("nobody@x.example")
+    env = worker_env(redis_url, Q, free_port(), WORKER_TRIES=2, WORKER_BACKOFF="0.5")
+    w = WorkerProcess(env)
+    try:
+        q.push(payload)
+        wait_for(lambda: q.measure().failed == 1, 15, "the job in failed")
+    finally:
+        assert _stop_all([w]) == [0]
+    record = q.failed_get(json.loads(payload)["uuid"])
+    assert record is not None and record.exception == "SmtpConnectionError"
+    assert "attempt 2" in record.message
+    stats = q.measure()
+    assert (stats.released, stats.failed_total, stats.total) == (1, 1, 0)
+
+
+def test_a_send_past_the_job_timeout_is_released_and_retried(
+    redis_url: str, smtp_sink: SmtpSink
+) -> None:
+    q = sync_queue(redis_url, Q)
+    smtp_sink.script("stuck@x.example", "250 OK", rcpt_delay=3.0)  # first attempt only
+    w = WorkerProcess(worker_env(redis_url, Q, smtp_sink.port, WORKER_TIMEOUT=1.5))
+    try:
+        q.push(mail_payload("stuck@x.example"))
+        wait_for(lambda: len(smtp_sink.snapshot()) == 1, 15, "delivery on the second try")
+        wait_for(drained(q), 5, "queue drained")
+    finally:
+        assert _stop_all([w]) == [0]
+    assert smtp_sink.attempts["stuck@x.example"] == 2
+    assert q.measure().released == 1
+    # the SMTP client timeout (below the job timeout, the ladder's first rung) or the job
+    # timeout itself ends the stuck attempt
+    assert re.search(r"attempt 1: .*[Tt]imed out", w.log())

@@ -4,6 +4,7 @@ payloads to push."""
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import signal
@@ -23,6 +24,15 @@ from sendgroup_worker.queue.keys import QueueKeys
 from sendgroup_worker.queue.protocol import QueueStats
 
 WORKER_BIN = Path(sys.executable).with_name("sendgroup-worker")
+
+_LOGS: list[Path] = []
+
+
+@atexit.register
+def _remove_logs() -> None:
+    if not os.environ.get("KEEP_WORKER_LOGS"):
+        for path in _LOGS:
+            path.unlink(missing_ok=True)
 
 
 def mail_payload(
@@ -60,12 +70,14 @@ def mail_payload(
 
 
 class WorkerProcess:
-    """One ``sendgroup-worker work`` process; stdout+stderr go to a log file."""
+    """One ``sendgroup-worker work`` process; stdout+stderr go to a log file (removed when the
+    test session ends unless ``KEEP_WORKER_LOGS`` is set)."""
 
     def __init__(self, env: Mapping[str, str], name: str = "worker") -> None:
         if not WORKER_BIN.exists():
             raise RuntimeError(f"{WORKER_BIN} missing: run hack/bootstrap")
         self.log_path = Path(tempfile.mkstemp(prefix=f"sg-{name}-", suffix=".log")[1])
+        _LOGS.append(self.log_path)
         full_env = {**os.environ, **env}
         self._log = self.log_path.open("wb")
         self.proc = subprocess.Popen(
