@@ -20,17 +20,22 @@ import argparse
 import asyncio
 import email
 import socket
+import ssl
 import threading
 import time
+import warnings
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from aiosmtpd.controller import Controller
-from aiosmtpd.smtp import SMTP, Envelope, Session
+from aiosmtpd.smtp import SMTP, AuthResult, Envelope, LoginPassword, Session
 
 JOB_HEADER = "X-SendGroup-Job"
+
+# implicit TLS mode allows AUTH without STARTTLS on purpose (the socket is TLS already)
+warnings.filterwarnings("ignore", message="Requiring AUTH while not requiring TLS")
 
 
 def free_port() -> int:
@@ -125,9 +130,19 @@ class _Handler:
 class SmtpSink:
     """The sink. Thread-safe accessors; times in seconds."""
 
-    def __init__(self, port: int | None = None, keep_data: bool = True) -> None:
+    def __init__(
+        self,
+        port: int | None = None,
+        keep_data: bool = True,
+        tls: str = "none",
+        ssl_context: ssl.SSLContext | None = None,
+        credentials: tuple[str, str] | None = None,
+    ) -> None:
         self.port = port or free_port()
         self.keep_data = keep_data
+        self.tls = tls
+        self.ssl_context = ssl_context
+        self.credentials = credentials
         self.lock = threading.Lock()
         self.scripts: dict[str, Script] = {}
         self.attempts: Counter[str] = Counter()
@@ -142,6 +157,25 @@ class SmtpSink:
 
     # --- lifecycle ------------------------------------------------------------------------
     def start(self) -> SmtpSink:
+        options: dict[str, Any] = {}
+        if self.tls == "starttls":
+            options.update(tls_context=self.ssl_context, require_starttls=True)
+        elif self.tls == "tls":
+            # aiosmtpd does not see implicit TLS as TLS: allow AUTH on it explicitly
+            options.update(ssl_context=self.ssl_context, auth_require_tls=False)
+        if self.credentials is not None:
+            expected = self.credentials
+
+            def check(
+                server: SMTP, session: Session, envelope: Envelope, mechanism: str, auth_data: Any
+            ) -> AuthResult:
+                ok = (
+                    isinstance(auth_data, LoginPassword)
+                    and (auth_data.login.decode(), auth_data.password.decode()) == expected
+                )
+                return AuthResult(success=ok)
+
+            options.update(authenticator=check, auth_required=True)
         self._controller = Controller(
             _Handler(self),
             hostname="127.0.0.1",
@@ -149,6 +183,7 @@ class SmtpSink:
             decode_data=False,
             enable_SMTPUTF8=True,
             data_size_limit=10 * 1024 * 1024,
+            **options,
         )
         self._controller.start()
         return self

@@ -34,6 +34,7 @@ ENV_VARS: Final[tuple[tuple[str, str, str], ...]] = (
     ("SMTP_HOST", "127.0.0.1", "SMTP relay host"),
     ("SMTP_PORT", "25", "SMTP relay port"),
     ("SMTP_TLS", "none", "none | starttls | tls (implicit TLS)"),
+    ("SMTP_CA_FILE", "system CAs", "PEM bundle that verifies the relay's certificate"),
     ("SMTP_USERNAME / SMTP_USERNAME_FILE", "none", "AUTH user (optional)"),
     ("SMTP_PASSWORD / SMTP_PASSWORD_FILE", "none", "AUTH password (optional)"),
     ("SMTP_TIMEOUT", "30", "seconds per SMTP command; clamped below the job timeout"),
@@ -113,6 +114,7 @@ class WorkerConfig(BaseModel):
     smtp_host: str = "127.0.0.1"
     smtp_port: int = Field(25, ge=1, le=65535)
     smtp_tls: SmtpTls = "none"
+    smtp_ca_file: str | None = None
     smtp_username: str | None = None
     smtp_password: str | None = Field(None, repr=False)
     smtp_timeout: float = Field(30.0, gt=0)
@@ -200,6 +202,7 @@ class WorkerConfig(BaseModel):
             "SMTP_HOST": "smtp_host",
             "SMTP_PORT": "smtp_port",
             "SMTP_TLS": "smtp_tls",
+            "SMTP_CA_FILE": "smtp_ca_file",
             "SMTP_USERNAME": "smtp_username",
             "SMTP_PASSWORD": "smtp_password",
             "SMTP_HELO_NAME": "smtp_helo_name",

@@ -206,7 +206,8 @@ def build_message(data: Mapping[str, Any], job_uuid: str) -> OutgoingMail:
 @dataclass(frozen=True, slots=True)
 class SmtpSettings:
     """Where and how to reach the relay. ``tls``: ``none``, ``starttls`` (required, not
-    opportunistic) or ``tls`` (implicit TLS). ``timeout``: seconds per SMTP command."""
+    opportunistic) or ``tls`` (implicit TLS). ``timeout``: seconds per SMTP command.
+    ``ca_file``: PEM bundle to verify the relay's certificate (None = system CAs)."""
 
     host: str
     port: int
@@ -215,6 +216,7 @@ class SmtpSettings:
     password: str | None = field(default=None, repr=False)
     timeout: float = 30.0
     helo_name: str | None = None
+    ca_file: str | None = None
 
 
 _CONNECTION_ERRORS: Final = (
@@ -261,6 +263,7 @@ class SmtpPool:
             password=s.password,
             timeout=s.timeout,
             local_hostname=self._helo,
+            cert_bundle=s.ca_file,
         )
         await client.connect()
         return _Conn(client)
@@ -295,7 +298,9 @@ class SmtpPool:
                 conn = await self._borrow()
             except aiosmtplib.SMTPResponseException as exc:
                 return SendResult(_connect_class(exc.code), exc.code, exc.message)
-            except _CONNECTION_ERRORS as exc:
+            except (aiosmtplib.SMTPException, *_CONNECTION_ERRORS) as exc:
+                # e.g. the relay does not offer AUTH or STARTTLS: the relay's fault, not the
+                # message's, so the job is retried later
                 return SendResult(ReplyClass.CONNECTION, None, _describe(exc))
             keep = False
             try:
@@ -304,7 +309,7 @@ class SmtpPool:
             except aiosmtplib.SMTPResponseException as exc:
                 keep = exc.code != 421 and await _reset(conn.client)
                 return SendResult(classify_code(exc.code), exc.code, exc.message)
-            except _CONNECTION_ERRORS as exc:
+            except (aiosmtplib.SMTPException, *_CONNECTION_ERRORS) as exc:
                 return SendResult(ReplyClass.CONNECTION, None, _describe(exc))
             finally:
                 if keep:

@@ -170,6 +170,8 @@ class Worker:
             self.config.rate_per_minute or "unlimited",
             ",".join(self.registry.names()),
         )
+        if self.config.warmup_start_per_hour and self.config.warmup_since is None:
+            log.warning("WARMUP_SINCE is not set: the warm-up ramp starts over at every restart")
         timer = None
         if self.config.max_time > 0:
             timer = loop.call_later(self.config.max_time, self.stop, "max time reached")
@@ -364,15 +366,18 @@ class Worker:
         timeout = max(0.1, min(opts.timeout, reserved_until - time.time() - FENCE_MARGIN))
         deadline = time.monotonic() + timeout
 
-        def fence() -> bool:
-            return time.time() < reserved_until - FENCE_MARGIN and time.monotonic() < deadline
+        def held() -> bool:  # wall clock: the reservation (score) is still ours
+            return time.time() < reserved_until - FENCE_MARGIN
+
+        def fence() -> bool:  # may the handler still cause its side effect?
+            return held() and time.monotonic() < deadline
 
         context = h.JobContext(payload=payload, uuid=job.uuid, attempts=job.attempts, fence=fence)
         try:
             async with asyncio.timeout(timeout):
                 result = await handler.run(context)
         except TimeoutError:
-            if not fence():
+            if not held():
                 result = h.HandlerResult(h.Outcome.FENCED, message="timed out past the fence")
             else:
                 result = h.HandlerResult(
@@ -512,6 +517,7 @@ def build_worker(config: WorkerConfig) -> Worker:
             password=config.smtp_password,
             timeout=config.smtp_command_timeout,
             helo_name=config.smtp_helo_name,
+            ca_file=config.smtp_ca_file,
         ),
         size=config.concurrency,
     )
