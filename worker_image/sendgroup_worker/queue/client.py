@@ -17,6 +17,8 @@ from typing import Any, TypeVar
 
 import redis
 import redis.asyncio
+import redis.asyncio.cluster
+import redis.cluster
 
 from sendgroup_worker.queue import protocol as p
 from sendgroup_worker.queue.keys import QueueKeys
@@ -27,12 +29,24 @@ T = TypeVar("T")
 RETRY_ALL_CHUNK = 500
 
 
-def _check_bytes_client(client: Any) -> None:
+def _check_client(client: Any, keys: QueueKeys) -> None:
+    """Refuse clients the protocol cannot work with (raises ValueError):
+
+    * ``decode_responses=True``: payloads are bytes and compared byte for byte;
+    * a Redis Cluster client with a queue name without a hash tag: the scripts touch several
+      keys of the queue, which must then share one slot (``{mail-x}``).
+    """
     get_kwargs = getattr(client, "get_connection_kwargs", None)
     if get_kwargs is not None and get_kwargs().get("decode_responses"):
         raise ValueError(
             "the queue needs a Redis client with decode_responses=False: payloads are bytes "
             "and are compared byte for byte"
+        )
+    is_cluster = isinstance(client, redis.cluster.RedisCluster | redis.asyncio.cluster.RedisCluster)
+    if is_cluster and keys.slot_tag is None:
+        raise ValueError(
+            f"queue {keys.queue!r} has no hash tag: on Redis Cluster name it like "
+            f"'{{{keys.queue}}}' so all of its keys share one slot"
         )
 
 
@@ -81,7 +95,7 @@ class Queue(_Base):
         failed_max_age: int = 7 * 24 * 3600,
         sent_ttl: int = 7 * 24 * 3600,
     ) -> None:
-        _check_bytes_client(client)
+        _check_client(client, keys)
         super().__init__(
             keys, retry_after, migrate_limit, failed_max_count, failed_max_age, sent_ttl
         )
@@ -214,7 +228,7 @@ class AsyncQueue(_Base):
         failed_max_age: int = 7 * 24 * 3600,
         sent_ttl: int = 7 * 24 * 3600,
     ) -> None:
-        _check_bytes_client(client)
+        _check_client(client, keys)
         super().__init__(
             keys, retry_after, migrate_limit, failed_max_count, failed_max_age, sent_ttl
         )

@@ -54,6 +54,9 @@ SCRIPT_NAMES: Final = (
 #: Payloads per ``push`` script call; a bigger batch is split into several calls (each atomic).
 PUSH_CHUNK: Final = 1000
 
+#: Longest exception message kept in a failed record (characters); longer ones are cut.
+MESSAGE_MAX: Final = 8192
+
 BeginSend = Literal["ok", "lost", "already_sent"]
 
 
@@ -379,6 +382,8 @@ def done_call(
 
     With ``delivered`` the uuid is added to ``sent`` (idempotency marker, score now) and the
     ``delivered`` counter incremented, even when the reservation was lost: the mail did go out.
+    The counter moves only when the marker is new, so retrying ``done`` after a dropped reply
+    never counts a mail twice.
     """
     return ScriptCall(
         "done",
@@ -418,7 +423,10 @@ def fail_call(
     now: float | None = None,
 ) -> ScriptCall[bool]:
     """Move ``job`` from reserved to the failed structure (record keyed by uuid, trimmed to the
-    retention bounds) and count ``failed``; reply True = lost (nothing changed)."""
+    retention bounds) and count ``failed``; reply True = lost (nothing changed). ``message``
+    is cut to :data:`MESSAGE_MAX` characters."""
+    if len(message) > MESSAGE_MAX:
+        message = message[: MESSAGE_MAX - 1] + "\u2026"
     return ScriptCall(
         "fail",
         (keys.reserved, keys.failed, keys.failed_jobs, keys.stats),
@@ -565,6 +573,7 @@ def failed_forget_call(keys: QueueKeys, uuids: Sequence[str] | None) -> ScriptCa
 
 
 __all__ = [
+    "MESSAGE_MAX",
     "PUSH_CHUNK",
     "SCRIPT_NAMES",
     "Ack",

@@ -58,47 +58,6 @@ local function sg_string_end(s, p)
   end
 end
 
--- Byte span (first, last) of the scalar value of top-level key `key` in the JSON object text
--- `s`; the last occurrence wins, as in cjson.decode. nil when not found or not a scalar.
-local function sg_find_top_value(s, key)
-  local i = 1
-  local depth = 0
-  local vs, ve = nil, nil
-  while true do
-    local p = string.find(s, '["{}%[%]]', i)
-    if not p then break end
-    local c = string.byte(s, p)
-    if c == 34 then
-      local q = sg_string_end(s, p)
-      if not q then return nil end
-      i = q + 1
-      if depth == 1 and string.sub(s, p + 1, q - 1) == key then
-        local _, colon = string.find(s, '^%s*:%s*', q + 1)
-        if colon then
-          local v1 = colon + 1
-          local b = string.byte(s, v1)
-          if b == 34 then
-            local v2 = sg_string_end(s, v1)
-            if not v2 then return nil end
-            vs, ve = v1, v2
-            i = v2 + 1
-          elseif b ~= 123 and b ~= 91 then
-            local _, v2 = string.find(s, '^[^,}%]%s]+', v1)
-            if v2 then
-              vs, ve = v1, v2
-              i = v2 + 1
-            end
-          end
-        end
-      end
-    else
-      if c == 123 or c == 91 then depth = depth + 1 else depth = depth - 1 end
-      i = p + 1
-    end
-  end
-  return vs, ve
-end
-
 -- Text of a JSON number for attempts: integers without a decimal point.
 local function sg_number_text(n)
   if n == math.floor(n) and math.abs(n) < 1e15 then
@@ -108,12 +67,64 @@ local function sg_number_text(n)
 end
 
 -- `payload` with the value of its top-level "attempts" set to number `n`, every other byte
--- unchanged. Falls back to cjson re-encoding (Laravel's behaviour) only when the key cannot be
--- located textually (e.g. written with \u escapes), and to nil when that is impossible too.
+-- unchanged. Each textual occurrence of the key "attempts" followed by ':' and a scalar is a
+-- candidate; the first whose replacement decodes to a top-level attempts == n wins (a nested
+-- "attempts" in data leaves the top level unchanged, so it is never taken). This costs one
+-- cjson.decode per candidate instead of a scan of the whole text in Lua.
+-- Falls back to cjson re-encoding (Laravel's behaviour) when no candidate works (e.g. the key
+-- is written with \u escapes), and returns nil when the payload cannot be decoded at all.
 local function sg_set_attempts(payload, n)
-  local vs, ve = sg_find_top_value(payload, 'attempts')
-  if vs then
-    return string.sub(payload, 1, vs - 1) .. sg_number_text(n) .. string.sub(payload, ve + 1)
+  local text = sg_number_text(n)
+  -- Fast path: a numeric "attempts" that is the object's last key (Laravel's RedisQueue
+  -- writes it so; Horizon and our producer append pushedAt after it and take the general
+  -- path). In a valid JSON object the key right before the final '}' is a top-level key, and
+  -- a ',' or '{' before its quote rules out a string, so no check is needed.
+  local _, _, v1, v2 = string.find(payload,
+    '[{,]%s*"attempts"%s*:%s*()%-?%d[%d.eE+-]*()%s*}%s*$', math.max(1, #payload - 63))
+  if v1 then
+    return string.sub(payload, 1, v1 - 1) .. text .. string.sub(payload, v2)
+  end
+  -- Second fast path: the literal "attempts" occurs once and the text has no \u escape. The
+  -- caller decoded a top-level attempts; without escapes its key can only be written
+  -- literally, so the single occurrence is that key.
+  local k1, k2 = string.find(payload, '"attempts"', 1, true)
+  if k1 and not string.find(payload, '"attempts"', k2 + 1, true)
+      and not string.find(payload, '\\u', 1, true) then
+    local _, colon = string.find(payload, '^%s*:%s*', k2 + 1)
+    if colon then
+      local _, e = string.find(payload, '^%-?%d[%d.eE+-]*', colon + 1)
+      if not e and string.byte(payload, colon + 1) == 34 then
+        e = sg_string_end(payload, colon + 1)
+      end
+      if e then
+        return string.sub(payload, 1, colon) .. text .. string.sub(payload, e + 1)
+      end
+    end
+  end
+  local init = 1
+  while true do
+    local k1, k2 = string.find(payload, '"attempts"', init, true)
+    if not k1 then break end
+    init = k2 + 1
+    local _, colon = string.find(payload, '^%s*:%s*', k2 + 1)
+    if colon then
+      local v1 = colon + 1
+      local b = string.byte(payload, v1)
+      local v2 = nil
+      if b == 34 then
+        v2 = sg_string_end(payload, v1)
+      elseif b ~= 123 and b ~= 91 then
+        local _, e = string.find(payload, '^[^,}%]%s]+', v1)
+        v2 = e
+      end
+      if v2 then
+        local candidate = string.sub(payload, 1, v1 - 1) .. text .. string.sub(payload, v2 + 1)
+        local ok, obj = pcall(cjson.decode, candidate)
+        if ok and type(obj) == 'table' and obj['attempts'] == n then
+          return candidate
+        end
+      end
+    end
   end
   local ok, obj = pcall(cjson.decode, payload)
   if ok and type(obj) == 'table' then
@@ -169,14 +180,18 @@ local function sg_trim_failed(fkey, jkey, now, max_count, max_age)
 end
 
 -- Store a failed job: index `fkey` (uuid -> failedAt) + record in hash `jkey`; trims after.
--- `id` nil means the payload had no usable uuid: a stable id is derived from its bytes.
+-- `id` nil means the payload had no usable uuid: an id is derived from its bytes. A record is
+-- never overwritten: a second record for the same id (two jobs sharing a uuid, or identical
+-- garbage) gets the id suffixed with "#2", "#3", ... Returns the id used.
 local function sg_insert_failed(fkey, jkey, id, payload, exception, message, now,
                                 max_count, max_age)
   if id == nil then
     id = 'invalid-' .. redis.sha1hex(payload)
-    if redis.call('HEXISTS', jkey, id) == 1 then
-      id = id .. '-' .. redis.call('HLEN', jkey)
-    end
+  end
+  if redis.call('HEXISTS', jkey, id) == 1 then
+    local n = 2
+    while redis.call('HEXISTS', jkey, id .. '#' .. n) == 1 do n = n + 1 end
+    id = id .. '#' .. n
   end
   local record = cjson.encode({
     uuid = id,

@@ -8,8 +8,12 @@ local out = {total}
 if limit <= 0 then return out end
 local ids = redis.call('ZREVRANGE', KEYS[1], offset, offset + limit - 1)
 if #ids == 0 then return out end
-local recs = redis.call('HMGET', KEYS[2], unpack(ids))
-for i = 1, #ids do
-  if recs[i] then out[#out + 1] = recs[i] end
+-- HMGET in chunks: unpack() of thousands of ids would overflow the Lua stack
+for first = 1, #ids, 500 do
+  local last = math.min(first + 499, #ids)
+  local recs = redis.call('HMGET', KEYS[2], unpack(ids, first, last))
+  for i = 1, last - first + 1 do
+    if recs[i] then out[#out + 1] = recs[i] end
+  end
 end
 return out

@@ -23,8 +23,11 @@ for _, id in ipairs(ids) do
     end
   end
   if payload then
+    -- reset attempts only when the payload has a usable one (else push it unchanged: the
+    -- pop will report it invalid again rather than us inventing an attempts field)
+    local obj, _, attempts = sg_check_payload(payload)
     local reset = nil
-    if sg_find_top_value(payload, 'attempts') then reset = sg_set_attempts(payload, 0) end
+    if obj and attempts ~= 0 then reset = sg_set_attempts(payload, 0) end
     redis.call('RPUSH', KEYS[3], reset or payload)
     redis.call('RPUSH', KEYS[4], '1')
     n = n + 1

@@ -16,18 +16,22 @@ local n_acks = tonumber(ARGV[8])
 -- 1. acknowledgements (same rules as done.lua)
 local lost = {}
 local delivered_n = 0
+local any_delivered = false
 for a = 1, n_acks do
   local base = 8 + (a - 1) * 3
   local delivered = ARGV[base + 1] == '1'
   local removed = redis.call('ZREM', reserved, ARGV[base + 2])
   if removed == 0 then lost[#lost + 1] = a end
   if delivered then
-    redis.call('ZADD', sent, now, ARGV[base + 3])
-    delivered_n = delivered_n + 1
+    -- counted once per uuid: only a new marker counts (see done.lua)
+    delivered_n = delivered_n + redis.call('ZADD', sent, now, ARGV[base + 3])
+    any_delivered = true
   end
 end
 if delivered_n > 0 then
   redis.call('HINCRBY', stats, 'delivered', delivered_n)
+end
+if any_delivered then
   sg_trim_sent(sent, now, sent_ttl)
 end
 
