@@ -23,7 +23,6 @@ import socket
 import ssl
 import threading
 import time
-import warnings
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -33,9 +32,6 @@ from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import SMTP, AuthResult, Envelope, LoginPassword, Session
 
 JOB_HEADER = "X-SendGroup-Job"
-
-# implicit TLS mode allows AUTH without STARTTLS on purpose (the socket is TLS already)
-warnings.filterwarnings("ignore", message="Requiring AUTH while not requiring TLS")
 
 
 def free_port() -> int:
@@ -175,7 +171,9 @@ class SmtpSink:
                 )
                 return AuthResult(success=ok)
 
-            options.update(authenticator=check, auth_required=True)
+            # AUTH is offered (and checked) in every mode; required only with STARTTLS,
+            # where aiosmtpd knows the session is encrypted
+            options.update(authenticator=check, auth_required=self.tls == "starttls")
         self._controller = Controller(
             _Handler(self),
             hostname="127.0.0.1",
