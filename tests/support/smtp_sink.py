@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import email
+import re
 import socket
 import ssl
 import threading
@@ -32,6 +32,7 @@ from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import SMTP, AuthResult, Envelope, LoginPassword, Session
 
 JOB_HEADER = "X-SendGroup-Job"
+_JOB_RE = re.compile(rb"^X-SendGroup-Job:[ \t]*(\S+)", re.MULTILINE | re.IGNORECASE)
 
 
 def free_port() -> int:
@@ -112,7 +113,9 @@ class _Handler:
             with sink.lock:
                 sink.aborted.extend(envelope.rcpt_tos)
             return "451 4.3.0 connection gone"
-        job = email.message_from_bytes(content).get(JOB_HEADER, "")
+        head = content.split(b"\r\n\r\n", 1)[0]
+        found = _JOB_RE.search(head)
+        job = found.group(1).decode() if found else ""
         now = time.time()
         with sink.lock:
             sink.messages += 1

