@@ -166,3 +166,31 @@ def test_redis_restart_under_running_workers_loses_nothing(
     assert counts(stats) == (0, 0, 0, 0) and stats.failed_total == 0
     logs = "".join(w.log() for w in workers)
     assert "Redis unreachable" in logs and "Redis reachable again" in logs
+
+
+def test_redis_down_at_start_and_at_sigterm_never_crashes_the_worker(
+    smtp_sink: SmtpSink,
+) -> None:
+    server = RedisServer()  # not started yet: the worker starts against a dead Redis
+    try:
+        w = WorkerProcess(worker_env(server.url, Q, smtp_sink.port))
+        try:
+            wait_for(lambda: "Redis unreachable" in w.log(), 10, "the outage reported")
+            server.start()
+            q = sync_queue(server.url, Q)
+            q.push(mail_payload("late@x.example"))
+            wait_for(lambda: len(smtp_sink.snapshot()) == 1, 20, "delivery after Redis came up")
+            server.stop()
+            time.sleep(1.0)
+            assert w.proc.poll() is None  # still running through the second outage
+            w.signal(signal.SIGTERM)
+            started = time.monotonic()
+            assert w.wait(15) == 0
+            assert time.monotonic() - started < 5
+        finally:
+            w.stop()
+    finally:
+        server.cleanup()
+    log = w.log()
+    assert log.count("Redis unreachable") == 2  # once per outage, not once per retry
+    assert "Traceback" not in log

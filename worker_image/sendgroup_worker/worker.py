@@ -40,7 +40,6 @@ from tenacity import (
     AsyncRetrying,
     RetryCallState,
     retry_if_exception_type,
-    stop_never,
     wait_exponential_jitter,
 )
 
@@ -65,6 +64,9 @@ REDIS_DOWN: Final = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutE
 
 #: The fence refuses SMTP DATA this many seconds before the reservation expires.
 FENCE_MARGIN: Final = 0.5
+
+#: Once stopping, a job outcome that cannot reach Redis is retried this long (seconds).
+STOP_RETRY_LIMIT: Final = 10.0
 
 #: Longest back-off between two attempts to reach Redis during an outage (seconds).
 OUTAGE_MAX_WAIT: Final = 5.0
@@ -131,6 +133,7 @@ class Worker:
         self.outage = Outage(metrics)
         self.stopping = asyncio.Event()
         self.stop_reason = ""
+        self._stopped_at: float | None = None
         self.taken = 0
         self.finished = 0
         self._suspension_logged = False
@@ -144,6 +147,7 @@ class Worker:
         """Stop taking jobs; jobs in flight finish. Idempotent."""
         if not self.stopping.is_set():
             self.stop_reason = reason
+            self._stopped_at = time.monotonic()
             log.info("stopping (%s): finishing jobs in flight", reason)
             self.stopping.set()
             asyncio.get_running_loop().create_task(self._wake_all())
@@ -205,7 +209,14 @@ class Worker:
             except Exception:
                 log.exception("lane %d: unexpected error; continuing", index)
                 await self._sleep(1.0)
-        await self._flush(lane)
+        try:
+            await self._flush(lane)
+        except REDIS_DOWN:
+            log.error(
+                "job %s: delivered, but Redis stayed unreachable during the stop; the job "
+                "comes back after retry_after and may be sent again",
+                lane.ack.uuid if lane.ack else "?",
+            )
 
     async def _flush(self, lane: _Lane) -> None:
         """Send the lane's pending acknowledgement now (before waiting or stopping)."""
@@ -444,7 +455,15 @@ class Worker:
 
     # --- helpers ---------------------------------------------------------------------------
     async def _retry(self, call: Callable[[], Awaitable[T]]) -> T:
-        """Run a Redis call until it succeeds: a finished job's outcome must reach Redis."""
+        """Run a Redis call until it succeeds: a finished job's outcome must reach Redis.
+        Once the worker is stopping, gives up (re-raising) :data:`STOP_RETRY_LIMIT` seconds
+        after the stop, so an outage cannot hold a stopping pod until SIGKILL."""
+
+        def give_up(state: RetryCallState) -> bool:
+            return (
+                self._stopped_at is not None
+                and time.monotonic() - self._stopped_at > STOP_RETRY_LIMIT
+            )
 
         def before_sleep(state: RetryCallState) -> None:
             if state.outcome is not None and state.outcome.exception() is not None:
@@ -453,7 +472,7 @@ class Worker:
         retrying = AsyncRetrying(
             retry=retry_if_exception_type(REDIS_DOWN),
             wait=wait_exponential_jitter(initial=0.05, max=OUTAGE_MAX_WAIT, jitter=0.1),
-            stop=stop_never,
+            stop=give_up,
             before_sleep=before_sleep,
             reraise=True,
         )
