@@ -251,7 +251,8 @@ def test_max_jobs_exits_cleanly(redis_url: str, smtp_sink: SmtpSink) -> None:
     finally:
         w.stop()
     assert len(smtp_sink.snapshot()) == 4
-    assert q.measure().ready == 6
+    stats = q.measure()
+    assert (stats.ready, stats.reserved, stats.delivered) == (6, 0, 4)  # acks flushed at exit
     assert "max jobs reached" in w.log()
 
 
@@ -357,3 +358,23 @@ def test_a_stuck_smtp_command_hits_the_client_timeout_first(
         assert _stop_all([w]) == [0]
     assert q.measure().released == 1
     assert "attempt 1: SMTPReadTimeoutError" in w.log()
+
+
+def test_jobs_past_their_tries_or_retry_until_fail_without_a_send(
+    redis_url: str, smtp_sink: SmtpSink
+) -> None:
+    q = sync_queue(redis_url, Q)
+    # reserved 3 times already (e.g. workers killed): this reservation is the 4th of 3
+    worn = mail_payload("worn@x.example", maxTries=3, attempts=3)
+    expired = mail_payload("expired@x.example", retryUntil=int(time.time()) - 60)
+    fresh = mail_payload("fresh@x.example", retryUntil=int(time.time()) + 600, attempts=7)
+    w = WorkerProcess(worker_env(redis_url, Q, smtp_sink.port))
+    try:
+        q.push_many([worn, expired, fresh])
+        wait_for(drained(q), 15, "queue drained")
+    finally:
+        assert _stop_all([w]) == [0]
+    assert set(smtp_sink.per_recipient()) == {"fresh@x.example"}  # retryUntil wins over tries
+    for payload in (worn, expired):
+        record = q.failed_get(json.loads(payload)["uuid"])
+        assert record is not None and record.exception == "MaxAttemptsExceededException"
