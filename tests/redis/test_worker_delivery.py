@@ -83,12 +83,13 @@ def test_three_workers_share_one_rate_limit(redis_url: str, smtp_sink: SmtpSink)
         metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read()
     finally:
         _stop_all(workers)
-    times = sorted(r.at for r in smtp_sink.snapshot() if r.at <= t0 + 10)
-    # 600/min = 10/s: in any window of w seconds at most 10*w + burst (10) mails
+    times = sorted(r.at for r in smtp_sink.snapshot() if r.at < t0 + 10)
+    # 600/min = 10/s: in any window of w seconds at most 10*w + burst (10) slots are taken;
+    # arrivals at the sink may lag their slot by a few ms, hence a slack of 2 mails
     for i, start in enumerate(times):
         in_window = [t for t in times[i:] if t < start + 5]
-        assert len(in_window) <= 10 * 5 + 10, (start - t0, len(in_window))
-    assert 10 * 10 - 10 <= len(times) <= 10 * 10 + 10, len(times)
+        assert len(in_window) <= 10 * 5 + 10 + 2, (start - t0, len(in_window))
+    assert 10 * 10 - 10 <= len(times) <= 10 * 10 + 10 + 2, len(times)
     gauge = rb'sendgroup_worker_rate_limit_per_minute\{queue="mail-test"\} 600\.0'
     assert re.search(gauge, metrics)
     delivered = _metric(
