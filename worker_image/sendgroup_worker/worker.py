@@ -348,7 +348,7 @@ class Worker:
             await self._fail(
                 job,
                 "UnknownHandler",
-                f"no handler named {payload.get('job')!r}; "
+                f"no handler for job {payload.get('job')}; "
                 f"known: {', '.join(self.registry.names())}",
             )
             return
