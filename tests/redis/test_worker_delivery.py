@@ -379,3 +379,32 @@ def test_jobs_past_their_tries_or_retry_until_fail_without_a_send(
     for payload in (worn, expired):
         record = q.failed_get(json.loads(payload)["uuid"])
         assert record is not None and record.exception == "MaxAttemptsExceededException"
+
+
+def test_warmup_ramp_lowers_the_shared_rate(redis_url: str, smtp_sink: SmtpSink) -> None:
+    q = sync_queue(redis_url, Q)
+    q.push_many([mail_payload(f"w{i}@x.example") for i in range(50)])
+    since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 86400))
+    # day 1 of a ramp starting at 1800/h doubling daily: 3600/h = 60/min = 1 per second
+    env = worker_env(
+        redis_url,
+        Q,
+        smtp_sink.port,
+        RATE_PER_MINUTE=6000,
+        WARMUP_START_PER_HOUR=1800,
+        WARMUP_GROWTH_PER_DAY=2,
+        WARMUP_SINCE=since,
+    )
+    port = free_port()
+    workers = [WorkerProcess({**env, "METRICS_PORT": str(port)}), WorkerProcess(env)]
+    try:
+        wait_for(lambda: len(smtp_sink.snapshot()) >= 1, 15, "first mail")
+        t0 = smtp_sink.snapshot()[0].at
+        wait_for(lambda: time.time() > t0 + 4, 10, "4 s of sending")
+        metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read()
+    finally:
+        _stop_all(workers)
+    sent = [r for r in smtp_sink.snapshot() if r.at < t0 + 4]
+    assert 3 <= len(sent) <= 6, len(sent)  # burst 1 + 1/s, not 100/s
+    rate = _metric(metrics, 'sendgroup_worker_rate_limit_per_minute{queue="mail-test"}')
+    assert 59.9 <= rate <= 60.1
