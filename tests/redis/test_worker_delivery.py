@@ -408,3 +408,31 @@ def test_warmup_ramp_lowers_the_shared_rate(redis_url: str, smtp_sink: SmtpSink)
     assert 3 <= len(sent) <= 6, len(sent)  # burst 1 + 1/s, not 100/s
     rate = _metric(metrics, 'sendgroup_worker_rate_limit_per_minute{queue="mail-test"}')
     assert 59.9 <= rate <= 60.1
+
+
+def test_a_run_of_temporary_failures_suspends_the_group(
+    redis_url: str, smtp_sink: SmtpSink
+) -> None:
+    q = sync_queue(redis_url, Q)
+    for i in range(3):
+        smtp_sink.script(f"defer{i}@x.example", "451 4.7.1 try again later")
+    env = worker_env(
+        redis_url,
+        Q,
+        smtp_sink.port,
+        WORKER_TRIES=1,
+        BACKPRESSURE_SUSPEND_AFTER=3,
+        BACKPRESSURE_SUSPEND_FOR="3",
+    )
+    w = WorkerProcess(env)
+    try:
+        q.push_many([mail_payload(f"defer{i}@x.example") for i in range(3)])
+        wait_for(lambda: q.measure().failed == 3, 10, "three temporary failures")
+        third_at = max(t for t, _ in smtp_sink.rcpt_log)
+        q.push_many([mail_payload(f"ok{i}@x.example") for i in range(3)])
+        wait_for(lambda: len(smtp_sink.snapshot()) == 3, 15, "delivery after the suspension")
+    finally:
+        assert _stop_all([w]) == [0]
+    assert min(r.at for r in smtp_sink.snapshot()) - third_at >= 2.5
+    assert "suspended by provider backpressure" in w.log()
+    assert "no longer suspended" in w.log()

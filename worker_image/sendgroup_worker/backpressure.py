@@ -48,9 +48,11 @@ class Backpressure:
         self._read_at = -1e9  # monotonic
 
     def _store(self, run: int, remaining_ms: int) -> None:
+        # replies of concurrent calls (several lanes) arrive in any order: a suspension only
+        # ever ends by running out, so an older reply must never shorten it
         now = time.monotonic()
         self.run = int(run)
-        self._suspended_until = now + int(remaining_ms) / 1000.0
+        self._suspended_until = max(self._suspended_until, now + int(remaining_ms) / 1000.0)
         self._read_at = now
 
     def matches(self, reply_text: str) -> bool:

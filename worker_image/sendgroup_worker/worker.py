@@ -5,8 +5,9 @@ One asyncio process runs ``concurrency`` lanes. Each lane loops:
 1. wait while the group is suspended by backpressure (:mod:`backpressure`);
 2. take a slot from the group's shared rate limit (:mod:`ratelimit`) *before* reserving, so
    waiting for the rate never counts as an attempt;
-3. ``reserve`` one job (the queue script also acknowledges nothing, migrates due delayed jobs
-   and expired reservations, and moves garbage payloads to failed); when there is none, give
+3. ``reserve`` one job (the same queue script acknowledges the lane's previous delivery,
+   migrates due delayed jobs and expired reservations, and moves garbage payloads to
+   failed); when there is none, give
    the slot back and block on ``BLPOP notify`` until a job arrives or the next delayed job or
    reservation is due (at most ``WORKER_BLOCK_FOR``): an idle worker costs ~0 CPU and a few
    Redis calls per block period;
