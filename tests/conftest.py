@@ -47,3 +47,61 @@ def smtp_sink(smtp_sink_server: SmtpSink) -> SmtpSink:
     """The session's SMTP sink with its scripts and records cleared."""
     smtp_sink_server.reset()
     return smtp_sink_server
+
+
+# --- Kubernetes control plane (tests/support/cluster.py, hack/cluster/cluster) ---------------
+from tests.support.cluster import (  # noqa: E402
+    ClusterError,
+    KubeCluster,
+    session_cluster,
+)
+
+
+def _report(config: pytest.Config, line: str) -> None:
+    """Write a line to the terminal, past output capturing (start-up time, memory)."""
+    capture = config.pluginmanager.get_plugin("capturemanager")
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if capture is None or reporter is None:
+        return
+    with capture.global_and_fixture_disabled():
+        reporter.write_line(f"\n{line}")
+
+
+@pytest.fixture(scope="session")
+def kube_cluster(pytestconfig: pytest.Config) -> Iterator[KubeCluster]:
+    """The session's Kubernetes control plane: a local one started by hack/cluster/cluster
+    (etcd, kube-apiserver, kube-controller-manager, kube-scheduler on free loopback ports),
+    or the cluster KUBECONFIG names when SENDGROUP_TEST_USE_EXISTING_CLUSTER=1. A cluster that
+    cannot be built or started fails the test with the reason."""
+    try:
+        cluster, release = session_cluster()
+    except ClusterError as exc:
+        pytest.fail(f"Kubernetes control plane unavailable: {exc}", pytrace=False)
+    if cluster.managed:
+        _report(
+            pytestconfig,
+            f"kube_cluster: up in {cluster.startup_seconds:.1f}s ({cluster.state_dir})",
+        )
+    yield cluster
+    if cluster.managed:
+        rss = cluster.rss_mib()
+        parts = ", ".join(f"{name} {mib:.0f}" for name, mib in rss.items())
+        _report(
+            pytestconfig,
+            f"kube_cluster: RSS MiB at the end: {parts}; total {sum(rss.values()):.0f}",
+        )
+    release()
+
+
+@pytest.fixture
+def namespace(kube_cluster: KubeCluster, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh namespace for one test (name from the test's name), deleted afterwards."""
+    import re
+    import secrets
+
+    base = re.sub(r"[^a-z0-9-]+", "-", request.node.name.lower()).strip("-")[:40].strip("-")
+    name = f"t-{base}-{secrets.token_hex(3)}"
+    kube_cluster.kubectl("create", "namespace", name)
+    kube_cluster.kubectl("label", "namespace", name, "sendgroup.test/temporary=true")
+    yield name
+    kube_cluster.kubectl("delete", "namespace", name, "--wait=false", "--ignore-not-found")
