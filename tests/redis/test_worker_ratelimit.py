@@ -107,3 +107,19 @@ def test_a_reply_matching_a_pattern_suspends_at_once(redis_url: str) -> None:
         return got
 
     assert 4.5 <= asyncio.run(main()) <= 5
+
+
+def test_the_worker_clock_follows_redis(redis_url: str) -> None:
+    from sendgroup_worker.worker import RedisClock
+
+    async def main() -> tuple[float, float]:
+        c = redis.asyncio.Redis.from_url(redis_url)
+        clock = RedisClock(c)
+        clock.offset = 3600.0  # as if this pod's clock were an hour behind
+        await clock.refresh()
+        seconds, micros = await c.time()
+        await c.connection_pool.disconnect()
+        return clock.now(), seconds + micros / 1e6
+
+    mine, theirs = asyncio.run(main())
+    assert abs(mine - theirs) < 0.05

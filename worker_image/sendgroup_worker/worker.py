@@ -66,11 +66,40 @@ REDIS_DOWN: Final = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutE
 #: The fence refuses SMTP DATA this many seconds before the reservation expires.
 FENCE_MARGIN: Final = 0.5
 
+#: Seconds between two measurements of the offset to Redis' clock.
+CLOCK_REFRESH: Final = 30.0
+
 #: Once stopping, a job outcome that cannot reach Redis is retried this long (seconds).
 STOP_RETRY_LIMIT: Final = 10.0
 
 #: Longest back-off between two attempts to reach Redis during an outage (seconds).
 OUTAGE_MAX_WAIT: Final = 5.0
+
+
+class RedisClock:
+    """Unix time on Redis' clock: the local clock plus an offset measured with ``TIME`` at most
+    every :data:`CLOCK_REFRESH` seconds. Every worker of a group then agrees on when a
+    reservation expires (scores written by ``reserve``, migrations by any worker, the fence
+    before DATA), whatever the skew between pods' clocks."""
+
+    def __init__(self, client: redis.asyncio.Redis[bytes]) -> None:
+        self.client = client
+        self.offset = 0.0
+        self._at = -1e9
+
+    async def refresh(self) -> None:
+        """Measure the offset again when it is older than CLOCK_REFRESH (one round trip)."""
+        if time.monotonic() - self._at < CLOCK_REFRESH:
+            return
+        before = time.time()
+        seconds, micros = await self.client.time()
+        after = time.time()
+        self.offset = seconds + micros / 1e6 - (before + after) / 2
+        self._at = time.monotonic()
+
+    def now(self) -> float:
+        """Unix seconds, Redis' clock."""
+        return time.time() + self.offset
 
 
 class Outage:
@@ -132,6 +161,7 @@ class Worker:
         self.limiter = limiter
         self.backpressure = backpressure
         self.outage = Outage(metrics)
+        self.clock = RedisClock(client)
         self.stopping = asyncio.Event()
         self.stop_reason = ""
         self._stopped_at: float | None = None
@@ -247,7 +277,8 @@ class Worker:
         if self.stopping.is_set():
             await self.limiter.give_back(granted, self.backpressure.run)
             return
-        now = time.time()
+        await self.clock.refresh()
+        now = self.clock.now()
         acks = [lane.ack] if lane.ack is not None else []
         result = await self.queue.reserve_detailed(1, ack=acks, now=now)
         lane.ack = None  # the script ran: acknowledged (lost or not)
@@ -321,7 +352,7 @@ class Worker:
         timeout = self.config.block_for
         for first in firsts:
             if first:
-                timeout = min(timeout, float(first[0][1]) - time.time())
+                timeout = min(timeout, float(first[0][1]) - self.clock.now())
         if timeout <= 0.001:
             return
         timeout = max(timeout, 0.01)
@@ -354,7 +385,7 @@ class Worker:
             )
             return
         opts = JobOptions.of(payload, self.config)
-        now = time.time()
+        now = self.clock.now()
         if opts.exceeded_before_run(job.attempts, now):
             await self._fail(
                 job,
@@ -375,11 +406,11 @@ class Worker:
                 log.info("job %s: already sent by an earlier reservation; not sent again", job.uuid)
                 return
         # the ladder: job timeout < retry_after; never run past the reservation
-        timeout = max(0.1, min(opts.timeout, reserved_until - time.time() - FENCE_MARGIN))
+        timeout = max(0.1, min(opts.timeout, reserved_until - self.clock.now() - FENCE_MARGIN))
         deadline = time.monotonic() + timeout
 
         def held() -> bool:  # wall clock: the reservation (score) is still ours
-            return time.time() < reserved_until - FENCE_MARGIN
+            return self.clock.now() < reserved_until - FENCE_MARGIN
 
         def fence() -> bool:  # may the handler still cause its side effect?
             return held() and time.monotonic() < deadline
@@ -423,7 +454,7 @@ class Worker:
         suspended = await self._best_effort(self.backpressure.record_temporary(result.reply_text))
         if suspended:
             self.metrics.suspended.labels(self.config.queue).set(1)
-        if opts.fails_after_temporary(job.attempts, time.time()):
+        if opts.fails_after_temporary(job.attempts, self.clock.now()):
             await self._fail(
                 job,
                 result.exception or "MaxAttemptsExceededException",
@@ -431,7 +462,7 @@ class Worker:
             )
             return
         delay = opts.backoff_for(job.attempts)
-        lost = await self._retry(lambda: self.queue.release(job, delay))
+        lost = await self._retry(lambda: self.queue.release(job, delay, now=self.clock.now()))
         if lost:
             self.metrics.job("lost")
             log.info("job %s: reservation gone; not released again", job.uuid)
