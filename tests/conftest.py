@@ -10,6 +10,7 @@ import redis
 
 from tests.support.redis_cluster import RedisCluster
 from tests.support.redis_server import RedisServer
+from tests.support.smtp_sink import SmtpSink
 
 
 @pytest.fixture(scope="session")
@@ -32,6 +33,21 @@ def redis_client(redis_url: str) -> Iterator[redis.Redis]:
     client = redis.Redis.from_url(redis_url)
     yield client
     client.close()
+
+
+@pytest.fixture(scope="session")
+def smtp_sink_server() -> Iterator[SmtpSink]:
+    """A real SMTP server (aiosmtpd) on a free loopback port for the whole session."""
+    sink = SmtpSink().start()
+    yield sink
+    sink.stop()
+
+
+@pytest.fixture
+def smtp_sink(smtp_sink_server: SmtpSink) -> SmtpSink:
+    """The session's SMTP sink with its scripts and records cleared."""
+    smtp_sink_server.reset()
+    return smtp_sink_server
 
 
 # --- Kubernetes control plane (tests/support/cluster.py, hack/cluster/cluster) ---------------

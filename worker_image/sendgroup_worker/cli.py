@@ -26,3 +26,6 @@ from sendgroup_worker.producer_cli import register as _register_producer  # noqa
 
 _register_dumps(main)
 _register_producer(main)
+from sendgroup_worker.cli_work import work  # noqa: E402
+
+main.add_command(work)
