@@ -19,6 +19,8 @@ from typing import Annotated, Any, Final, Literal
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 from pydantic.alias_generators import to_camel
 
+from sendgroup_worker.queue.keys import QUEUE_NAME_PATTERN
+
 GROUP: Final = "sendgroups.io"
 VERSION: Final = "v1alpha1"
 API_VERSION: Final = f"{GROUP}/{VERSION}"
@@ -270,7 +272,7 @@ class SendGroupSpec(_Model):
         default=None,
         min_length=1,
         max_length=200,
-        pattern=r"^[A-Za-z0-9{}][A-Za-z0-9._:{}\-]{0,199}$",
+        pattern=QUEUE_NAME_PATTERN,
         json_schema_extra=_QUEUE_RULES,
     )
     workers: int = Field(default=1, ge=0, le=MAX_WORKERS_PER_GROUP_DEFAULT)

@@ -19,8 +19,11 @@ from dataclasses import dataclass
 from typing import Final
 
 #: Queue names we accept: Laravel allows almost anything, we allow what is safe in a key, a
-#: file name on the dumps volume and a label value once escaped. 1..200 characters.
-QUEUE_NAME_RE: Final = re.compile(r"^[A-Za-z0-9{}][A-Za-z0-9._:{}\-]{0,199}$")
+#: file name on the dumps volume and a label value once escaped. 1..200 characters. No ``:``:
+#: every key of ours is ``queues:<q>:<suffix>``, so a queue named ``mail-1:delayed`` would
+#: share keys with queue ``mail-1``. The CRD's ``spec.queue`` pattern is this same expression.
+QUEUE_NAME_PATTERN: Final = r"^[A-Za-z0-9{}][A-Za-z0-9._{}\-]{0,199}$"
+QUEUE_NAME_RE: Final = re.compile(QUEUE_NAME_PATTERN)
 
 _HASH_TAG_RE: Final = re.compile(r"\{([^{}]+)\}")
 
@@ -37,7 +40,7 @@ def validate_queue_name(queue: str) -> str:
     """
     if not QUEUE_NAME_RE.match(queue):
         raise InvalidQueueName(
-            f"invalid queue name {queue!r}: use 1..200 characters of [A-Za-z0-9._:{{}}-], "
+            f"invalid queue name {queue!r}: use 1..200 characters of [A-Za-z0-9._{{}}-], "
             "starting with a letter, digit or '{'"
         )
     if ".." in queue:
