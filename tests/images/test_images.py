@@ -108,6 +108,12 @@ def test_no_compiler_in_final_image(images: None, image: str) -> None:
     assert result.stdout.strip() == "", f"compiler pieces in {image}:\n{result.stdout}"
 
 
+@pytest.mark.parametrize("image", [WORKER, OPERATOR])
+def test_no_setuid_programs(images: None, image: str) -> None:
+    result = run(image, "-c", "find / -xdev -type f -perm /6000", entrypoint="sh")
+    assert result.stdout.strip() == "", f"setuid/setgid files in {image}:\n{result.stdout}"
+
+
 def test_worker_image_imports_the_project(images: None) -> None:
     out = ok(
         run(
