@@ -9,6 +9,8 @@
 ARG BASE_IMAGE=python:3.11-slim
 
 FROM ${BASE_IMAGE} AS builder
+# PIP_INDEX_URL: a package index mirror, if PyPI is not the one to use (unset: pip's default).
+ARG PIP_INDEX_URL
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
 # Dependencies first (their layer survives code changes), then the project itself.
 COPY pyproject.toml /src/

@@ -9,12 +9,16 @@ warm run of this module takes seconds; a cold one a few minutes (debootstrap, wh
 
 from __future__ import annotations
 
+import http.server
 import os
 import re
+import shutil
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -300,3 +304,61 @@ def test_load_into_containerd_k8s_namespace(images: None) -> None:
         "--help",
     )
     assert "Usage: sendgroup-worker" in ok(out)
+
+
+def test_worker_dockerfile_without_wheelhouse_installs_from_an_index(
+    images: None, tmp_path: Path
+) -> None:
+    """Elsewhere nobody has a wheelhouse: the Dockerfile then installs from the package index.
+
+    Here the index is a PEP 503 directory of the wheelhouse's wheels served on loopback (the
+    build container shares the host's network for this one build), and the build context is the
+    repository with an empty wheelhouse/, as a fresh checkout has it."""
+    wheels = sorted((ROOT / "wheelhouse").glob("*.whl"))
+    assert wheels, "hack/images/build all left no wheels in wheelhouse/"
+    index = tmp_path / "index" / "simple"
+    for wheel in wheels:
+        project = re.sub(r"[-_.]+", "-", wheel.name.split("-")[0]).lower()
+        (index / project).mkdir(parents=True, exist_ok=True)
+        shutil.copy(wheel, index / project / wheel.name)
+    context = tmp_path / "context"
+    context.mkdir()
+    for part in ("pyproject.toml", "README.md", ".dockerignore", "worker_image", "operator"):
+        source = ROOT / part
+        if source.is_dir():
+            shutil.copytree(source, context / part, ignore=shutil.ignore_patterns("__pycache__"))
+        elif source.exists():
+            shutil.copy(source, context / part)
+    (context / "wheelhouse").mkdir()
+    shutil.copy(ROOT / "wheelhouse" / "README.md", context / "wheelhouse" / "README.md")
+
+    requested: list[str] = []
+
+    class Handler(http.server.SimpleHTTPRequestHandler):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, directory=str(index.parent), **kwargs)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            requested.append(self.path)
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    image = "sendgroup-worker:index-test"
+    try:
+        base = ok(build("base-name")).strip()
+        url = f"http://127.0.0.1:{server.server_address[1]}/simple"
+        result = docker(
+            "build", "--quiet", "--force-rm", "--network", "host",
+            "--build-arg", f"BASE_IMAGE={base}", "--build-arg", f"PIP_INDEX_URL={url}",
+            "-f", str(context / "worker_image" / "Dockerfile"), "-t", image, str(context),
+            timeout=900,
+        )  # fmt: skip
+        ok(result)
+        assert "/simple/redis/" in requested
+        assert "Usage: sendgroup-worker" in ok(run(image, "--help"))
+    finally:
+        server.shutdown()
+        server.server_close()
+        docker("rmi", image)
+        docker("image", "prune", "--force")
