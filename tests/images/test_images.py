@@ -4,7 +4,7 @@ What a platform team checks before it runs an image under the `restricted` Pod S
 Standard: it runs as a non-root uid with a read-only root filesystem, its entrypoint works, it
 carries no compiler, it imports the project; and the pod sandbox ("pause") image really exits
 on SIGTERM and reaps orphans. Building is cached (base image, wheelhouse, docker layers), so a
-warm run of this module takes seconds; a cold one a few minutes (debootstrap, wheels).
+warm run of this module takes under a minute; a cold one a few minutes more (debootstrap, wheels).
 """
 
 from __future__ import annotations
