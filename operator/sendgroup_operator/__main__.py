@@ -10,13 +10,35 @@ from __future__ import annotations
 import logging
 import os
 
+import click
 import kopf
 
 from sendgroup_operator.settings import Settings
 
+_ENV_HELP = """\b
+Settings come from the environment (the Helm chart sets them):
+  SENDGROUP_WATCH_NAMESPACES   namespaces to watch, comma-separated; '*' = all
+                               (default: POD_NAMESPACE)
+  SENDGROUP_DEFAULT_REDIS_URL  Redis for groups without spec.redis
+  SENDGROUP_DEFAULT_IMAGE      worker image; SENDGROUP_ALLOW_IMAGE_OVERRIDE=true
+                               honours spec.worker.image
+  SENDGROUP_MAX_WORKERS_PER_GROUP, SENDGROUP_MAX_TOTAL_WORKERS   worker caps
+  SENDGROUP_DUMPS_CLAIM_NAME   PersistentVolumeClaim the dump/restore Jobs mount
+  SENDGROUP_REAPER_INTERVAL    seconds between reaper passes per group (10)
+  SENDGROUP_DEFAULT_SMTP_HOST, _PORT, _TLS   relay for groups without spec.smtp
+  SENDGROUP_METRICS_PORT, SENDGROUP_HEALTH_PORT (/healthz), SENDGROUP_LOG_LEVEL
+  SENDGROUP_PEERING_PRIORITY, SENDGROUP_PEERING_NAME, SENDGROUP_STANDALONE   HA
+The full list and defaults: operator/sendgroup_operator/settings.py.
+"""
 
+
+@click.command(epilog=_ENV_HELP, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="sendgroup-operator", prog_name="sendgroup-operator")
 def main() -> None:
-    """Run the operator until SIGTERM/SIGINT."""
+    """Run the SendGroup operator (kopf) until SIGTERM/SIGINT.
+
+    Raises SettingsError (exit 1 with its message) when a setting is malformed.
+    """
     settings = Settings.from_env()
     logging.basicConfig(
         level=os.environ.get("SENDGROUP_LOG_LEVEL", "INFO"),
