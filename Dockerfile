@@ -10,11 +10,19 @@ ARG BASE_IMAGE=python:3.11-slim
 
 FROM ${BASE_IMAGE} AS builder
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
-COPY . /src
+# Dependencies first (their layer survives code changes), then the project itself.
+COPY pyproject.toml /src/
+COPY wheelhouse/ /src/wheelhouse/
 RUN set -eu; \
     if ls /src/wheelhouse/*.whl >/dev/null 2>&1; then set -- --no-index --find-links=/src/wheelhouse; else set --; fi; \
     python3 -m venv /opt/venv; \
-    /opt/venv/bin/pip install --quiet "$@" "/src[operator]"; \
+    python3 -c 'import tomllib; t = tomllib.load(open("/src/pyproject.toml", "rb")); p = t["project"]; \
+print("\n".join(p["dependencies"] + p["optional-dependencies"]["operator"]))' >/tmp/requirements.txt; \
+    /opt/venv/bin/pip install --quiet "$@" -r /tmp/requirements.txt
+COPY . /src
+RUN set -eu; \
+    if ls /src/wheelhouse/*.whl >/dev/null 2>&1; then set -- --no-index --find-links=/src/wheelhouse; else set --; fi; \
+    /opt/venv/bin/pip install --quiet --no-deps "$@" "/src[operator]"; \
     /opt/venv/bin/pip uninstall --quiet --yes pip setuptools; \
     rm -f /opt/venv/bin/[Aa]ctivate*; \
     # kubernetes.aio, the client's asyncio twin (about 70 MB with bytecode), is not used: kopf \
