@@ -21,16 +21,26 @@ NODE_NAME=${SENDGROUP_NODE_NAME:-sendgroup-node}
 NODE_BRIDGE=${SENDGROUP_NODE_BRIDGE:-sg0}
 POD_SUBNET=${SENDGROUP_POD_SUBNET:-10.244.0.0/24}
 NODE_GATEWAY=${POD_SUBNET%.*}.1
-NODE_CGROUP=sendgroup-node
 NODE_PV_COUNT=${SENDGROUP_NODE_PV_COUNT:-4}
 # The node's containerd keeps its image store here, across ups (images are imported once per
 # build by `hack/images/build load`); everything else of it lives in the state dir.
 NODE_CACHE=${SENDGROUP_NODE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/sendgroup-operator/node}
-NAT_CHAIN=SG-NODE-NAT
-FWD_CHAIN=SG-NODE-FWD
+# SENDGROUP_NODE_IMAGES: all (pause, worker, operator via `hack/images/build load`) or pause.
+NODE_IMAGES=${SENDGROUP_NODE_IMAGES:-all}
 NODE_START_TIMEOUT=${NODE_START_TIMEOUT:-180}
 
 node_dir() { echo "$STATE_DIR/node"; }
+
+# Names derived from the bridge, so two nodes (two bridges) never share a chain, a cgroup or an
+# image store. Called after cluster.env (which records the node's settings) is loaded.
+node_names() {
+	NODE_GATEWAY=${POD_SUBNET%.*}.1
+	NAT_CHAIN="SG-${NODE_BRIDGE^^}-NAT"
+	FWD_CHAIN="SG-${NODE_BRIDGE^^}-FWD"
+	NODE_CGROUP="sendgroup-$NODE_BRIDGE"
+	NODE_CONTAINERD_ROOT="$NODE_CACHE/$NODE_BRIDGE/containerd"
+}
+node_names
 
 # Debian packages the node needs; installed with apt when missing.
 node_require() {
@@ -136,11 +146,11 @@ node_ctr() { ctr --address "$(node_containerd_sock)" -n k8s.io "$@"; }
 
 write_node_containerd_config() {
 	local nd=$1
-	mkdir -p "$nd/containerd/state" "$nd/runc" "$NODE_CACHE/containerd/root" "$NODE_CACHE/containerd/opt"
+	mkdir -p "$nd/containerd/state" "$nd/runc" "$NODE_CONTAINERD_ROOT/root" "$NODE_CONTAINERD_ROOT/opt"
 	cat >"$nd/containerd/config.toml" <<EOF
 # written by hack/cluster/cluster up --node
 version = 2
-root = "$NODE_CACHE/containerd/root"
+root = "$NODE_CONTAINERD_ROOT/root"
 state = "$nd/containerd/state"
 oom_score = 0
 
@@ -151,7 +161,7 @@ oom_score = 0
   address = "$(node_containerd_sock).ttrpc"
 
 [plugins."io.containerd.internal.v1.opt"]
-  path = "$NODE_CACHE/containerd/opt"
+  path = "$NODE_CONTAINERD_ROOT/opt"
 
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = "docker.io/library/sendgroup-pause:3.10"
@@ -188,14 +198,22 @@ node_containerd_up() {
 	wait_until "containerd" 60 containerd containerd_answers || die "containerd did not start (log $STATE_DIR/logs/containerd.log)"
 	# Images: hack/images builds what changed and imports it into this containerd (a build
 	# already imported is skipped).
-	local t0
+	local t0 img missing=() images=(sendgroup-pause:3.10)
 	t0=$(now_s)
-	log "images: hack/images/build load (into the node's containerd)"
-	SENDGROUP_CONTAINERD_ADDRESS=$(node_containerd_sock) "$REPO/hack/images/build" load >"$STATE_DIR/logs/images-load.log" 2>&1 ||
-		{ tail -n 30 "$STATE_DIR/logs/images-load.log" >&2; die "hack/images/build load failed (log $STATE_DIR/logs/images-load.log)"; }
+	local ilog=$STATE_DIR/logs/images-load.log
+	if [[ $NODE_IMAGES == pause ]]; then
+		log "images: hack/images/build pause, imported into the node's containerd"
+		{ "$REPO/hack/images/build" pause && "$REPO/hack/images/build" docker save sendgroup-pause:3.10 |
+			node_ctr images import - ; } >"$ilog" 2>&1 ||
+			{ tail -n 30 "$ilog" >&2; die "importing the pause image failed (log $ilog)"; }
+	else
+		images+=(sendgroup-worker:dev sendgroup-operator:dev)
+		log "images: hack/images/build load (into the node's containerd)"
+		SENDGROUP_CONTAINERD_ADDRESS=$(node_containerd_sock) "$REPO/hack/images/build" load >"$ilog" 2>&1 ||
+			{ tail -n 30 "$ilog" >&2; die "hack/images/build load failed (log $ilog)"; }
+	fi
 	log "images ready ($(elapsed "$t0"))"
-	local img missing=()
-	for img in sendgroup-pause:3.10 sendgroup-worker:dev sendgroup-operator:dev; do
+	for img in "${images[@]}"; do
 		node_ctr images ls -q "name==docker.io/library/$img" | grep -q . || missing+=("$img")
 	done
 	((${#missing[@]} == 0)) || die "images missing in containerd k8s.io: ${missing[*]} (hack/images/build load)"
@@ -259,10 +277,6 @@ node_kubelet_up() {
 	{
 		echo "KUBELET_PORT=$kp"
 		echo "KUBELET_HEALTHZ_PORT=$kh"
-		echo "NODE_NAME=$NODE_NAME"
-		echo "NODE_GATEWAY=$NODE_GATEWAY"
-		echo "NODE_BRIDGE=$NODE_BRIDGE"
-		echo "POD_SUBNET=$POD_SUBNET"
 	} >>"$STATE_DIR/cluster.env"
 	KUBELET_HEALTHZ_PORT=$kh
 	pki_client_cert kubelet "system:node:$NODE_NAME" system:nodes
@@ -356,7 +370,14 @@ node_up() {
 	t0=$(now_s)
 	nd=$(node_dir)
 	mkdir -p "$nd"
-	echo up >"$nd/owner"
+	node_names
+	{
+		echo "NODE_NAME=$NODE_NAME"
+		echo "NODE_BRIDGE=$NODE_BRIDGE"
+		echo "POD_SUBNET=$POD_SUBNET"
+		echo "NODE_GATEWAY=$NODE_GATEWAY"
+		echo "NODE_CGROUP=$NODE_CGROUP"
+	} >>"$STATE_DIR/cluster.env"
 	node_network_up
 	node_containerd_up
 	node_kubelet_up
@@ -378,6 +399,7 @@ node_down() {
 	local nd m pid
 	nd=$(node_dir)
 	[[ -d "$nd" ]] || return 0
+	node_names
 	stop_component kubelet
 	node_containers_remove
 	stop_component containerd
