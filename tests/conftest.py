@@ -9,6 +9,7 @@ import pytest
 import redis
 
 from tests.support.redis_server import RedisServer
+from tests.support.smtp_sink import SmtpSink
 
 
 @pytest.fixture(scope="session")
@@ -89,3 +90,17 @@ def namespace(kube_cluster: KubeCluster, request: pytest.FixtureRequest) -> Iter
     kube_cluster.kubectl("label", "namespace", name, "sendgroup.test/temporary=true")
     yield name
     kube_cluster.kubectl("delete", "namespace", name, "--wait=false", "--ignore-not-found")
+
+@pytest.fixture(scope="session")
+def smtp_sink_server() -> Iterator[SmtpSink]:
+    """A real SMTP server (aiosmtpd) on a free loopback port for the whole session."""
+    sink = SmtpSink().start()
+    yield sink
+    sink.stop()
+
+
+@pytest.fixture
+def smtp_sink(smtp_sink_server: SmtpSink) -> SmtpSink:
+    """The session's SMTP sink with its scripts and records cleared."""
+    smtp_sink_server.reset()
+    return smtp_sink_server

@@ -21,3 +21,9 @@ def main() -> None:
 
 
 # Command registration: one line per area (keep this list sorted).
+from sendgroup_worker.producer_cli import register as _register_producer  # noqa: E402
+
+_register_producer(main)
+from sendgroup_worker.cli_work import work  # noqa: E402
+
+main.add_command(work)

@@ -1,0 +1,168 @@
+"""The mail worker when things go wrong: SIGKILL mid-send, SIGTERM mid-send, a worker frozen
+with SIGSTOP past its reservation, and Redis restarting under running workers."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from tests.support.redis_server import RedisServer
+from tests.support.smtp_sink import SmtpSink
+from tests.support.workers import (
+    WorkerProcess,
+    counts,
+    drained,
+    mail_payload,
+    sync_queue,
+    wait_for,
+    worker_env,
+)
+
+pytestmark = pytest.mark.redis
+
+Q = "mail-crash"
+
+
+def test_sigkill_mid_send_the_job_comes_back_and_is_delivered_once(
+    redis_url: str, smtp_sink: SmtpSink
+) -> None:
+    q = sync_queue(redis_url, Q)
+    # the first DATA reply is held back 1.5 s: the worker is killed while it waits
+    smtp_sink.script("k@x.example", "250 OK", data_delay=1.5)
+    env = worker_env(redis_url, Q, smtp_sink.port, WORKER_CONCURRENCY=1)
+    victim = WorkerProcess(env, "victim")
+    try:
+        q.push(mail_payload("k@x.example"))
+        wait_for(lambda: smtp_sink.data_waiting["k@x.example"] == 1, 10, "DATA in flight")
+        victim.signal(signal.SIGKILL)
+        killed_at = time.time()
+        assert victim.wait(5) == -signal.SIGKILL
+    finally:
+        victim.stop()
+    rescuer = WorkerProcess(env, "rescuer")
+    try:
+        wait_for(lambda: len(smtp_sink.snapshot()) == 1, 15, "redelivery")
+        wait_for(drained(q), 5, "queue drained")
+        time.sleep(0.5)
+    finally:
+        rescuer.signal(signal.SIGTERM)
+        assert rescuer.wait(10) == 0
+        rescuer.stop()
+    # the killed send was never completed; the job came back only after retry_after (3 s)
+    assert smtp_sink.aborted == ["k@x.example"]
+    assert smtp_sink.per_recipient()["k@x.example"] == 1
+    assert smtp_sink.snapshot()[0].at - killed_at >= 2.5
+    stats = q.measure()
+    assert counts(stats) == (0, 0, 0, 0) and stats.delivered == 1
+
+
+def test_sigterm_during_a_slow_send_delivers_then_exits_zero(
+    redis_url: str, smtp_sink: SmtpSink
+) -> None:
+    q = sync_queue(redis_url, Q, retry_after=6)
+    smtp_sink.script("slow@x.example", "250 OK", data_delay=2.0)
+    env = worker_env(redis_url, Q, smtp_sink.port, WORKER_TIMEOUT=4, WORKER_RETRY_AFTER=6)
+    w = WorkerProcess(env)
+    try:
+        q.push(mail_payload("slow@x.example"))
+        q.push_many([mail_payload(f"later{i}@x.example") for i in range(3)])
+        wait_for(lambda: smtp_sink.data_waiting["slow@x.example"] == 1, 10, "slow DATA")
+        time.sleep(0.2)
+        w.signal(signal.SIGTERM)
+        signalled = time.time()
+        code = w.wait(10)
+    finally:
+        w.stop()
+    assert code == 0
+    got = smtp_sink.per_recipient()
+    assert got["slow@x.example"] == 1
+    assert smtp_sink.snapshot()[0].at <= time.time()
+    assert time.time() - signalled >= 1.5  # it waited for the send
+    stats = q.measure()
+    assert stats.reserved == 0  # nothing left half done
+    assert stats.delivered == sum(got.values())
+    assert stats.ready + stats.delivered == 4  # the other jobs wait for the next worker
+
+
+def test_a_frozen_worker_resumed_after_its_reservation_expired_touches_nothing(
+    redis_url: str, smtp_sink: SmtpSink
+) -> None:
+    q = sync_queue(redis_url, Q)
+    # the first RCPT reply is held back 1.5 s; the worker is frozen while it waits
+    smtp_sink.script("frozen@x.example", "250 OK", rcpt_delay=1.5)
+    env = worker_env(redis_url, Q, smtp_sink.port, WORKER_CONCURRENCY=1)
+    a = WorkerProcess(env, "frozen")
+    b: WorkerProcess | None = None
+    try:
+        q.push(mail_payload("frozen@x.example"))
+        wait_for(lambda: smtp_sink.rcpt_waiting["frozen@x.example"] == 1, 10, "RCPT in flight")
+        a.signal(signal.SIGSTOP)
+        b = WorkerProcess(env, "second")
+        # b gets the job once a's reservation expired (retry_after 3 s) and delivers it
+        wait_for(lambda: len(smtp_sink.snapshot()) == 1, 15, "delivery by the second worker")
+        wait_for(drained(q), 5, "queue drained")
+        a.signal(signal.SIGCONT)
+        wait_for(lambda: "reservation expired" in a.log(), 10, "the frozen worker noticing")
+        time.sleep(1.0)  # a would send, ack, release or fail now if it were going to
+        for w in (a, b):
+            w.signal(signal.SIGTERM)
+        assert [a.wait(10), b.wait(10)] == [0, 0]
+    finally:
+        a.stop()
+        if b is not None:
+            b.stop()
+    assert smtp_sink.per_recipient()["frozen@x.example"] == 1
+    assert smtp_sink.attempts["frozen@x.example"] == 2  # a's RCPT, b's RCPT; one DATA
+    stats = q.measure()
+    assert counts(stats) == (0, 0, 0, 0)
+    assert (stats.delivered, stats.released, stats.failed_total) == (1, 0, 0)
+    assert "not sent, the reservation expired" in a.log()
+
+
+@pytest.fixture
+def durable_redis() -> Iterator[RedisServer]:
+    """A Redis of its own that keeps its data across a restart (AOF, fsync always)."""
+    server = RedisServer({"appendonly": "yes", "appendfsync": "always"}).start()
+    yield server
+    server.cleanup()
+
+
+def test_redis_restart_under_running_workers_loses_nothing(
+    durable_redis: RedisServer, smtp_sink: SmtpSink
+) -> None:
+    url = durable_redis.url
+    q = sync_queue(url, Q, retry_after=10)
+    payloads = [mail_payload(f"rr{i}@x.example") for i in range(300)]
+    uuids = {json.loads(p)["uuid"] for p in payloads}
+    env = worker_env(
+        url, Q, smtp_sink.port, RATE_PER_MINUTE=6000, WORKER_TIMEOUT=5, WORKER_RETRY_AFTER=10
+    )
+    workers = [WorkerProcess(env, f"rr{i}") for i in range(2)]
+    try:
+        q.push_many(payloads)
+        wait_for(lambda: len(smtp_sink.snapshot()) >= 60, 20, "sending under way")
+        durable_redis.stop()
+        down_at = len(smtp_sink.snapshot())
+        time.sleep(1.5)
+        durable_redis.start()
+        wait_for(lambda: len(smtp_sink.snapshot()) >= 300, 60, "all 300 delivered")
+        q = sync_queue(url, Q, retry_after=10)
+        wait_for(drained(q), 20, "queue drained")
+        time.sleep(0.5)
+        for w in workers:
+            w.signal(signal.SIGTERM)
+        assert [w.wait(15) for w in workers] == [0, 0]
+    finally:
+        for w in workers:
+            w.stop()
+    assert down_at < 300  # the outage happened mid-run
+    per_job = smtp_sink.per_job()
+    assert set(per_job) == uuids and set(per_job.values()) == {1}
+    stats = q.measure()
+    assert counts(stats) == (0, 0, 0, 0) and stats.failed_total == 0
+    logs = "".join(w.log() for w in workers)
+    assert "Redis unreachable" in logs and "Redis reachable again" in logs

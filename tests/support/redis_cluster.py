@@ -1,0 +1,93 @@
+"""A real 3-master Redis Cluster on loopback (no replicas), for hash-tag and CROSSSLOT tests.
+
+Each node is a :class:`RedisServer` started with ``cluster-enabled yes``; the slots are
+assigned with ``redis-cli --cluster create`` (Debian's ``redis-tools``, installed with
+``redis-server``). Raises RuntimeError with the tool's output if the cluster does not form.
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+import socket
+import subprocess
+import time
+
+import redis
+import redis.cluster
+
+from tests.support.redis_server import RedisServer
+
+
+def _cluster_ports() -> tuple[int, int]:
+    """(client port, cluster bus port), both free a moment ago; the client port is <= 55535
+    because Redis refuses higher ones in cluster mode."""
+    for _ in range(200):
+        port = random.randint(20000, 55000)
+        bus = port + 10000
+        try:
+            for p in (port, bus):
+                with socket.socket() as sock:
+                    sock.bind(("127.0.0.1", p))
+        except OSError:
+            continue
+        return port, bus
+    raise RuntimeError("no free port pair for a Redis Cluster node")
+
+
+class RedisCluster:
+    """Three ``redis-server`` cluster nodes on free loopback ports."""
+
+    def __init__(self, nodes: int = 3) -> None:
+        self.servers = []
+        for _ in range(nodes):
+            port, bus = _cluster_ports()
+            config = {
+                "cluster-enabled": "yes",
+                "cluster-config-file": "nodes.conf",
+                "cluster-node-timeout": "5000",
+                "cluster-port": str(bus),
+            }
+            self.servers.append(RedisServer(config=config, port=port))
+
+    @property
+    def startup_nodes(self) -> list[redis.cluster.ClusterNode]:
+        return [redis.cluster.ClusterNode("127.0.0.1", s.port) for s in self.servers]
+
+    def client(self) -> redis.cluster.RedisCluster:
+        """A bytes-returning cluster client."""
+        return redis.cluster.RedisCluster(startup_nodes=self.startup_nodes)
+
+    def start(self) -> RedisCluster:
+        cli = shutil.which("redis-cli")
+        if cli is None:
+            raise RuntimeError("redis-cli not found: install Debian's redis-tools")
+        try:
+            for s in self.servers:
+                s.start()
+        except RuntimeError:
+            self.cleanup()
+            raise
+        addrs = [f"127.0.0.1:{s.port}" for s in self.servers]
+        out = subprocess.run(
+            [cli, "--cluster", "create", *addrs, "--cluster-yes"],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        if out.returncode != 0:
+            self.cleanup()
+            raise RuntimeError(f"redis-cli --cluster create failed:\n{out.stdout}\n{out.stderr}")
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            states = [s.client().cluster("info") for s in self.servers]
+            if all(st.get("cluster_state") == "ok" for st in states):
+                return self
+            time.sleep(0.1)
+        self.cleanup()
+        raise RuntimeError("Redis Cluster did not reach cluster_state:ok within 30 s")
+
+    def cleanup(self) -> None:
+        for s in self.servers:
+            s.cleanup()
+
+
+__all__ = ["RedisCluster"]

@@ -1,0 +1,258 @@
+"""A real SMTP server (aiosmtpd) on 127.0.0.1 that records what it received and answers as
+scripted per recipient.
+
+* ``SmtpSink().start()`` runs it in a thread (aiosmtpd's ``Controller``) for in-process tests;
+  ``python -m tests.support.smtp_sink --port N`` runs it as its own process (the bench), and
+  prints ``READY <port>`` once it listens.
+* Per recipient: a list of replies for its successive RCPT attempts (``"451 4.7.1 later"``,
+  ``"550 5.1.1 no such user"``, ``"250"``; the last one repeats), and optional delays before
+  the RCPT reply or the DATA reply, for the first ``delay_attempts`` attempts.
+* A message counts as received only when its final ``250`` could still be written to a live
+  connection: a client killed while the DATA reply is delayed leaves an ``aborted`` entry, not
+  a delivery (what an exactly-once test needs to tell "sent" from "half sent").
+* ``received`` holds ``Received(recipient, job, data)`` where ``job`` is the message's
+  ``X-SendGroup-Job`` header (the job uuid).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import email
+import socket
+import ssl
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiosmtpd.controller import Controller
+from aiosmtpd.smtp import SMTP, AuthResult, Envelope, LoginPassword, Session
+
+JOB_HEADER = "X-SendGroup-Job"
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass(frozen=True)
+class Received:
+    """One accepted message for one recipient: ``job`` = its X-SendGroup-Job header."""
+
+    recipient: str
+    job: str
+    data: bytes
+    at: float
+
+
+@dataclass
+class Script:
+    """Scripted behaviour for one recipient (see the module docstring)."""
+
+    replies: list[str] = field(default_factory=lambda: ["250 OK"])
+    rcpt_delay: float = 0.0
+    data_delay: float = 0.0
+    delay_attempts: int = 1
+
+
+class _Handler:
+    def __init__(self, sink: SmtpSink) -> None:
+        self.sink = sink
+
+    async def handle_RCPT(
+        self, server: SMTP, session: Session, envelope: Envelope, address: str, options: list[str]
+    ) -> str:
+        sink = self.sink
+        with sink.lock:
+            attempt = sink.attempts[address]
+            sink.attempts[address] += 1
+            sink.rcpt_log.append((time.time(), address))
+            script = sink.scripts.get(address.lower())
+        if script is None:
+            envelope.rcpt_tos.append(address)
+            return "250 OK"
+        if script.rcpt_delay and attempt < script.delay_attempts:
+            with sink.lock:
+                sink.rcpt_waiting[address] += 1
+            await asyncio.sleep(script.rcpt_delay)
+        reply = script.replies[min(attempt, len(script.replies) - 1)]
+        if reply.startswith("2"):
+            envelope.rcpt_tos.append(address)
+        return reply
+
+    async def handle_DATA(self, server: SMTP, session: Session, envelope: Envelope) -> str:
+        sink = self.sink
+        content = envelope.original_content or b""
+        if not isinstance(content, bytes):
+            content = str(content).encode()
+        delay = 0.0
+        with sink.lock:
+            for rcpt in envelope.rcpt_tos:
+                script = sink.scripts.get(rcpt.lower())
+                if script and script.data_delay and sink.attempts[rcpt] <= script.delay_attempts:
+                    delay = max(delay, script.data_delay)
+            if delay:
+                for rcpt in envelope.rcpt_tos:
+                    sink.data_waiting[rcpt] += 1
+        if delay:
+            try:
+                await asyncio.sleep(delay)
+            except asyncio.CancelledError:  # aiosmtpd cancels the hook when the client is gone
+                with sink.lock:
+                    sink.aborted.extend(envelope.rcpt_tos)
+                raise
+        transport = server.transport
+        if transport is None or transport.is_closing():
+            with sink.lock:
+                sink.aborted.extend(envelope.rcpt_tos)
+            return "451 4.3.0 connection gone"
+        job = email.message_from_bytes(content).get(JOB_HEADER, "")
+        now = time.time()
+        with sink.lock:
+            sink.messages += 1
+            for rcpt in envelope.rcpt_tos:
+                sink.received.append(
+                    Received(rcpt, str(job), content if sink.keep_data else b"", now)
+                )
+        return "250 2.0.0 queued"
+
+
+class SmtpSink:
+    """The sink. Thread-safe accessors; times in seconds."""
+
+    def __init__(
+        self,
+        port: int | None = None,
+        keep_data: bool = True,
+        tls: str = "none",
+        ssl_context: ssl.SSLContext | None = None,
+        credentials: tuple[str, str] | None = None,
+    ) -> None:
+        self.port = port or free_port()
+        self.keep_data = keep_data
+        self.tls = tls
+        self.ssl_context = ssl_context
+        self.credentials = credentials
+        self.lock = threading.Lock()
+        self.scripts: dict[str, Script] = {}
+        self.attempts: Counter[str] = Counter()
+        self.rcpt_waiting: Counter[str] = Counter()
+        self.data_waiting: Counter[str] = Counter()
+        self.received: list[Received] = []
+        self.aborted: list[str] = []
+        #: (unix time, recipient) of every RCPT command
+        self.rcpt_log: list[tuple[float, str]] = []
+        self.messages = 0
+        self._controller: Controller | None = None
+
+    # --- lifecycle ------------------------------------------------------------------------
+    def start(self) -> SmtpSink:
+        options: dict[str, Any] = {}
+        if self.tls == "starttls":
+            options.update(tls_context=self.ssl_context, require_starttls=True)
+        elif self.tls == "tls":
+            # aiosmtpd does not see implicit TLS as TLS: allow AUTH on it explicitly
+            options.update(ssl_context=self.ssl_context, auth_require_tls=False)
+        if self.credentials is not None:
+            expected = self.credentials
+
+            def check(
+                server: SMTP, session: Session, envelope: Envelope, mechanism: str, auth_data: Any
+            ) -> AuthResult:
+                ok = (
+                    isinstance(auth_data, LoginPassword)
+                    and (auth_data.login.decode(), auth_data.password.decode()) == expected
+                )
+                return AuthResult(success=ok)
+
+            # AUTH is offered (and checked) in every mode; required only with STARTTLS,
+            # where aiosmtpd knows the session is encrypted
+            options.update(authenticator=check, auth_required=self.tls == "starttls")
+        self._controller = Controller(
+            _Handler(self),
+            hostname="127.0.0.1",
+            port=self.port,
+            decode_data=False,
+            enable_SMTPUTF8=True,
+            data_size_limit=10 * 1024 * 1024,
+            **options,
+        )
+        self._controller.start()
+        return self
+
+    def stop(self) -> None:
+        if self._controller is not None:
+            self._controller.stop()
+            self._controller = None
+
+    def __enter__(self) -> SmtpSink:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # --- scripting ------------------------------------------------------------------------
+    def script(self, recipient: str, *replies: str, **delays: Any) -> None:
+        """Script ``recipient``: ``replies`` for its successive attempts (last repeats),
+        ``rcpt_delay=``/``data_delay=`` seconds for the first ``delay_attempts=`` attempts."""
+        with self.lock:
+            self.scripts[recipient.lower()] = Script(list(replies) or ["250 OK"], **delays)
+
+    def reset(self) -> None:
+        with self.lock:
+            self.scripts.clear()
+            self.attempts.clear()
+            self.rcpt_waiting.clear()
+            self.data_waiting.clear()
+            self.received.clear()
+            self.aborted.clear()
+            self.rcpt_log.clear()
+            self.messages = 0
+
+    # --- reading --------------------------------------------------------------------------
+    def snapshot(self) -> list[Received]:
+        with self.lock:
+            return list(self.received)
+
+    def per_recipient(self) -> Counter[str]:
+        with self.lock:
+            return Counter(r.recipient for r in self.received)
+
+    def per_job(self) -> Counter[str]:
+        with self.lock:
+            return Counter(r.job for r in self.received)
+
+    def wait_until(self, predicate: Callable[[], bool], timeout: float, what: str) -> None:
+        """Poll ``predicate`` every 20 ms; AssertionError naming ``what`` after ``timeout``."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if predicate():
+                return
+            time.sleep(0.02)
+        if not predicate():
+            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
+
+
+def _main() -> None:
+    parser = argparse.ArgumentParser(description="SMTP sink on 127.0.0.1 (counts messages)")
+    parser.add_argument("--port", type=int, default=0)
+    args = parser.parse_args()
+    sink = SmtpSink(port=args.port or None, keep_data=False).start()
+    print(f"READY {sink.port}", flush=True)
+    try:
+        while True:
+            time.sleep(1)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        sink.stop()
+
+
+if __name__ == "__main__":
+    _main()

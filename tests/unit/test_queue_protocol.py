@@ -1,0 +1,103 @@
+"""Argument building and reply parsing of the queue protocol (pure, no Redis)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from sendgroup_worker.queue import protocol as p
+from sendgroup_worker.queue.keys import QueueKeys
+
+KEYS = QueueKeys("{mail-x}", prefix="laravel_database_")
+
+
+def test_every_script_is_lib_plus_body_and_uses_only_its_keys() -> None:
+    for name in p.SCRIPT_NAMES:
+        src = p.script_source(name)
+        assert src.startswith("-- Shared helpers")
+        assert f"===== {name}.lua =====" in src
+    with pytest.raises(KeyError):
+        p.script_source("nope")
+
+
+def test_reserve_call_layout() -> None:
+    settings = p.QueueSettings(retry_after=90, migrate_limit=50)
+    ack = [p.Ack(b"R1", "u1"), p.Ack(b"R2", "u2", delivered=False)]
+    call = p.reserve_call(KEYS, settings, count=3, ack=ack, now=1796000000.25)
+    assert call.script == "reserve"
+    assert call.keys[:4] == KEYS.laravel_keys
+    assert call.keys[4:] == (KEYS.failed, KEYS.failed_jobs, KEYS.stats, KEYS.sent)
+    assert call.args[:8] == ("1796000000.25", "90", "3", "50", "100000", "604800", "604800", "2")
+    assert call.args[8:] == ("1", b"R1", "u1", "0", b"R2", "u2")
+    with pytest.raises(ValueError):
+        p.reserve_call(KEYS, settings, count=-1)
+
+
+def test_parse_reserve_reply() -> None:
+    raw = b'{"uuid":"u","attempts":0}'
+    res = b'{"uuid":"u","attempts":1}'
+    r = p.parse_reserve_reply([[2], [3, 1], raw, res, b"x", b"\xff"])
+    assert r.lost_acks == [1] and (r.migrated, r.invalid) == (3, 1)
+    assert r.jobs[0] == p.Reserved(raw, res, {"uuid": "u", "attempts": 1}, "u", 1)
+    assert r.jobs[1].payload is None  # Python cannot read it: the worker fails the job
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [("1796002801.014", 1796002801.014), (1796000000, 1796000000.0), ("", None),
+     (None, None), (True, None), ("nan", None), ("soon", None), (b"12.5", 12.5)],
+)  # fmt: skip
+def test_pushed_at_string_or_number(value: object, expected: float | None) -> None:
+    assert p.parse_pushed_at(value) == expected
+
+
+def test_measure_reply_uses_server_time_unless_now_given() -> None:
+    reply = [3, 1, 2, 4, b"1000.5", 10, 4, 2, b"1010", b"500000"]
+    s = p.parse_measure_reply(reply)
+    assert (s.ready, s.delayed, s.reserved, s.failed, s.total) == (3, 1, 2, 4, 6)
+    assert (s.delivered, s.failed_total, s.released) == (10, 4, 2)
+    assert s.measured_at == 1010.5 and s.oldest_job_age_seconds == 10.0
+    assert p.parse_measure_reply(reply, now=1001).oldest_job_age_seconds == 0.5
+    assert (
+        p.parse_measure_reply([0, 0, 0, 0, b"", 0, 0, 0, b"1", b"0"]).oldest_job_age_seconds is None
+    )
+
+
+def test_failed_record_keeps_non_utf8_payload_bytes() -> None:
+    # what cjson.encode writes: raw high bytes, escaped quotes and slashes
+    record = (
+        b'{"uuid":"invalid-1","payload":"\xff\xfe{\\"a\\":\\"b\\/c\\"}\\u007f",'
+        b'"exception":"InvalidPayload","message":"m","failedAt":1796000000.5}'
+    )
+    job = p.parse_failed_record(record)
+    assert job.payload == b'\xff\xfe{"a":"b/c"}\x7f'
+    assert (job.uuid, job.failed_at) == ("invalid-1", 1796000000.5)
+    assert job.payload_json() is None
+
+
+def test_push_calls_chunk() -> None:
+    calls = p.push_calls(KEYS, [b"x"] * (p.PUSH_CHUNK * 2 + 1))
+    assert [len(c.args) for c in calls] == [p.PUSH_CHUNK, p.PUSH_CHUNK, 1]
+    assert p.push_calls(KEYS, []) == []
+
+
+def test_settings_are_validated() -> None:
+    with pytest.raises(ValueError):
+        p.QueueSettings(retry_after=0)
+    with pytest.raises(ValueError):
+        p.release_call(KEYS, p.Reserved(b"", b"", None, "", 0), -1)
+
+
+def test_later_scores_now_plus_delay() -> None:
+    call = p.later_call(KEYS, [b"a", b"b"], 60, now=1000.5)
+    assert call.args == ("1060.5", b"a", "1060.5", b"b")
+    assert json.loads(b"{}") == {}
+
+
+def test_fail_message_is_capped() -> None:
+    job = p.Reserved(b"r", b"r", None, "u", 1)
+    call = p.fail_call(KEYS, p.QueueSettings(), job, "X", "m" * (p.MESSAGE_MAX + 50), now=1)
+    message = call.args[3]
+    assert isinstance(message, str) and len(message) == p.MESSAGE_MAX
+    assert message.endswith("\u2026")

@@ -1,0 +1,124 @@
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from sendgroup_worker.config import ConfigError, WorkerConfig, parse_backoff, parse_duration
+from sendgroup_worker.jobopts import JobOptions
+
+
+def test_defaults_follow_the_api_contract() -> None:
+    c = WorkerConfig.from_env({"SENDGROUP_QUEUE": "mail-a"})
+    assert (c.tries, c.backoff, c.timeout, c.retry_after) == (3, [10, 60, 300], 60, 90)
+    assert c.rate_per_minute is None and c.burst is None
+    assert c.backpressure_suspend_after == 20 and c.backpressure_suspend_for == 600
+
+
+def test_every_variable_is_read(tmp_path: Path) -> None:
+    secret = tmp_path / "url"
+    secret.write_text("redis://:pw@10.0.0.1:6380/2\n")
+    c = WorkerConfig.from_env(
+        {
+            "SENDGROUP_QUEUE": "{mail-x}",
+            "SENDGROUP_KEY_PREFIX": "laravel_database_",
+            "REDIS_URL": "redis://ignored",
+            "REDIS_URL_FILE": str(secret),
+            "SMTP_HOST": "relay",
+            "SMTP_PORT": "587",
+            "SMTP_TLS": "starttls",
+            "SMTP_USERNAME": "u",
+            "SMTP_PASSWORD": "p",
+            "WORKER_TRIES": "5",
+            "WORKER_BACKOFF": "5, 1m,1h",
+            "WORKER_TIMEOUT": "30",
+            "WORKER_RETRY_AFTER": "2m",
+            "WORKER_CONCURRENCY": "8",
+            "WORKER_MAX_JOBS": "100",
+            "WORKER_MAX_TIME": "1h",
+            "RATE_PER_MINUTE": "600",
+            "WARMUP_START_PER_HOUR": "100",
+            "WARMUP_GROWTH_PER_DAY": "1.5",
+            "WARMUP_SINCE": "2026-11-01T00:00:00Z",
+            "BACKPRESSURE_SUSPEND_AFTER": "7",
+            "BACKPRESSURE_SUSPEND_FOR": "15m",
+            "BACKPRESSURE_PATTERNS": '["4\\\\.7\\\\.28", "try again later"]',
+            "METRICS_PORT": "0",
+        }
+    )
+    assert c.redis_url == "redis://:pw@10.0.0.1:6380/2"
+    assert (c.smtp_port, c.smtp_tls) == (587, "starttls")
+    assert (c.smtp_username, c.smtp_password) == ("u", "p")
+    assert c.backoff == [5, 60, 3600] and c.retry_after == 120 and c.max_time == 3600
+    assert c.burst == 10  # ceil(600 / 60)
+    assert c.warmup_since == datetime(2026, 11, 1, tzinfo=UTC)
+    assert c.backpressure_suspend_for == 900
+    assert [p.pattern for p in c.patterns()] == ["4\\.7\\.28", "try again later"]
+    assert "smtp_password" not in repr(c)
+
+
+def test_timeout_must_be_below_retry_after() -> None:
+    with pytest.raises(ConfigError, match=r"WORKER_TIMEOUT .* smaller than WORKER_RETRY_AFTER"):
+        WorkerConfig.from_env(
+            {"SENDGROUP_QUEUE": "q", "WORKER_TIMEOUT": "90", "WORKER_RETRY_AFTER": "90"}
+        )
+
+
+@pytest.mark.parametrize(
+    ("env", "needle"),
+    [
+        ({}, "SENDGROUP_QUEUE"),
+        ({"SENDGROUP_QUEUE": "q", "SMTP_TLS": "ssl"}, "SMTP_TLS"),
+        ({"SENDGROUP_QUEUE": "q", "WORKER_BACKOFF": "soon"}, "WORKER_BACKOFF"),
+        ({"SENDGROUP_QUEUE": "q", "WORKER_TRIES": "0"}, "WORKER_TRIES"),
+        ({"SENDGROUP_QUEUE": "q", "BACKPRESSURE_PATTERNS": "(unclosed"}, "bad regex"),
+    ],
+)
+def test_bad_settings_name_the_variable(env: dict[str, str], needle: str) -> None:
+    with pytest.raises(ConfigError, match=needle):
+        WorkerConfig.from_env(env)
+
+
+def test_smtp_timeout_stays_below_the_job_timeout() -> None:
+    c = WorkerConfig.from_env({"SENDGROUP_QUEUE": "q", "WORKER_TIMEOUT": "10"})
+    assert c.smtp_command_timeout == 9.0
+
+
+def test_durations_and_backoff_parse_like_laravel() -> None:
+    assert parse_duration("90") == 90 and parse_duration("1.5") == 1.5
+    assert parse_duration("10m") == 600 and parse_duration("1h30m") == 5400
+    assert parse_backoff("5,10") == [5, 10]
+    assert parse_backoff([1, 2]) == [1, 2] and parse_backoff(7) == [7]
+    with pytest.raises(ValueError):
+        parse_duration("-1")
+
+
+def _opts(**payload: object) -> JobOptions:
+    return JobOptions.of(payload, WorkerConfig.from_env({"SENDGROUP_QUEUE": "q"}))
+
+
+def test_payload_options_win_over_defaults() -> None:
+    o = _opts(maxTries=5, backoff="5,10", timeout=20, failOnTimeout=True)
+    assert (o.max_tries, o.backoff, o.timeout, o.fail_on_timeout) == (5, [5, 10], 20, True)
+    d = _opts(maxTries=None, backoff=None, timeout=None)
+    assert (d.max_tries, d.backoff, d.timeout) == (3, [10, 60, 300], 60)
+
+
+def test_backoff_per_attempt_repeats_the_last_value() -> None:
+    o = _opts(backoff="5,10")
+    assert [o.backoff_for(n) for n in (1, 2, 3, 9)] == [5, 10, 10, 10]
+
+
+def test_tries_and_retry_until_follow_laravels_worker() -> None:
+    o = _opts(maxTries=3)
+    assert not o.fails_after_temporary(2, 0) and o.fails_after_temporary(3, 0)
+    assert not o.exceeded_before_run(3, 0) and o.exceeded_before_run(4, 0)
+    unlimited = _opts(maxTries=0)
+    assert not unlimited.fails_after_temporary(1000, 0)
+    # retryUntil wins over maxTries: only time counts
+    r = _opts(maxTries=1, retryUntil=1000)
+    assert not r.fails_after_temporary(5, 999) and r.fails_after_temporary(1, 1000)
+    assert not r.exceeded_before_run(5, 1000) and r.exceeded_before_run(1, 1001)
+    e = _opts(maxTries=10, maxExceptions=2)
+    assert not e.fails_after_temporary(1, 0) and e.fails_after_temporary(2, 0)

@@ -1,0 +1,96 @@
+from __future__ import annotations
+
+import email
+import email.policy
+
+import pytest
+
+from sendgroup_worker.handlers import Outcome, from_send_result
+from sendgroup_worker.smtp import (
+    JOB_HEADER,
+    InvalidMailData,
+    ReplyClass,
+    SendResult,
+    build_message,
+    classify_code,
+)
+
+
+def test_message_carries_parts_headers_and_the_job_uuid() -> None:
+    mail = build_message(
+        {
+            "to": ["Ann <ann@x.example>", {"address": "bob@x.example", "name": "Bob B"}],
+            "bcc": "hidden@x.example",
+            "from": "news@sender.example",
+            "subject": "Grüße 🎧",
+            "text": "plain",
+            "html": "<p>html</p>",
+            "headers": {"List-Unsubscribe": "<mailto:u@sender.example>", "Bcc": "no"},
+        },
+        "uuid-1",
+    )
+    assert mail.sender == "news@sender.example"
+    assert mail.recipients == ["ann@x.example", "bob@x.example", "hidden@x.example"]
+    msg = email.message_from_bytes(mail.body, policy=email.policy.default)
+    assert msg[JOB_HEADER] == "uuid-1" and msg["Message-ID"] == "<uuid-1@sendgroup>"
+    assert msg["Subject"] == "Grüße 🎧" and "Bcc" not in msg
+    assert msg["List-Unsubscribe"] == "<mailto:u@sender.example>"
+    assert msg.get_content_type() == "multipart/alternative"
+    assert [p.get_content_type() for p in msg.iter_parts()] == ["text/plain", "text/html"]
+    assert mail.body.isascii()
+
+
+def test_template_with_vars() -> None:
+    mail = build_message(
+        {
+            "to": "a@x.example",
+            "from": "f@x.example",
+            "template": {"subject": "Hi $name", "text": "Dear $name, $missing"},
+            "vars": {"name": "Ann"},
+        },
+        "u",
+    )
+    msg = email.message_from_bytes(mail.body, policy=email.policy.default)
+    assert msg["Subject"] == "Hi Ann"
+    assert msg.get_content().strip() == "Dear Ann, $missing"
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        {"from": "f@x", "text": "t"},
+        {"to": "a@x", "text": "t"},
+        {"to": "a@x", "from": "f@x"},
+        {"to": 5, "from": "f@x", "text": "t"},
+        "not an object",
+    ],
+)
+def test_unusable_data_is_permanent(data: object) -> None:
+    with pytest.raises(InvalidMailData):
+        build_message(data, "u")  # type: ignore[arg-type]
+
+
+def test_reply_classes_follow_rfc5321_first_digit() -> None:
+    assert [classify_code(c) for c in (250, 451, 421, 550, 554, -1)] == [
+        ReplyClass.OK,
+        ReplyClass.TEMPORARY,
+        ReplyClass.TEMPORARY,
+        ReplyClass.PERMANENT,
+        ReplyClass.PERMANENT,
+        ReplyClass.CONNECTION,
+    ]
+
+
+def test_outcomes_of_send_results() -> None:
+    assert from_send_result(SendResult(ReplyClass.OK, 250, "ok")).outcome is Outcome.DONE
+    perm = from_send_result(SendResult(ReplyClass.PERMANENT, 550, "5.1.1 unknown"))
+    assert (perm.outcome, perm.exception, perm.message) == (
+        Outcome.PERMANENT,
+        "SmtpPermanentFailure",
+        "550 5.1.1 unknown",
+    )
+    temp = from_send_result(SendResult(ReplyClass.TEMPORARY, 451, "4.7.1 later"))
+    assert (temp.outcome, temp.reply_text) == (Outcome.TEMPORARY, "451 4.7.1 later")
+    conn = from_send_result(SendResult(ReplyClass.CONNECTION, None, "refused"))
+    assert (conn.outcome, conn.exception) == (Outcome.TEMPORARY, "SmtpConnectionError")
+    assert from_send_result(SendResult(ReplyClass.FENCED, None, "x")).outcome is Outcome.FENCED

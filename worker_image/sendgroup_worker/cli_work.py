@@ -1,0 +1,36 @@
+"""``sendgroup-worker work``: run the mail worker (the worker image's entrypoint)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+
+import click
+
+from sendgroup_worker.config import ConfigError, WorkerConfig, env_help
+
+
+@click.command("work")
+@click.option("--help-env", is_flag=True, help="List the environment variables and exit.")
+def work(help_env: bool) -> None:
+    """Drain the send group's queue through the SMTP relay, configured from environment
+    variables (see --help-env). Exits 0 after SIGTERM, WORKER_MAX_JOBS or WORKER_MAX_TIME."""
+    if help_env:
+        click.echo(env_help())
+        return
+    try:
+        config = WorkerConfig.from_env()
+    except ConfigError as exc:
+        raise click.UsageError(f"bad worker configuration: {exc}") from exc
+    logging.basicConfig(
+        level=config.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    from sendgroup_worker.worker import build_worker
+
+    async def main() -> int:
+        return await build_worker(config).run()
+
+    sys.exit(asyncio.run(main()))

@@ -1,0 +1,127 @@
+"""Job handlers: the payload's ``job`` field names one; an unknown name sends the job to failed.
+
+| ``job`` | does |
+|---|---|
+| ``sendgroups.SendMail`` | builds the message from ``data`` and sends it through the relay |
+| ``sendgroups.Noop`` | nothing (benchmarks and smoke tests) |
+
+A handler is an async callable taking a :class:`JobContext` and returning a
+:class:`HandlerResult`; it never raises for expected failures (SMTP replies, bad data). The
+worker wraps it in the job's timeout. ``sends`` marks handlers with an external side effect:
+the worker runs the queue's ``begin_send`` check before them (exactly-once).
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from sendgroup_worker import smtp
+from sendgroup_worker.metrics import WorkerMetrics
+
+SEND_MAIL: Final = "sendgroups.SendMail"
+NOOP: Final = "sendgroups.Noop"
+
+
+class Outcome(enum.StrEnum):
+    """What the worker does with the job after the handler."""
+
+    DONE = "done"  # delivered: acknowledge, record the idempotency marker
+    TEMPORARY = "temporary"  # release with backoff (or fail when out of tries)
+    PERMANENT = "permanent"  # straight to failed
+    FENCED = "fenced"  # stopped because the job is no longer ours: touch nothing
+
+
+@dataclass(frozen=True, slots=True)
+class HandlerResult:
+    """``outcome``; ``exception``: class name for the failed record; ``message``: the reason
+    (the SMTP reply for mail); ``reply_text``: a temporary reply's text for backpressure."""
+
+    outcome: Outcome
+    exception: str = ""
+    message: str = ""
+    reply_text: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class JobContext:
+    """What a handler gets: the decoded payload, its uuid and attempt number (1 = first), and
+    ``fence()``: False once the job must no longer cause side effects (reservation about to
+    expire or gone)."""
+
+    payload: Mapping[str, Any]
+    uuid: str
+    attempts: int
+    fence: Callable[[], bool]
+
+
+HandlerFn = Callable[[JobContext], Awaitable[HandlerResult]]
+
+
+@dataclass(frozen=True, slots=True)
+class Handler:
+    """A registered handler: ``run`` and whether it ``sends`` (has side effects)."""
+
+    run: HandlerFn
+    sends: bool
+
+
+class Registry:
+    """Handlers by name. :meth:`get` returns None for an unknown name."""
+
+    def __init__(self) -> None:
+        self._handlers: dict[str, Handler] = {}
+
+    def register(self, name: str, run: HandlerFn, sends: bool) -> None:
+        """Add or replace the handler ``name``."""
+        self._handlers[name] = Handler(run, sends)
+
+    def get(self, name: object) -> Handler | None:
+        """The handler called ``name`` (None when unknown or not a string)."""
+        return self._handlers.get(name) if isinstance(name, str) else None
+
+    def names(self) -> list[str]:
+        """Registered names, sorted."""
+        return sorted(self._handlers)
+
+
+def default_registry(pool: smtp.SmtpPool, metrics: WorkerMetrics) -> Registry:
+    """The worker's registry: :data:`SEND_MAIL` over ``pool`` and :data:`NOOP`."""
+    registry = Registry()
+
+    async def send_mail(job: JobContext) -> HandlerResult:
+        try:
+            mail = smtp.build_message(job.payload.get("data") or {}, job.uuid)
+        except smtp.InvalidMailData as exc:
+            return HandlerResult(Outcome.PERMANENT, "InvalidMailData", str(exc))
+        started = time.monotonic()
+        result = await pool.send(mail, job.fence)
+        metrics.reply(result.reply_class.value, time.monotonic() - started)
+        return from_send_result(result)
+
+    async def noop(job: JobContext) -> HandlerResult:
+        return HandlerResult(Outcome.DONE)
+
+    registry.register(SEND_MAIL, send_mail, sends=True)
+    registry.register(NOOP, noop, sends=False)
+    return registry
+
+
+def from_send_result(result: smtp.SendResult) -> HandlerResult:
+    """Map an SMTP outcome to what the worker does: 2xx done, 4xx and connection trouble
+    temporary, 5xx permanent (failed record ``SmtpPermanentFailure`` with the reply)."""
+    cls = smtp.ReplyClass
+    if result.reply_class is cls.OK:
+        return HandlerResult(Outcome.DONE, message=result.reply)
+    if result.reply_class is cls.FENCED:
+        return HandlerResult(Outcome.FENCED, message=result.text)
+    if result.reply_class is cls.PERMANENT:
+        return HandlerResult(Outcome.PERMANENT, "SmtpPermanentFailure", result.reply)
+    if result.reply_class is cls.TEMPORARY:
+        return HandlerResult(
+            Outcome.TEMPORARY, "SmtpTemporaryFailure", result.reply, reply_text=result.reply
+        )
+    return HandlerResult(Outcome.TEMPORARY, "SmtpConnectionError", result.reply, reply_text="")

@@ -1,0 +1,338 @@
+"""Producer client: build Laravel-compatible mail job payloads and push them in batches.
+
+A payload is the JSON envelope Laravel's ``RedisQueue::createPayloadArray`` writes (key order
+``uuid, displayName, job, maxTries, maxExceptions, failOnTimeout, backoff, timeout, retryUntil,
+data, id, attempts``) plus Horizon's ``pushedAt`` (a JSON string of unix seconds, as Horizon
+writes it). ``job`` names the worker's handler (``sendgroups.SendMail``); ``data`` holds the
+mail: ``to``, ``from``, ``subject``, ``text`` and/or ``html`` or ``template`` + ``vars``,
+``headers``. Every payload gets a fresh ``uuid`` (``id`` = ``uuid``, as Horizon), so no two
+payload strings are identical (identical strings collide in Laravel's sorted sets).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import time
+import uuid as uuidlib
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final, Literal, Protocol
+
+from tqdm import tqdm
+
+#: Handler name the worker registers for mail jobs.
+MAIL_JOB: Final = "sendgroups.SendMail"
+
+#: Row fields that map onto ``data`` directly; any other CSV column / JSON key becomes a
+#: template variable in ``data.vars`` (mail merge).
+MAIL_FIELDS: Final = ("to", "from", "subject", "text", "html", "template", "vars", "headers")
+
+RowFormat = Literal["csv", "jsonl"]
+
+
+class InvalidRow(ValueError):
+    """A recipient row that cannot become a mail job; ``line`` is 1-based (file line)."""
+
+    def __init__(self, line: int, reason: str) -> None:
+        super().__init__(f"line {line}: {reason}")
+        self.line = line
+        self.reason = reason
+
+
+def backoff_text(backoff: int | float | str | Sequence[int | float] | None) -> str | None:
+    """Laravel writes ``backoff`` as a comma-joined string (``"5,10"``) or null."""
+    if backoff is None:
+        return None
+    if isinstance(backoff, str):
+        parts = [p.strip() for p in backoff.split(",") if p.strip()]
+    elif isinstance(backoff, int | float):
+        parts = [str(backoff)]
+    else:
+        parts = [str(b) for b in backoff]
+    for p in parts:
+        if not p.replace(".", "", 1).isdigit():
+            raise ValueError(f"backoff must be seconds like '5,10', got {backoff!r}")
+    return ",".join(parts) or None
+
+
+def make_mail_payload(
+    to: str | Sequence[str],
+    from_: str | None = None,
+    subject: str | None = None,
+    text: str | None = None,
+    html: str | None = None,
+    template: str | None = None,
+    vars: Mapping[str, Any] | None = None,
+    headers: Mapping[str, str] | None = None,
+    *,
+    max_tries: int | None = None,
+    max_exceptions: int | None = None,
+    fail_on_timeout: bool = False,
+    backoff: int | float | str | Sequence[int | float] | None = None,
+    timeout: int | None = None,
+    retry_until: int | None = None,
+    job: str = MAIL_JOB,
+    display_name: str | None = None,
+    uuid: str | None = None,
+    pushed_at: float | None = None,
+    extra_data: Mapping[str, Any] | None = None,
+) -> bytes:
+    """One mail job as Laravel-compatible JSON bytes (UTF-8, compact, ``attempts`` 0).
+
+    ``to``: recipient address or list of addresses; a body is required: ``text`` and/or
+    ``html``, or a ``template`` (rendered by the worker with ``vars``). ``max_tries``,
+    ``max_exceptions``, ``backoff`` (seconds: ``5``, ``[5, 10]`` or ``"5,10"``), ``timeout``
+    (seconds), ``retry_until`` (unix seconds) override the group's defaults, as in Laravel;
+    None leaves them to the group. ``pushed_at`` defaults to now (unix seconds).
+    Raises ValueError on a missing recipient or body, or a malformed backoff.
+    """
+    recipients = [to] if isinstance(to, str) else list(to)
+    if not recipients or not all(isinstance(r, str) and r.strip() for r in recipients):
+        raise ValueError("a mail job needs a recipient ('to')")
+    if not (text or html or template):
+        raise ValueError("a mail job needs a body: 'text', 'html' or 'template'")
+    data: dict[str, Any] = {"to": to if isinstance(to, str) else recipients}
+    for name, value in (
+        ("from", from_),
+        ("subject", subject),
+        ("text", text),
+        ("html", html),
+        ("template", template),
+    ):
+        if value is not None and value != "":
+            data[name] = value
+    if vars:
+        data["vars"] = dict(vars)
+    if headers:
+        data["headers"] = dict(headers)
+    if extra_data:
+        for k, v in extra_data.items():
+            data.setdefault(k, v)
+    job_uuid = uuid or str(uuidlib.uuid4())
+    envelope: dict[str, Any] = {
+        "uuid": job_uuid,
+        "displayName": display_name or job,
+        "job": job,
+        "maxTries": max_tries,
+        "maxExceptions": max_exceptions,
+        "failOnTimeout": fail_on_timeout,
+        "backoff": backoff_text(backoff),
+        "timeout": timeout,
+        "retryUntil": retry_until,
+        "data": data,
+        "id": job_uuid,
+        "attempts": 0,
+        "pushedAt": f"{time.time() if pushed_at is None else pushed_at:.6f}",
+    }
+    return json.dumps(envelope, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+@dataclass(frozen=True, slots=True)
+class MailDefaults:
+    """Campaign-wide values used when a row lacks them, and the job options of every job."""
+
+    from_: str | None = None
+    subject: str | None = None
+    text: str | None = None
+    html: str | None = None
+    template: str | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+    max_tries: int | None = None
+    backoff: str | None = None
+    timeout: int | None = None
+
+
+def _json_field(value: Any, name: str) -> dict[str, Any]:
+    if value is None or value == "":
+        return {}
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError as e:
+            raise ValueError(f"'{name}' is not a JSON object: {e}") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"'{name}' must be a JSON object")
+    return value
+
+
+def _opt_str(value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise ValueError(f"expected text, got {type(value).__name__}")
+    return value or None
+
+
+def payload_from_row(
+    row: Mapping[str, Any], defaults: MailDefaults = MailDefaults(), pushed_at: float | None = None
+) -> bytes:
+    """A mail payload from one recipient row (CSV columns or a JSON object).
+
+    Known fields: :data:`MAIL_FIELDS` (``vars``/``headers`` may be JSON text in CSV). Other
+    non-empty fields become template variables (``data.vars``). Row values win over
+    ``defaults``. Raises ValueError with the reason for an unusable row.
+    """
+    extra_vars = {
+        k: v for k, v in row.items() if k not in MAIL_FIELDS and k and v not in (None, "")
+    }
+    vars_ = {**extra_vars, **_json_field(row.get("vars"), "vars")}
+    headers = {**defaults.headers, **_json_field(row.get("headers"), "headers")}
+    to = row.get("to")
+    if isinstance(to, str):
+        to = to.strip()
+    if not to:
+        raise ValueError("no recipient ('to')")
+    if not isinstance(to, str | list):
+        raise ValueError("'to' must be an address or a list of addresses")
+    return make_mail_payload(
+        to,
+        from_=_opt_str(row.get("from")) or defaults.from_,
+        subject=_opt_str(row.get("subject")) or defaults.subject,
+        text=_opt_str(row.get("text")) or defaults.text,
+        html=_opt_str(row.get("html")) or defaults.html,
+        template=_opt_str(row.get("template")) or defaults.template,
+        vars=vars_,
+        headers=headers,
+        max_tries=defaults.max_tries,
+        backoff=defaults.backoff,
+        timeout=defaults.timeout,
+        pushed_at=pushed_at,
+    )
+
+
+def detect_format(path: Path) -> RowFormat:
+    """``csv`` for ``*.csv``, ``jsonl`` for ``*.jsonl``/``*.ndjson``/``*.json``; ValueError
+    otherwise (pass the format explicitly)."""
+    suffix = path.suffix.lower()
+    if suffix == ".csv":
+        return "csv"
+    if suffix in (".jsonl", ".ndjson", ".json"):
+        return "jsonl"
+    raise ValueError(f"cannot tell the format of {path.name!r}: use --format csv|jsonl")
+
+
+def read_rows(
+    stream: io.TextIOBase | Iterable[str], fmt: RowFormat
+) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Yield ``(line, row)`` from a CSV (header line required) or JSON-lines text stream.
+
+    ``line`` is the 1-based line where the row starts. Blank JSON lines are skipped.
+    Raises :class:`InvalidRow` for a line that is not a JSON object or a CSV without ``to``.
+    """
+    if fmt == "csv":
+        reader = csv.DictReader(stream)
+        if reader.fieldnames is None or "to" not in reader.fieldnames:
+            raise InvalidRow(1, "the CSV header has no 'to' column")
+        line = reader.line_num
+        for row in reader:
+            yield line + 1, {k: v for k, v in row.items() if k is not None}
+            line = reader.line_num
+        return
+    for n, text in enumerate(stream, start=1):
+        if not text.strip():
+            continue
+        try:
+            obj = json.loads(text)
+        except ValueError as e:
+            raise InvalidRow(n, f"not JSON: {e}") from None
+        if not isinstance(obj, dict):
+            raise InvalidRow(n, "not a JSON object")
+        yield n, obj
+
+
+class PushTarget(Protocol):
+    """What :func:`push_recipients` needs: a queue's ``push_many`` (see ``Queue``)."""
+
+    def push_many(self, payloads: Iterable[bytes]) -> int:
+        """Push payloads; returns how many were pushed."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class PushReport:
+    """Result of :func:`push_recipients`: jobs pushed and round trips (batches) used."""
+
+    pushed: int
+    batches: int
+
+
+def push_recipients(
+    queue: PushTarget,
+    rows: Iterable[Mapping[str, Any] | bytes],
+    batch_size: int = 100,
+    progress: bool | None = True,
+    total: int | None = None,
+    defaults: MailDefaults = MailDefaults(),
+    on_batch: Callable[[int], None] | None = None,
+) -> PushReport:
+    """Push one mail job per row, ``batch_size`` jobs per round trip (each batch atomic).
+
+    ``rows``: recipient rows (see :func:`payload_from_row`) or ready payload bytes.
+    ``progress``: show a tqdm bar on stderr (None: only on a terminal); ``total`` rows, if
+    known, sizes the bar. ``on_batch(pushed_so_far)`` runs after each batch. Raises ValueError
+    for an unusable row (jobs of earlier batches are already pushed; validate first with
+    :func:`validate_rows` when that matters) and ``redis.RedisError`` on Redis errors.
+    """
+    if batch_size <= 0:
+        raise ValueError(f"batch_size must be > 0, got {batch_size}")
+    pushed = batches = 0
+    batch: list[bytes] = []
+    with tqdm(
+        total=total,
+        unit="job",
+        disable=None if progress is None else not progress,
+        desc="push",
+        dynamic_ncols=True,
+    ) as bar:
+
+        def flush() -> None:
+            nonlocal pushed, batches
+            if batch:
+                pushed += queue.push_many(batch)
+                batches += 1
+                bar.update(len(batch))
+                batch.clear()
+                if on_batch is not None:
+                    on_batch(pushed)
+
+        for row in rows:
+            batch.append(row if isinstance(row, bytes) else payload_from_row(row, defaults))
+            if len(batch) >= batch_size:
+                flush()
+        flush()
+    return PushReport(pushed=pushed, batches=batches)
+
+
+def validate_rows(
+    rows: Iterable[tuple[int, Mapping[str, Any]]], defaults: MailDefaults = MailDefaults()
+) -> int:
+    """Build (and drop) every row's payload; returns the row count. Raises
+    :class:`InvalidRow` naming the first bad line."""
+    count = 0
+    for line, row in rows:
+        try:
+            payload_from_row(row, defaults, pushed_at=0)
+        except ValueError as e:
+            raise InvalidRow(line, str(e)) from None
+        count += 1
+    return count
+
+
+__all__ = [
+    "MAIL_FIELDS",
+    "MAIL_JOB",
+    "InvalidRow",
+    "MailDefaults",
+    "PushReport",
+    "PushTarget",
+    "backoff_text",
+    "detect_format",
+    "make_mail_payload",
+    "payload_from_row",
+    "push_recipients",
+    "read_rows",
+    "validate_rows",
+]

@@ -1,0 +1,343 @@
+"""Queue clients: :class:`Queue` (sync, ``redis.Redis``) and :class:`AsyncQueue` (asyncio,
+``redis.asyncio.Redis``).
+
+Both are thin transports over :mod:`sendgroup_worker.queue.protocol`: every method builds a
+:class:`~sendgroup_worker.queue.protocol.ScriptCall` there, runs it by EVALSHA (redis-py's
+``Script`` falls back to loading the script on NOSCRIPT) and parses the reply there. Each method
+is ONE round trip unless its docstring says otherwise.
+
+The Redis client must return bytes (``decode_responses=False``, redis-py's default): payloads
+are compared byte for byte.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any, TypeVar
+
+import redis
+import redis.asyncio
+import redis.asyncio.cluster
+import redis.cluster
+
+from sendgroup_worker.queue import protocol as p
+from sendgroup_worker.queue.keys import QueueKeys
+
+T = TypeVar("T")
+
+#: Jobs retried per script call by ``failed_retry_all`` (each call is atomic and bounded).
+RETRY_ALL_CHUNK = 500
+
+
+def _check_client(client: Any, keys: QueueKeys) -> None:
+    """Refuse clients the protocol cannot work with (raises ValueError):
+
+    * ``decode_responses=True``: payloads are bytes and compared byte for byte;
+    * a Redis Cluster client with a queue name without a hash tag: the scripts touch several
+      keys of the queue, which must then share one slot (``{mail-x}``).
+    """
+    get_kwargs = getattr(client, "get_connection_kwargs", None)
+    if get_kwargs is not None and get_kwargs().get("decode_responses"):
+        raise ValueError(
+            "the queue needs a Redis client with decode_responses=False: payloads are bytes "
+            "and are compared byte for byte"
+        )
+    is_cluster = isinstance(client, redis.cluster.RedisCluster | redis.asyncio.cluster.RedisCluster)
+    if is_cluster and keys.slot_tag is None:
+        raise ValueError(
+            f"queue {keys.queue!r} has no hash tag: on Redis Cluster name it like "
+            f"'{{{keys.queue}}}' so all of its keys share one slot"
+        )
+
+
+class _Base:
+    def __init__(
+        self,
+        keys: QueueKeys,
+        retry_after: int,
+        migrate_limit: int,
+        failed_max_count: int,
+        failed_max_age: int,
+        sent_ttl: int,
+    ) -> None:
+        self.keys = keys
+        self.settings = p.QueueSettings(
+            retry_after=retry_after,
+            migrate_limit=migrate_limit,
+            failed_max_count=failed_max_count,
+            failed_max_age=failed_max_age,
+            sent_ttl=sent_ttl,
+        )
+
+    @property
+    def retry_after(self) -> int:
+        """Seconds a reservation lasts (Laravel's ``retry_after``)."""
+        return self.settings.retry_after
+
+
+class Queue(_Base):
+    """Synchronous client of one Laravel-layout Redis queue (producer CLI, dump/restore, tests).
+
+    ``client``: a ``redis.Redis`` (or ``RedisCluster``) returning bytes; ``keys``: the queue's
+    :class:`QueueKeys` (name, prefix); ``retry_after``: seconds a reservation lasts. Keyword
+    tunables: see :class:`~sendgroup_worker.queue.protocol.QueueSettings`. Methods raise
+    ``redis.RedisError`` subclasses on connection or script errors.
+    """
+
+    def __init__(
+        self,
+        client: redis.Redis[bytes],
+        keys: QueueKeys,
+        retry_after: int = 90,
+        *,
+        migrate_limit: int = 100,
+        failed_max_count: int = 100_000,
+        failed_max_age: int = 7 * 24 * 3600,
+        sent_ttl: int = 7 * 24 * 3600,
+    ) -> None:
+        _check_client(client, keys)
+        super().__init__(
+            keys, retry_after, migrate_limit, failed_max_count, failed_max_age, sent_ttl
+        )
+        self.redis = client
+        self._scripts = {n: client.register_script(p.script_source(n)) for n in p.SCRIPT_NAMES}
+
+    def run(self, call: p.ScriptCall[T]) -> T:
+        """Run one prepared script call (one round trip) and return its parsed reply."""
+        reply = self._scripts[call.script](keys=list(call.keys), args=list(call.args))
+        return call.parse(reply)
+
+    # --- worker side ------------------------------------------------------------------------
+    def reserve(
+        self, count: int = 1, ack: Sequence[p.Ack] = (), now: float | None = None
+    ) -> list[p.Reserved]:
+        """Acknowledge ``ack``, migrate due jobs, reserve up to ``count`` jobs (one script);
+        see :func:`protocol.reserve_call`. Returns the jobs (possibly none)."""
+        return self.run(p.reserve_call(self.keys, self.settings, count, ack, now)).jobs
+
+    def reserve_detailed(
+        self, count: int = 1, ack: Sequence[p.Ack] = (), now: float | None = None
+    ) -> p.ReserveResult:
+        """:meth:`reserve` that also reports lost acks, migrated and invalid counts."""
+        return self.run(p.reserve_call(self.keys, self.settings, count, ack, now))
+
+    def done(
+        self, job: p.Reserved | p.Ack, delivered: bool = True, now: float | None = None
+    ) -> bool:
+        """Acknowledge a finished job; returns True when its reservation was lost. See
+        :func:`protocol.done_call`."""
+        return self.run(p.done_call(self.keys, self.settings, job, delivered, now))
+
+    def release(self, job: p.Reserved, delay: float = 0, now: float | None = None) -> bool:
+        """Back to delayed for ``delay`` seconds; True when lost (nothing changed)."""
+        return self.run(p.release_call(self.keys, job, delay, now))
+
+    def fail(
+        self, job: p.Reserved, exception_class: str, message: str, now: float | None = None
+    ) -> bool:
+        """To the failed structure; True when lost (nothing changed)."""
+        return self.run(p.fail_call(self.keys, self.settings, job, exception_class, message, now))
+
+    def begin_send(self, job: p.Reserved) -> p.BeginSend:
+        """``"ok"``, ``"lost"`` or ``"already_sent"``: see :func:`protocol.begin_send_call`."""
+        return self.run(p.begin_send_call(self.keys, job))
+
+    def wait_for_work(self, timeout: float) -> bool:
+        """Block up to ``timeout`` seconds until the notify list holds a token; True if it
+        does. Uses ``BLMOVE notify notify LEFT RIGHT`` (Redis >= 6.2), which rotates a token
+        instead of consuming it, so tokens keep matching ready jobs. The client's
+        ``socket_timeout`` must exceed ``timeout``."""
+        k = self.keys.notify
+        return self.redis.blmove(k, k, timeout, "LEFT", "RIGHT") is not None
+
+    # --- producer side ----------------------------------------------------------------------
+    def push(self, payload: bytes) -> int:
+        """RPUSH one payload and its notify token; returns 1."""
+        return self.push_many([payload])
+
+    def push_many(self, payloads: Iterable[bytes]) -> int:
+        """RPUSH payloads + notify tokens; one round trip per :data:`protocol.PUSH_CHUNK`
+        payloads (each chunk atomic). Returns the number pushed."""
+        return sum(self.run(c) for c in p.push_calls(self.keys, payloads))
+
+    def later(
+        self, payload: bytes | Iterable[bytes], delay: float, now: float | None = None
+    ) -> int:
+        """ZADD payload(s) to delayed with score now + ``delay`` s; returns the number added."""
+        items = [payload] if isinstance(payload, bytes) else list(payload)
+        return self.run(p.later_call(self.keys, items, delay, now))
+
+    # --- inspection -------------------------------------------------------------------------
+    def size(self) -> int:
+        """ready + delayed + reserved (jobs)."""
+        return self.run(p.size_call(self.keys))
+
+    def measure(self, now: float | None = None) -> p.QueueStats:
+        """All counts and the oldest job's age, atomically, in one round trip."""
+        return self.run(p.measure_call(self.keys, now))
+
+    def clear(self) -> int:
+        """Delete ready/delayed/reserved/notify; returns the number of jobs dropped."""
+        return self.run(p.clear_call(self.keys))
+
+    # --- failed jobs ------------------------------------------------------------------------
+    def failed_list(self, offset: int = 0, limit: int = 50) -> p.FailedPage:
+        """Failed jobs newest first, ``limit`` from ``offset``, plus the total."""
+        return self.run(p.failed_list_call(self.keys, offset, limit))
+
+    def failed_get(self, uuid: str) -> p.FailedJob | None:
+        """The failed record of ``uuid``, or None."""
+        data = self.redis.hget(self.keys.failed_jobs, uuid)
+        return None if data is None else p.parse_failed_record(data)
+
+    def failed_retry(self, *uuids: str) -> p.RetryResult:
+        """Push these failed jobs back to ready (attempts 0) and forget their records."""
+        return self.run(p.failed_retry_call(self.keys, uuids))
+
+    def failed_retry_all(self) -> int:
+        """Retry every failed job, oldest first, :data:`RETRY_ALL_CHUNK` per round trip.
+        Returns the number pushed back to ready."""
+        total = 0
+        while True:
+            r = self.run(p.failed_retry_oldest_call(self.keys, RETRY_ALL_CHUNK))
+            total += r.retried
+            if r.retried + len(r.missing) < RETRY_ALL_CHUNK:
+                return total
+
+    def failed_forget(self, *uuids: str) -> int:
+        """Delete these failed records; returns how many existed."""
+        return self.run(p.failed_forget_call(self.keys, uuids))
+
+    def failed_flush(self) -> int:
+        """Delete every failed record; returns how many there were."""
+        return self.run(p.failed_forget_call(self.keys, None))
+
+
+class AsyncQueue(_Base):
+    """The asyncio twin of :class:`Queue` (worker, operator): same methods, awaited, same
+    scripts and argument building. ``client`` is a ``redis.asyncio.Redis`` returning bytes."""
+
+    def __init__(
+        self,
+        client: redis.asyncio.Redis[bytes],
+        keys: QueueKeys,
+        retry_after: int = 90,
+        *,
+        migrate_limit: int = 100,
+        failed_max_count: int = 100_000,
+        failed_max_age: int = 7 * 24 * 3600,
+        sent_ttl: int = 7 * 24 * 3600,
+    ) -> None:
+        _check_client(client, keys)
+        super().__init__(
+            keys, retry_after, migrate_limit, failed_max_count, failed_max_age, sent_ttl
+        )
+        self.redis = client
+        self._scripts = {n: client.register_script(p.script_source(n)) for n in p.SCRIPT_NAMES}
+
+    async def run(self, call: p.ScriptCall[T]) -> T:
+        """Run one prepared script call (one round trip) and return its parsed reply."""
+        reply = await self._scripts[call.script](keys=list(call.keys), args=list(call.args))
+        return call.parse(reply)
+
+    async def reserve(
+        self, count: int = 1, ack: Sequence[p.Ack] = (), now: float | None = None
+    ) -> list[p.Reserved]:
+        """See :meth:`Queue.reserve`."""
+        return (await self.run(p.reserve_call(self.keys, self.settings, count, ack, now))).jobs
+
+    async def reserve_detailed(
+        self, count: int = 1, ack: Sequence[p.Ack] = (), now: float | None = None
+    ) -> p.ReserveResult:
+        """See :meth:`Queue.reserve_detailed`."""
+        return await self.run(p.reserve_call(self.keys, self.settings, count, ack, now))
+
+    async def done(
+        self, job: p.Reserved | p.Ack, delivered: bool = True, now: float | None = None
+    ) -> bool:
+        """See :meth:`Queue.done`."""
+        return await self.run(p.done_call(self.keys, self.settings, job, delivered, now))
+
+    async def release(self, job: p.Reserved, delay: float = 0, now: float | None = None) -> bool:
+        """See :meth:`Queue.release`."""
+        return await self.run(p.release_call(self.keys, job, delay, now))
+
+    async def fail(
+        self, job: p.Reserved, exception_class: str, message: str, now: float | None = None
+    ) -> bool:
+        """See :meth:`Queue.fail`."""
+        return await self.run(
+            p.fail_call(self.keys, self.settings, job, exception_class, message, now)
+        )
+
+    async def begin_send(self, job: p.Reserved) -> p.BeginSend:
+        """See :meth:`Queue.begin_send`."""
+        return await self.run(p.begin_send_call(self.keys, job))
+
+    async def wait_for_work(self, timeout: float) -> bool:
+        """See :meth:`Queue.wait_for_work`."""
+        k = self.keys.notify
+        return (await self.redis.blmove(k, k, timeout, "LEFT", "RIGHT")) is not None
+
+    async def push(self, payload: bytes) -> int:
+        """See :meth:`Queue.push`."""
+        return await self.push_many([payload])
+
+    async def push_many(self, payloads: Iterable[bytes]) -> int:
+        """See :meth:`Queue.push_many`."""
+        total = 0
+        for c in p.push_calls(self.keys, payloads):
+            total += await self.run(c)
+        return total
+
+    async def later(
+        self, payload: bytes | Iterable[bytes], delay: float, now: float | None = None
+    ) -> int:
+        """See :meth:`Queue.later`."""
+        items = [payload] if isinstance(payload, bytes) else list(payload)
+        return await self.run(p.later_call(self.keys, items, delay, now))
+
+    async def size(self) -> int:
+        """See :meth:`Queue.size`."""
+        return await self.run(p.size_call(self.keys))
+
+    async def measure(self, now: float | None = None) -> p.QueueStats:
+        """See :meth:`Queue.measure`."""
+        return await self.run(p.measure_call(self.keys, now))
+
+    async def clear(self) -> int:
+        """See :meth:`Queue.clear`."""
+        return await self.run(p.clear_call(self.keys))
+
+    async def failed_list(self, offset: int = 0, limit: int = 50) -> p.FailedPage:
+        """See :meth:`Queue.failed_list`."""
+        return await self.run(p.failed_list_call(self.keys, offset, limit))
+
+    async def failed_get(self, uuid: str) -> p.FailedJob | None:
+        """See :meth:`Queue.failed_get`."""
+        data = await self.redis.hget(self.keys.failed_jobs, uuid)
+        return None if data is None else p.parse_failed_record(data)
+
+    async def failed_retry(self, *uuids: str) -> p.RetryResult:
+        """See :meth:`Queue.failed_retry`."""
+        return await self.run(p.failed_retry_call(self.keys, uuids))
+
+    async def failed_retry_all(self) -> int:
+        """See :meth:`Queue.failed_retry_all`."""
+        total = 0
+        while True:
+            r = await self.run(p.failed_retry_oldest_call(self.keys, RETRY_ALL_CHUNK))
+            total += r.retried
+            if r.retried + len(r.missing) < RETRY_ALL_CHUNK:
+                return total
+
+    async def failed_forget(self, *uuids: str) -> int:
+        """See :meth:`Queue.failed_forget`."""
+        return await self.run(p.failed_forget_call(self.keys, uuids))
+
+    async def failed_flush(self) -> int:
+        """See :meth:`Queue.failed_flush`."""
+        return await self.run(p.failed_forget_call(self.keys, None))
+
+
+__all__ = ["RETRY_ALL_CHUNK", "AsyncQueue", "Queue"]

@@ -1,0 +1,610 @@
+"""Transport-free half of the queue client: script texts, argument building, reply parsing.
+
+Every queue operation is a :class:`ScriptCall`: which Lua script to run, its KEYS and ARGV, and
+a pure function that turns the raw Redis reply into a Python value. The sync
+:class:`~sendgroup_worker.queue.client.Queue` and the asyncio
+:class:`~sendgroup_worker.queue.client.AsyncQueue` only differ in how they send a call, so the
+protocol is written once, here, and unit-testable without Redis.
+
+Scripts live in ``scripts/*.lua``; ``scripts/_lib.lua`` (local helper functions) is prepended
+to each one when loaded. Semantics follow Laravel 11's ``Illuminate/Queue/LuaScripts.php`` and
+``RedisQueue.php`` (see ``/work/shared/design/queue-protocol.md``), with these differences:
+
+* pop keeps the payload's bytes and rewrites only the value of its top-level ``attempts``
+  (Laravel re-encodes the whole payload with cjson, which reorders keys, escapes ``/``, rounds
+  numbers and turns ``[]`` into ``{}``);
+* a payload that is not a JSON object or lacks ``uuid``/``attempts`` goes to the failed
+  structure with a reason (Laravel's script loses it and leaves its notify token behind);
+* acknowledging, migrating and popping run in one script (:func:`reserve_call`), so steady-state
+  draining costs one round trip per job instead of Laravel's four.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+from typing import Any, Final, Generic, Literal, TypeVar
+
+from sendgroup_worker.queue.keys import QueueKeys
+
+T = TypeVar("T")
+
+#: Names of the Lua scripts in ``scripts/`` (file name without ``.lua``).
+SCRIPT_NAMES: Final = (
+    "reserve",
+    "done",
+    "release",
+    "fail",
+    "begin_send",
+    "push",
+    "later",
+    "size",
+    "measure",
+    "clear",
+    "failed_list",
+    "failed_retry",
+    "failed_forget",
+)
+
+#: Payloads per ``push`` script call; a bigger batch is split into several calls (each atomic).
+PUSH_CHUNK: Final = 1000
+
+#: Longest exception message kept in a failed record (characters); longer ones are cut.
+MESSAGE_MAX: Final = 8192
+
+BeginSend = Literal["ok", "lost", "already_sent"]
+
+
+@cache
+def script_source(name: str) -> str:
+    """Full Lua text of script ``name``: ``_lib.lua`` followed by ``<name>.lua``.
+
+    Raises KeyError for an unknown name.
+    """
+    if name not in SCRIPT_NAMES:
+        raise KeyError(f"unknown queue script {name!r}")
+    folder = resources.files("sendgroup_worker.queue") / "scripts"
+    lib = (folder / "_lib.lua").read_text(encoding="utf-8")
+    body = (folder / f"{name}.lua").read_text(encoding="utf-8")
+    return f"{lib}\n-- ===== {name}.lua =====\n{body}"
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSettings:
+    """Tunables of one queue client (all times in seconds, counts in jobs).
+
+    * ``retry_after``: a reservation expires this long after the pop (Laravel's
+      ``retry_after``); must exceed the job ``timeout``.
+    * ``migrate_limit``: at most this many due delayed jobs and as many expired reservations
+      are moved to ready per ``reserve`` call (Laravel moves 100 per migration).
+    * ``failed_max_count`` / ``failed_max_age``: retention of the failed structure; the oldest
+      records beyond either bound are dropped when a job fails. 0 disables a bound.
+    * ``sent_ttl``: idempotency markers (uuids already delivered) are kept this long.
+    """
+
+    retry_after: int = 90
+    migrate_limit: int = 100
+    failed_max_count: int = 100_000
+    failed_max_age: int = 7 * 24 * 3600
+    sent_ttl: int = 7 * 24 * 3600
+
+    def __post_init__(self) -> None:
+        if self.retry_after <= 0:
+            raise ValueError(f"retry_after must be > 0 seconds, got {self.retry_after}")
+        if self.migrate_limit < 0 or self.failed_max_count < 0 or self.failed_max_age < 0:
+            raise ValueError("migrate_limit and the failed retention bounds must be >= 0")
+
+
+@dataclass(frozen=True, slots=True)
+class ScriptCall(Generic[T]):
+    """One script invocation: run ``script`` with ``keys``/``args``, then ``parse`` the reply."""
+
+    script: str
+    keys: tuple[str, ...]
+    args: tuple[bytes | str | int | float, ...]
+    parse: Callable[[Any], T]
+
+
+@dataclass(frozen=True, slots=True)
+class Reserved:
+    """A job handed to this worker by :func:`reserve_call`.
+
+    * ``raw``: the payload exactly as it was popped from the ready list.
+    * ``reserved``: the exact bytes stored in ``:reserved`` (``raw`` with ``attempts`` + 1).
+      The ONLY value ever used to acknowledge, release or fail the job (ZREM), never a
+      re-serialization of ``payload``.
+    * ``payload``: ``reserved`` decoded as JSON, or None if Python cannot decode it (Lua's cjson
+      is laxer; the worker should then ``fail`` the job).
+    * ``uuid``: the payload's ``uuid``; ``attempts``: reservations so far, this one included.
+    """
+
+    raw: bytes
+    reserved: bytes
+    payload: dict[str, Any] | None
+    uuid: str
+    attempts: int
+
+
+@dataclass(frozen=True, slots=True)
+class Ack:
+    """A finished job to acknowledge inside the next ``reserve`` call.
+
+    ``delivered=True`` also records the idempotency marker and counts a delivery (use it when
+    the mail went out); ``False`` just removes the reservation (e.g. ``already_sent``).
+    """
+
+    reserved: bytes
+    uuid: str
+    delivered: bool = True
+
+    @classmethod
+    def of(cls, job: Reserved, delivered: bool = True) -> Ack:
+        """The acknowledgement of ``job``."""
+        return cls(job.reserved, job.uuid, delivered)
+
+
+@dataclass(frozen=True, slots=True)
+class ReserveResult:
+    """Reply of :func:`reserve_call`.
+
+    ``jobs``: the jobs reserved (at most ``count``); ``lost_acks``: indexes (0-based, into the
+    ``ack`` sequence) of acknowledgements whose reservation was already gone; ``migrated``: jobs
+    moved from delayed/reserved to ready by this call; ``invalid``: popped payloads that were
+    moved to the failed structure instead of being returned.
+    """
+
+    jobs: list[Reserved]
+    lost_acks: list[int] = field(default_factory=list)
+    migrated: int = 0
+    invalid: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStats:
+    """One atomic measurement of a queue (jobs; seconds; unix seconds).
+
+    ``total`` = ready + delayed + reserved (what "empty"/"unchanged" mean everywhere).
+    ``oldest_job_age_seconds`` is measured_at - ``pushedAt`` of the ready list's head, None
+    when the list is empty or the head has no ``pushedAt`` (plain Laravel payloads have none).
+    ``delivered``, ``failed_total`` and ``released`` are the counters kept since the group
+    began; ``failed`` is the number of records currently in the failed structure.
+    """
+
+    ready: int
+    delayed: int
+    reserved: int
+    failed: int
+    oldest_job_age_seconds: float | None
+    delivered: int
+    failed_total: int
+    released: int
+    measured_at: float
+
+    @property
+    def total(self) -> int:
+        """ready + delayed + reserved."""
+        return self.ready + self.delayed + self.reserved
+
+
+@dataclass(frozen=True, slots=True)
+class FailedJob:
+    """A record of the failed structure.
+
+    ``payload`` holds the job's exact bytes (the reserved string, or the raw popped bytes of an
+    invalid payload); ``exception`` a class name (``InvalidPayload`` for payloads the queue
+    could not read); ``failed_at`` unix seconds.
+    """
+
+    uuid: str
+    payload: bytes
+    exception: str
+    message: str
+    failed_at: float
+
+    def payload_json(self) -> dict[str, Any] | None:
+        """The payload decoded as a JSON object, or None if it is not one."""
+        return decode_payload(self.payload)
+
+
+@dataclass(frozen=True, slots=True)
+class FailedPage:
+    """A page of :class:`FailedJob` records, newest first, and the total count."""
+
+    total: int
+    jobs: list[FailedJob]
+
+
+# --- pure helpers --------------------------------------------------------------------------
+
+
+def now_seconds(now: float | None) -> float:
+    """``now`` or the local clock (unix seconds, float), as Laravel uses the client clock."""
+    return time.time() if now is None else float(now)
+
+
+def _num(value: float) -> str:
+    """A float as text Redis and Lua parse exactly (``repr`` round-trips)."""
+    if not math.isfinite(value):
+        raise ValueError(f"not a finite number: {value!r}")
+    return repr(float(value)) if value != int(value) else str(int(value))
+
+
+def decode_payload(data: bytes) -> dict[str, Any] | None:
+    """``data`` decoded as a JSON object, or None (invalid UTF-8, not JSON, not an object)."""
+    try:
+        obj = json.loads(data)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
+def parse_pushed_at(value: Any) -> float | None:
+    """``pushedAt`` as unix seconds: Horizon writes a JSON string (``"1796002801.014"``),
+    other producers a number. None when absent or unreadable."""
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, bytes):
+        value = value.decode("ascii", "replace")
+    if isinstance(value, str):
+        try:
+            parsed = float(value.strip())
+        except ValueError:
+            return None
+        return parsed if math.isfinite(parsed) else None
+    return None
+
+
+def _as_bytes(value: Any) -> bytes:
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, str):
+        return value.encode("utf-8", "surrogateescape")
+    raise TypeError(f"expected bytes from Redis, got {type(value).__name__}")
+
+
+def _as_int(value: Any) -> int:
+    if isinstance(value, bytes):
+        return int(value)
+    return int(value)
+
+
+def parse_failed_record(data: bytes) -> FailedJob:
+    """Decode a failed record written by the scripts (``cjson.encode`` of uuid, payload,
+    exception, message, failedAt). Non-UTF-8 payload bytes round-trip exactly (cjson writes
+    them raw; decoded here with ``surrogateescape``). Raises ValueError on a corrupt record."""
+    obj = json.loads(data.decode("utf-8", "surrogateescape"))
+    if not isinstance(obj, dict):
+        raise ValueError("failed record is not a JSON object")
+    return FailedJob(
+        uuid=str(obj.get("uuid", "")),
+        payload=str(obj.get("payload", "")).encode("utf-8", "surrogateescape"),
+        exception=str(obj.get("exception", "")),
+        message=str(obj.get("message", "")),
+        failed_at=float(obj.get("failedAt", 0) or 0),
+    )
+
+
+def _reserved_from(raw: bytes, reserved: bytes) -> Reserved:
+    payload = decode_payload(reserved)
+    uuid = ""
+    attempts = 0
+    if payload is not None:
+        uuid = str(payload.get("uuid", ""))
+        try:
+            attempts = int(float(payload.get("attempts", 0)))
+        except (TypeError, ValueError):
+            attempts = 0
+    return Reserved(raw=raw, reserved=reserved, payload=payload, uuid=uuid, attempts=attempts)
+
+
+def parse_reserve_reply(reply: Any) -> ReserveResult:
+    """Turn the reply of ``reserve.lua`` into a :class:`ReserveResult`."""
+    lost = [_as_int(i) - 1 for i in reply[0]]
+    migrated, invalid = (_as_int(v) for v in reply[1])
+    items = reply[2:]
+    jobs = [
+        _reserved_from(_as_bytes(items[i]), _as_bytes(items[i + 1]))
+        for i in range(0, len(items), 2)
+    ]
+    return ReserveResult(jobs=jobs, lost_acks=lost, migrated=migrated, invalid=invalid)
+
+
+# --- call builders -------------------------------------------------------------------------
+
+
+def reserve_call(
+    keys: QueueKeys,
+    settings: QueueSettings,
+    count: int = 1,
+    ack: Sequence[Ack] = (),
+    now: float | None = None,
+) -> ScriptCall[ReserveResult]:
+    """Acknowledge ``ack``, migrate due jobs, reserve up to ``count`` jobs: one script.
+
+    Order inside the script: (1) each ack ZREMs its reserved bytes; a delivered one adds its
+    uuid to ``sent`` and counts ``delivered``; (2) up to ``settings.migrate_limit`` delayed
+    jobs and as many expired reservations with score <= now move to the ready tail, one notify
+    token each; (3) up to ``count`` LPOPs (one notify token dropped per pop), each valid job's
+    ``attempts`` + 1, ZADD to reserved with score now + retry_after. Invalid payloads go to the
+    failed structure. Raises ValueError if ``count`` < 0.
+    """
+    if count < 0:
+        raise ValueError(f"count must be >= 0, got {count}")
+    t = now_seconds(now)
+    args: list[bytes | str | int | float] = [
+        _num(t),
+        str(settings.retry_after),
+        str(count),
+        str(settings.migrate_limit),
+        str(settings.failed_max_count),
+        str(settings.failed_max_age),
+        str(settings.sent_ttl),
+        str(len(ack)),
+    ]
+    for a in ack:
+        args += ["1" if a.delivered else "0", a.reserved, a.uuid]
+    return ScriptCall(
+        "reserve",
+        (
+            keys.ready,
+            keys.delayed,
+            keys.reserved,
+            keys.notify,
+            keys.failed,
+            keys.failed_jobs,
+            keys.stats,
+            keys.sent,
+        ),
+        tuple(args),
+        parse_reserve_reply,
+    )
+
+
+def _lost(reply: Any) -> bool:
+    return _as_int(reply) == 1
+
+
+def done_call(
+    keys: QueueKeys,
+    settings: QueueSettings,
+    job: Reserved | Ack,
+    delivered: bool = True,
+    now: float | None = None,
+) -> ScriptCall[bool]:
+    """Remove ``job``'s reservation (ZREM of its exact reserved bytes); reply True = lost.
+
+    With ``delivered`` the uuid is added to ``sent`` (idempotency marker, score now) and the
+    ``delivered`` counter incremented, even when the reservation was lost: the mail did go out.
+    The counter moves only when the marker is new, so retrying ``done`` after a dropped reply
+    never counts a mail twice.
+    """
+    return ScriptCall(
+        "done",
+        (keys.reserved, keys.sent, keys.stats),
+        (
+            job.reserved,
+            job.uuid,
+            "1" if delivered else "0",
+            _num(now_seconds(now)),
+            str(settings.sent_ttl),
+        ),
+        _lost,
+    )
+
+
+def release_call(
+    keys: QueueKeys, job: Reserved, delay: float, now: float | None = None
+) -> ScriptCall[bool]:
+    """Move ``job`` from reserved to delayed with score now + ``delay`` seconds, counting
+    ``released``; reply True = lost (reservation gone, nothing changed)."""
+    if delay < 0:
+        raise ValueError(f"delay must be >= 0 seconds, got {delay}")
+    return ScriptCall(
+        "release",
+        (keys.reserved, keys.delayed, keys.stats),
+        (job.reserved, _num(now_seconds(now)), _num(delay)),
+        _lost,
+    )
+
+
+def fail_call(
+    keys: QueueKeys,
+    settings: QueueSettings,
+    job: Reserved,
+    exception_class: str,
+    message: str,
+    now: float | None = None,
+) -> ScriptCall[bool]:
+    """Move ``job`` from reserved to the failed structure (record keyed by uuid, trimmed to the
+    retention bounds) and count ``failed``; reply True = lost (nothing changed). ``message``
+    is cut to :data:`MESSAGE_MAX` characters."""
+    if len(message) > MESSAGE_MAX:
+        message = message[: MESSAGE_MAX - 1] + "\u2026"
+    return ScriptCall(
+        "fail",
+        (keys.reserved, keys.failed, keys.failed_jobs, keys.stats),
+        (
+            job.reserved,
+            job.uuid,
+            exception_class,
+            message,
+            _num(now_seconds(now)),
+            str(settings.failed_max_count),
+            str(settings.failed_max_age),
+        ),
+        _lost,
+    )
+
+
+def _begin_send(reply: Any) -> BeginSend:
+    text = _as_bytes(reply).decode()
+    if text not in ("ok", "lost", "already_sent"):
+        raise ValueError(f"unexpected begin_send reply {text!r}")
+    return text  # type: ignore[return-value]
+
+
+def begin_send_call(keys: QueueKeys, job: Reserved) -> ScriptCall[BeginSend]:
+    """Check before sending: ``"lost"`` if ``job``'s reservation is gone, ``"already_sent"``
+    if its uuid carries an idempotency marker, else ``"ok"``."""
+    return ScriptCall(
+        "begin_send", (keys.reserved, keys.sent), (job.reserved, job.uuid), _begin_send
+    )
+
+
+def push_calls(keys: QueueKeys, payloads: Iterable[bytes]) -> list[ScriptCall[int]]:
+    """RPUSH ``payloads`` (+ one notify token each), :data:`PUSH_CHUNK` per script call."""
+    items = list(payloads)
+    return [
+        ScriptCall("push", (keys.ready, keys.notify), tuple(items[i : i + PUSH_CHUNK]), _as_int)
+        for i in range(0, len(items), PUSH_CHUNK)
+    ]
+
+
+def later_call(
+    keys: QueueKeys, payloads: Iterable[bytes], delay: float, now: float | None = None
+) -> ScriptCall[int]:
+    """ZADD ``payloads`` to delayed with score now + ``delay`` seconds (no notify token, as
+    Laravel's ``laterRaw``)."""
+    score = _num(now_seconds(now) + delay)
+    args: list[bytes | str | int | float] = []
+    for p in payloads:
+        args += [score, p]
+    return ScriptCall("later", (keys.delayed,), tuple(args), _as_int)
+
+
+def size_call(keys: QueueKeys) -> ScriptCall[int]:
+    """ready + delayed + reserved, atomically (Laravel's ``size()``)."""
+    return ScriptCall("size", (keys.ready, keys.delayed, keys.reserved), (), _as_int)
+
+
+def clear_call(keys: QueueKeys) -> ScriptCall[int]:
+    """Delete ready/delayed/reserved/notify; reply = jobs dropped (Laravel's ``clear()``)."""
+    return ScriptCall("clear", keys.laravel_keys, (), _as_int)
+
+
+def parse_measure_reply(reply: Any, now: float | None = None) -> QueueStats:
+    """Turn the reply of ``measure.lua`` into :class:`QueueStats`; ``now`` overrides the Redis
+    server clock as ``measured_at``."""
+    measured_at = now if now is not None else _as_int(reply[8]) + _as_int(reply[9]) / 1e6
+    pushed_at = parse_pushed_at(_as_bytes(reply[4]).decode("ascii", "replace") or None)
+    return QueueStats(
+        ready=_as_int(reply[0]),
+        delayed=_as_int(reply[1]),
+        reserved=_as_int(reply[2]),
+        failed=_as_int(reply[3]),
+        oldest_job_age_seconds=None if pushed_at is None else max(0.0, measured_at - pushed_at),
+        delivered=_as_int(reply[5]),
+        failed_total=_as_int(reply[6]),
+        released=_as_int(reply[7]),
+        measured_at=measured_at,
+    )
+
+
+def measure_call(keys: QueueKeys, now: float | None = None) -> ScriptCall[QueueStats]:
+    """Counts, oldest job age and counters in one atomic script (see :class:`QueueStats`).
+    ``measured_at`` is the Redis server's clock unless ``now`` is given."""
+    return ScriptCall(
+        "measure",
+        (keys.ready, keys.delayed, keys.reserved, keys.failed, keys.stats),
+        (),
+        lambda reply: parse_measure_reply(reply, now),
+    )
+
+
+def _parse_failed_page(reply: Any) -> FailedPage:
+    return FailedPage(
+        total=_as_int(reply[0]), jobs=[parse_failed_record(_as_bytes(r)) for r in reply[1:]]
+    )
+
+
+def failed_list_call(keys: QueueKeys, offset: int = 0, limit: int = 50) -> ScriptCall[FailedPage]:
+    """A page of failed jobs, newest first: records ``offset`` .. ``offset + limit - 1``."""
+    if offset < 0 or limit < 0:
+        raise ValueError("offset and limit must be >= 0")
+    return ScriptCall(
+        "failed_list",
+        (keys.failed, keys.failed_jobs),
+        (str(offset), str(limit)),
+        _parse_failed_page,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class RetryResult:
+    """``retried`` jobs pushed back to ready; ``missing`` uuids that had no record."""
+
+    retried: int
+    missing: list[str]
+
+
+def _parse_retry(reply: Any) -> RetryResult:
+    return RetryResult(
+        retried=_as_int(reply[0]), missing=[_as_bytes(m).decode() for m in reply[1:]]
+    )
+
+
+def _failed_retry_keys(keys: QueueKeys) -> tuple[str, ...]:
+    return (keys.failed, keys.failed_jobs, keys.ready, keys.notify)
+
+
+def failed_retry_call(keys: QueueKeys, uuids: Sequence[str]) -> ScriptCall[RetryResult]:
+    """Push the failed jobs ``uuids`` back to ready with ``attempts`` = 0 and forget them."""
+    return ScriptCall("failed_retry", _failed_retry_keys(keys), ("ids", "0", *uuids), _parse_retry)
+
+
+def failed_retry_oldest_call(keys: QueueKeys, limit: int = 500) -> ScriptCall[RetryResult]:
+    """Retry the ``limit`` oldest failed jobs (the ``retry_all`` loop calls this until 0)."""
+    if limit <= 0:
+        raise ValueError("limit must be > 0")
+    return ScriptCall("failed_retry", _failed_retry_keys(keys), ("all", str(limit)), _parse_retry)
+
+
+def failed_forget_call(keys: QueueKeys, uuids: Sequence[str] | None) -> ScriptCall[int]:
+    """Delete the failed records ``uuids`` (None: all of them); reply = records deleted."""
+    args: tuple[str, ...] = ("all",) if uuids is None else ("ids", *uuids)
+    return ScriptCall("failed_forget", (keys.failed, keys.failed_jobs), args, _as_int)
+
+
+__all__ = [
+    "MESSAGE_MAX",
+    "PUSH_CHUNK",
+    "SCRIPT_NAMES",
+    "Ack",
+    "BeginSend",
+    "FailedJob",
+    "FailedPage",
+    "QueueSettings",
+    "QueueStats",
+    "ReserveResult",
+    "Reserved",
+    "RetryResult",
+    "ScriptCall",
+    "begin_send_call",
+    "clear_call",
+    "decode_payload",
+    "done_call",
+    "fail_call",
+    "failed_forget_call",
+    "failed_list_call",
+    "failed_retry_call",
+    "failed_retry_oldest_call",
+    "later_call",
+    "measure_call",
+    "now_seconds",
+    "parse_failed_record",
+    "parse_measure_reply",
+    "parse_pushed_at",
+    "parse_reserve_reply",
+    "push_calls",
+    "release_call",
+    "reserve_call",
+    "script_source",
+    "size_call",
+]

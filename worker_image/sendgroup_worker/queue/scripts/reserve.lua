@@ -1,0 +1,74 @@
+-- reserve: acknowledge finished jobs, migrate due jobs, pop up to `count` jobs. One round trip.
+-- KEYS: 1 ready, 2 delayed, 3 reserved, 4 notify, 5 failed, 6 failed_jobs, 7 stats, 8 sent
+-- ARGV: 1 now, 2 retry_after, 3 count, 4 migrate_limit, 5 failed_max_count, 6 failed_max_age,
+--       7 sent_ttl, 8 n_acks, then per ack: delivered ("1"/"0"), reserved bytes, uuid
+-- Reply: {lost_ack_indexes (1-based), {migrated, invalid}, raw1, reserved1, raw2, ...}
+local ready, delayed, reserved, notify = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local failed, failed_jobs, stats, sent = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+local now = tonumber(ARGV[1])
+local retry_after = tonumber(ARGV[2])
+local count = tonumber(ARGV[3])
+local migrate_limit = tonumber(ARGV[4])
+local max_count, max_age = tonumber(ARGV[5]), tonumber(ARGV[6])
+local sent_ttl = tonumber(ARGV[7])
+local n_acks = tonumber(ARGV[8])
+
+-- 1. acknowledgements (same rules as done.lua)
+local lost = {}
+local delivered_n = 0
+local any_delivered = false
+for a = 1, n_acks do
+  local base = 8 + (a - 1) * 3
+  local delivered = ARGV[base + 1] == '1'
+  local removed = redis.call('ZREM', reserved, ARGV[base + 2])
+  if removed == 0 then lost[#lost + 1] = a end
+  if delivered then
+    -- counted once per uuid: only a new marker counts (see done.lua)
+    delivered_n = delivered_n + redis.call('ZADD', sent, now, ARGV[base + 3])
+    any_delivered = true
+  end
+end
+if delivered_n > 0 then
+  redis.call('HINCRBY', stats, 'delivered', delivered_n)
+end
+if any_delivered then
+  sg_trim_sent(sent, now, sent_ttl)
+end
+
+-- 2. migration of due delayed jobs and expired reservations (bounded per call)
+local migrated = 0
+if migrate_limit > 0 then
+  migrated = sg_migrate(delayed, ready, notify, ARGV[1], migrate_limit)
+    + sg_migrate(reserved, ready, notify, ARGV[1], migrate_limit)
+end
+
+-- 3. pop
+local out = {lost, {migrated, 0}}
+local got, popped, invalid = 0, 0, 0
+local until_score = now + retry_after
+while got < count and popped < count + 100 do
+  local raw = redis.call('LPOP', ready)
+  if not raw then break end
+  popped = popped + 1
+  redis.call('LPOP', notify)
+  -- on success `info` is the attempts number, else the reason the payload is unusable
+  local obj, uuid, info = sg_check_payload(raw)
+  local res = nil
+  if obj then
+    res = sg_set_attempts(raw, info + 1)
+    if not res then info = 'payload "attempts" could not be rewritten' end
+  end
+  if res then
+    redis.call('ZADD', reserved, until_score, res)
+    out[#out + 1] = raw
+    out[#out + 1] = res
+    got = got + 1
+  else
+    sg_insert_failed(failed, failed_jobs, uuid, raw, 'InvalidPayload', info, now,
+      max_count, max_age)
+    redis.call('HINCRBY', stats, 'failed', 1)
+    invalid = invalid + 1
+  end
+end
+out[2][2] = invalid
+return out

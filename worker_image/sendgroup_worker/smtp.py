@@ -1,0 +1,403 @@
+"""Sending mail: build the MIME message from a job's ``data``, send it through the relay over a
+pool of reused aiosmtplib connections, and classify the reply.
+
+Reply classes (RFC 5321 section 4.2.1, first digit of the reply code):
+
+* ``2xx``: accepted, the job is done;
+* ``4xx``: transient negative completion, the job is released with backoff and the group's
+  backpressure counts it;
+* ``5xx``: permanent negative completion, the job goes straight to failed;
+* ``connection``: the relay could not be reached, dropped the connection or timed out; treated
+  like ``4xx`` (released with backoff).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import email.policy
+import enum
+import socket
+import string
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from email.message import EmailMessage
+from email.utils import formataddr, make_msgid
+from typing import Any, Final
+
+import aiosmtplib
+
+#: Header carrying the job uuid on every message (lets a receiving side count per job).
+JOB_HEADER: Final = "X-SendGroup-Job"
+
+#: Seconds a pooled connection may sit idle before it is checked with NOOP before reuse.
+IDLE_CHECK_AFTER: Final = 10.0
+
+
+class ReplyClass(enum.StrEnum):
+    """How a send ended; the value is the metrics label."""
+
+    OK = "2xx"
+    TEMPORARY = "4xx"
+    PERMANENT = "5xx"
+    CONNECTION = "connection"
+    #: the worker stopped before DATA because it no longer holds the job (nothing was sent)
+    FENCED = "fenced"
+
+
+def classify_code(code: int) -> ReplyClass:
+    """Reply class of an SMTP reply code (RFC 5321 4.2.1). Codes outside 200..599, which a
+    broken relay or aiosmtplib's internal -1 may give, count as connection trouble."""
+    if 200 <= code < 300:
+        return ReplyClass.OK
+    if 400 <= code < 500:
+        return ReplyClass.TEMPORARY
+    if 500 <= code < 600:
+        return ReplyClass.PERMANENT
+    return ReplyClass.CONNECTION
+
+
+@dataclass(frozen=True, slots=True)
+class SendResult:
+    """Outcome of one SMTP transaction: class, reply code (None without a reply), reply text,
+    recipients refused while others were accepted (address -> "code text")."""
+
+    reply_class: ReplyClass
+    code: int | None
+    text: str
+    refused: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def reply(self) -> str:
+        """``"550 5.1.1 no such user"``, or the error text without a code."""
+        return f"{self.code} {self.text}" if self.code is not None else self.text
+
+
+class InvalidMailData(ValueError):
+    """The job's ``data`` cannot become a message (no recipient, no sender, no body, ...).
+    Permanent: retrying cannot help."""
+
+
+@dataclass(frozen=True, slots=True)
+class OutgoingMail:
+    """A message ready for the wire: envelope sender, envelope recipients, RFC 5322 bytes."""
+
+    sender: str
+    recipients: list[str]
+    body: bytes
+    needs_utf8: bool
+
+
+def _addresses(value: Any, field_name: str) -> list[str]:
+    """``"a@x"``, ``["a@x", ...]``, ``{"address": "a@x", "name": "A"}`` or a list of those, as
+    header-ready strings."""
+    if value is None:
+        return []
+    items = value if isinstance(value, list) else [value]
+    out: list[str] = []
+    for item in items:
+        if isinstance(item, str) and item.strip():
+            out.append(item.strip())
+        elif isinstance(item, Mapping) and isinstance(item.get("address"), str):
+            name = item.get("name")
+            out.append(formataddr((str(name), item["address"])) if name else item["address"])
+        else:
+            raise InvalidMailData(f"data.{field_name}: not an address: {item!r}")
+    return out
+
+
+def _bare(address: str) -> str:
+    """The addr-spec of ``"Name <a@x>"`` or ``"a@x"``."""
+    if "<" in address and address.rstrip().endswith(">"):
+        return address[address.rindex("<") + 1 : -1].strip()
+    return address.strip()
+
+
+def _render(template: Any, variables: Mapping[str, Any]) -> str | None:
+    if template is None:
+        return None
+    if not isinstance(template, str):
+        raise InvalidMailData(f"template part is not a string: {template!r}")
+    return string.Template(template).safe_substitute({k: str(v) for k, v in variables.items()})
+
+
+def build_message(data: Mapping[str, Any], job_uuid: str) -> OutgoingMail:
+    """Build the message for a mail job.
+
+    ``data`` fields: ``to`` (required), ``cc``, ``bcc``, ``from`` (required), ``reply_to``,
+    ``subject``, ``text`` and/or ``html`` (at least one), or ``template`` (an object with
+    ``subject``/``text``/``html`` using ``$name`` placeholders, Python's ``string.Template``)
+    plus ``vars``; ``headers`` (name -> value). Adds ``X-SendGroup-Job: <uuid>`` and a
+    ``Message-ID`` derived from the uuid unless ``headers`` sets one.
+
+    Raises :class:`InvalidMailData` when the data cannot make a message.
+    """
+    if not isinstance(data, Mapping):
+        raise InvalidMailData("data is not an object")
+    to = _addresses(data.get("to"), "to")
+    cc = _addresses(data.get("cc"), "cc")
+    bcc = _addresses(data.get("bcc"), "bcc")
+    senders = _addresses(data.get("from"), "from")
+    if not to and not cc and not bcc:
+        raise InvalidMailData("data.to: no recipient")
+    if len(senders) != 1:
+        raise InvalidMailData("data.from: exactly one sender is required")
+    subject, text, html = data.get("subject"), data.get("text"), data.get("html")
+    template = data.get("template")
+    if template is not None:
+        if not isinstance(template, Mapping):
+            raise InvalidMailData("data.template must be an object with subject/text/html")
+        variables = data.get("vars") or {}
+        if not isinstance(variables, Mapping):
+            raise InvalidMailData("data.vars must be an object")
+        subject = _render(template.get("subject"), variables) if subject is None else subject
+        text = _render(template.get("text"), variables) if text is None else text
+        html = _render(template.get("html"), variables) if html is None else html
+    if text is None and html is None:
+        raise InvalidMailData("data: one of text, html or template is required")
+    for name, part in (("subject", subject), ("text", text), ("html", html)):
+        if part is not None and not isinstance(part, str):
+            raise InvalidMailData(f"data.{name} must be a string")
+
+    msg = EmailMessage(policy=email.policy.SMTP)
+    try:
+        msg["From"] = senders[0]
+        if to:
+            msg["To"] = ", ".join(to)
+        if cc:
+            msg["Cc"] = ", ".join(cc)
+        reply_to = _addresses(data.get("reply_to"), "reply_to")
+        if reply_to:
+            msg["Reply-To"] = ", ".join(reply_to)
+        msg["Subject"] = subject or ""
+        headers = data.get("headers") or {}
+        if not isinstance(headers, Mapping):
+            raise InvalidMailData("data.headers must be an object")
+        for name, value in headers.items():
+            if not isinstance(name, str) or not isinstance(value, str | int | float):
+                raise InvalidMailData(f"data.headers: bad header {name!r}")
+            if name.lower() in {"bcc", JOB_HEADER.lower()}:
+                continue
+            msg[name] = str(value)
+        if "Message-ID" not in msg:
+            msg["Message-ID"] = f"<{job_uuid}@sendgroup>" if job_uuid else make_msgid()
+        msg[JOB_HEADER] = job_uuid
+        if text is not None:
+            msg.set_content(text)
+            if html is not None:
+                msg.add_alternative(html, subtype="html")
+        else:
+            msg.set_content(html or "", subtype="html")
+    except (ValueError, TypeError, IndexError) as exc:
+        if isinstance(exc, InvalidMailData):
+            raise
+        raise InvalidMailData(f"cannot build the message: {exc}") from exc
+    recipients = [_bare(a) for a in (*to, *cc, *bcc)]
+    sender = _bare(senders[0])
+    needs_utf8 = not all(a.isascii() for a in (sender, *recipients))
+    try:
+        body = msg.as_bytes(policy=email.policy.SMTPUTF8 if needs_utf8 else email.policy.SMTP)
+    except (ValueError, TypeError, UnicodeError) as exc:
+        raise InvalidMailData(f"cannot encode the message: {exc}") from exc
+    return OutgoingMail(sender=sender, recipients=recipients, body=body, needs_utf8=needs_utf8)
+
+
+@dataclass(frozen=True, slots=True)
+class SmtpSettings:
+    """Where and how to reach the relay. ``tls``: ``none``, ``starttls`` (required, not
+    opportunistic) or ``tls`` (implicit TLS). ``timeout``: seconds per SMTP command.
+    ``ca_file``: PEM bundle to verify the relay's certificate (None = system CAs)."""
+
+    host: str
+    port: int
+    tls: str = "none"
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
+    timeout: float = 30.0
+    helo_name: str | None = None
+    ca_file: str | None = None
+
+
+_CONNECTION_ERRORS: Final = (
+    aiosmtplib.SMTPServerDisconnected,
+    aiosmtplib.SMTPConnectError,
+    aiosmtplib.SMTPTimeoutError,
+    aiosmtplib.SMTPNotSupported,
+    ConnectionError,
+    OSError,
+    TimeoutError,
+)
+
+
+@dataclass(slots=True)
+class _Conn:
+    client: aiosmtplib.SMTP
+    last_used: float = 0.0
+
+
+class SmtpPool:
+    """Up to ``size`` reused SMTP connections to one relay.
+
+    :meth:`send` borrows a connection (opening one when none is idle), runs one transaction
+    (MAIL, RCPT per recipient, then DATA) and returns it to the pool; a connection that failed
+    is closed, not reused. A connection idle for more than :data:`IDLE_CHECK_AFTER` seconds is
+    checked with NOOP first (relays drop idle sessions). Never raises for SMTP or network
+    trouble: every outcome is a :class:`SendResult`.
+    """
+
+    def __init__(self, settings: SmtpSettings, size: int) -> None:
+        self.settings = settings
+        self._idle: list[_Conn] = []
+        self._slots = asyncio.Semaphore(size)
+        self._helo = settings.helo_name or socket.gethostname()
+
+    async def _open(self) -> _Conn:
+        s = self.settings
+        client = aiosmtplib.SMTP(
+            hostname=s.host,
+            port=s.port,
+            use_tls=s.tls == "tls",
+            start_tls=s.tls == "starttls",
+            username=s.username,
+            password=s.password,
+            timeout=s.timeout,
+            local_hostname=self._helo,
+            cert_bundle=s.ca_file,
+        )
+        await client.connect()
+        return _Conn(client)
+
+    async def _borrow(self) -> _Conn:
+        while self._idle:
+            conn = self._idle.pop()
+            if not conn.client.is_connected:
+                continue
+            if time.monotonic() - conn.last_used > IDLE_CHECK_AFTER:
+                try:
+                    await conn.client.noop()
+                except (aiosmtplib.SMTPException, *_CONNECTION_ERRORS):
+                    await _close(conn)
+                    continue
+            return conn
+        return await self._open()
+
+    def _give_back(self, conn: _Conn) -> None:
+        conn.last_used = time.monotonic()
+        self._idle.append(conn)
+
+    async def send(self, mail: OutgoingMail, fence: Callable[[], bool] | None = None) -> SendResult:
+        """Send ``mail``; ``fence()`` is asked right before DATA and, when it returns False,
+        the transaction is reset and :attr:`ReplyClass.FENCED` returned (nothing was sent).
+
+        Recipients refused while at least one was accepted are reported in ``refused`` with
+        an ``OK`` result (sending again would duplicate the mail for the accepted ones).
+        """
+        async with self._slots:
+            try:
+                conn = await self._borrow()
+            except aiosmtplib.SMTPResponseException as exc:
+                return SendResult(_connect_class(exc.code), exc.code, exc.message)
+            except (aiosmtplib.SMTPException, *_CONNECTION_ERRORS) as exc:
+                # e.g. the relay does not offer AUTH or STARTTLS: the relay's fault, not the
+                # message's, so the job is retried later
+                return SendResult(ReplyClass.CONNECTION, None, _describe(exc))
+            keep = False
+            try:
+                result, keep = await self._transaction(conn.client, mail, fence)
+                return result
+            except aiosmtplib.SMTPResponseException as exc:
+                keep = exc.code != 421 and await _reset(conn.client)
+                return SendResult(classify_code(exc.code), exc.code, exc.message)
+            except (aiosmtplib.SMTPException, *_CONNECTION_ERRORS) as exc:
+                return SendResult(ReplyClass.CONNECTION, None, _describe(exc))
+            finally:
+                if keep:
+                    self._give_back(conn)
+                else:
+                    await _close(conn)
+
+    async def _transaction(
+        self, client: aiosmtplib.SMTP, mail: OutgoingMail, fence: Callable[[], bool] | None
+    ) -> tuple[SendResult, bool]:
+        options = ["SMTPUTF8"] if mail.needs_utf8 else []
+        encoding = "utf-8" if mail.needs_utf8 else "ascii"
+        await client.mail(mail.sender, options=options, encoding=encoding)
+        refused: dict[str, tuple[int, str]] = {}
+        for rcpt in mail.recipients:
+            try:
+                await client.rcpt(rcpt, encoding=encoding)
+            except aiosmtplib.SMTPRecipientRefused as exc:
+                refused[rcpt] = (exc.code, exc.message)
+        if len(refused) == len(mail.recipients):
+            # every recipient refused: the "worst" reply decides (any 4xx means try again)
+            codes = [code for code, _ in refused.values()]
+            code = next((c for c in codes if 400 <= c < 500), codes[0])
+            text = next(t for c, t in refused.values() if c == code)
+            return SendResult(classify_code(code), code, text), await _reset(client)
+        if fence is not None and not fence():
+            return SendResult(ReplyClass.FENCED, None, "reservation lost before DATA"), (
+                await _reset(client)
+            )
+        response = await client.data(mail.body)
+        return SendResult(
+            classify_code(response.code),
+            response.code,
+            response.message,
+            {r: f"{c} {t}" for r, (c, t) in refused.items()},
+        ), True
+
+    async def close(self) -> None:
+        """QUIT every idle connection (best effort)."""
+        idle, self._idle = self._idle, []
+        for conn in idle:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(conn.client.quit(), 2)
+            await _close(conn)
+
+
+def _connect_class(code: int) -> ReplyClass:
+    # a greeting/EHLO/AUTH refusal: 5xx is still permanent for this message? No: it is about
+    # the relay, not the message, so anything but a clear 5xx is connection trouble.
+    cls = classify_code(code)
+    return ReplyClass.TEMPORARY if cls is ReplyClass.PERMANENT else cls
+
+
+async def _reset(client: aiosmtplib.SMTP) -> bool:
+    """RSET after a refusal; True when the connection is still usable."""
+    try:
+        await client.rset()
+        return True
+    except (aiosmtplib.SMTPException, *_CONNECTION_ERRORS):
+        return False
+
+
+async def _close(conn: _Conn) -> None:
+    with contextlib.suppress(Exception):
+        conn.client.close()
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    return f"{type(exc).__name__}: {text}" if type(exc).__name__ not in text else text
+
+
+def recipients_of(data: Mapping[str, Any]) -> Sequence[str]:
+    """Envelope recipients of a job's data (for logs and metrics), without validation."""
+    try:
+        return build_message(data, "").recipients
+    except InvalidMailData:
+        return []
+
+
+__all__ = [
+    "JOB_HEADER",
+    "InvalidMailData",
+    "OutgoingMail",
+    "ReplyClass",
+    "SendResult",
+    "SmtpPool",
+    "SmtpSettings",
+    "build_message",
+    "classify_code",
+]

@@ -1,0 +1,543 @@
+"""The mail worker: drains one send group's queue through the SMTP relay.
+
+One asyncio process runs ``concurrency`` lanes. Each lane loops:
+
+1. wait while the group is suspended by backpressure (:mod:`backpressure`);
+2. take a slot from the group's shared rate limit (:mod:`ratelimit`) *before* reserving, so
+   waiting for the rate never counts as an attempt;
+3. ``reserve`` one job (the queue script also acknowledges nothing, migrates due delayed jobs
+   and expired reservations, and moves garbage payloads to failed); when there is none, give
+   the slot back and block on ``BLPOP notify`` until a job arrives or the next delayed job or
+   reservation is due (at most ``WORKER_BLOCK_FOR``): an idle worker costs ~0 CPU and a few
+   Redis calls per block period;
+4. run the job: unknown handler / unreadable payload -> failed; past ``tries`` or
+   ``retryUntil`` -> failed; ``begin_send`` (reservation still ours, uuid not already sent);
+   send under the job's timeout, with a fence right before SMTP DATA that refuses to send when
+   the reservation is about to expire (a worker frozen with SIGSTOP and resumed late sends
+   nothing); then done / release with backoff / fail. Each of those reports ``lost`` when the
+   reservation is gone, and the worker then leaves the job alone (another worker owns it).
+
+SIGTERM/SIGINT: stop taking jobs, finish the jobs in flight (each within its timeout), exit 0.
+``WORKER_MAX_JOBS`` / ``WORKER_MAX_TIME``: the same clean stop. Redis errors: logged once per
+outage, retried with capped exponential backoff (tenacity); a finished job's done/release/fail
+is retried until Redis answers, so a sent mail is always marked sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Final, TypeVar
+
+import redis.asyncio
+import redis.exceptions
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception_type,
+    stop_never,
+    wait_exponential_jitter,
+)
+
+from sendgroup_worker import handlers as h
+from sendgroup_worker.backpressure import Backpressure
+from sendgroup_worker.config import WorkerConfig
+from sendgroup_worker.jobopts import JobOptions
+from sendgroup_worker.metrics import WorkerMetrics
+from sendgroup_worker.queue.client import AsyncQueue
+from sendgroup_worker.queue.keys import QueueKeys
+from sendgroup_worker.queue.protocol import Ack, Reserved
+from sendgroup_worker.ratelimit import RateLimiter, RatePolicy
+from sendgroup_worker.smtp import SmtpPool, SmtpSettings
+
+log = logging.getLogger("sendgroup_worker.worker")
+
+T = TypeVar("T")
+
+#: Errors that mean "Redis is not reachable right now" (BusyLoadingError, a ConnectionError
+#: subclass, covers a Redis that is still loading its data after a restart).
+REDIS_DOWN: Final = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError)
+
+#: The fence refuses SMTP DATA this many seconds before the reservation expires.
+FENCE_MARGIN: Final = 0.5
+
+#: Longest back-off between two attempts to reach Redis during an outage (seconds).
+OUTAGE_MAX_WAIT: Final = 5.0
+
+
+class Outage:
+    """Shared Redis outage state of one worker: logs the start and the end of an outage once,
+    whatever the number of lanes hitting it; keeps the ``redis_up`` gauge."""
+
+    def __init__(self, metrics: WorkerMetrics) -> None:
+        self.metrics = metrics
+        self.since: float | None = None
+
+    def failed(self, exc: BaseException) -> None:
+        """Note a failed Redis call."""
+        if self.since is None:
+            self.since = time.monotonic()
+            self.metrics.redis_up.labels(self.metrics.queue).set(0)
+            log.warning("Redis unreachable (%s); retrying with backoff", _short(exc))
+
+    def ok(self) -> None:
+        """Note a successful Redis call."""
+        if self.since is not None:
+            log.warning("Redis reachable again after %.1fs", time.monotonic() - self.since)
+            self.since = None
+            self.metrics.redis_up.labels(self.metrics.queue).set(1)
+
+
+@dataclass(slots=True)
+class _Lane:
+    """One lane's state: its index and the acknowledgement of its last delivered job, which
+    rides along with the lane's next reserve call."""
+
+    index: int
+    ack: Ack | None = None
+
+
+class Worker:
+    """One worker process' drain loop. Build with :func:`build_worker`, run with :meth:`run`
+    (returns the exit code, 0 on a clean stop)."""
+
+    def __init__(
+        self,
+        config: WorkerConfig,
+        client: redis.asyncio.Redis[bytes],
+        blocking: redis.asyncio.Redis[bytes],
+        queue: AsyncQueue,
+        pool: SmtpPool,
+        registry: h.Registry,
+        metrics: WorkerMetrics,
+        limiter: RateLimiter,
+        backpressure: Backpressure,
+    ) -> None:
+        self.config = config
+        self.client = client
+        self.blocking = blocking
+        self.queue = queue
+        self.keys = queue.keys
+        self.pool = pool
+        self.registry = registry
+        self.metrics = metrics
+        self.limiter = limiter
+        self.backpressure = backpressure
+        self.outage = Outage(metrics)
+        self.stopping = asyncio.Event()
+        self.stop_reason = ""
+        self.taken = 0
+        self.finished = 0
+        self._suspension_logged = False
+        # idle lanes: one blocks on Redis (BLPOP), the others wait here until a lane that
+        # found a job wakes one of them (so an idle process makes one blocking call, not N)
+        self._idle = asyncio.Condition()
+        self._blocker = False
+
+    # --- control ---------------------------------------------------------------------------
+    def stop(self, reason: str) -> None:
+        """Stop taking jobs; jobs in flight finish. Idempotent."""
+        if not self.stopping.is_set():
+            self.stop_reason = reason
+            log.info("stopping (%s): finishing jobs in flight", reason)
+            self.stopping.set()
+            asyncio.get_running_loop().create_task(self._wake_all())
+
+    async def _wake_all(self) -> None:
+        async with self._idle:
+            self._idle.notify_all()
+
+    async def run(self) -> int:
+        """Run until stopped (signal, max jobs, max time). Returns the process exit code."""
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.stop, signal.Signals(sig).name)
+        self.metrics.serve(self.config.metrics_port, self.config.metrics_host)
+        self._publish_rate()
+        log.info(
+            "worker started: queue=%s concurrency=%d tries=%d timeout=%gs retry_after=%gs "
+            "rate=%s/min handlers=%s",
+            self.config.queue,
+            self.config.concurrency,
+            self.config.tries,
+            self.config.timeout,
+            self.config.retry_after,
+            self.config.rate_per_minute or "unlimited",
+            ",".join(self.registry.names()),
+        )
+        if self.config.warmup_start_per_hour and self.config.warmup_since is None:
+            log.warning("WARMUP_SINCE is not set: the warm-up ramp starts over at every restart")
+        timer = None
+        if self.config.max_time > 0:
+            timer = loop.call_later(self.config.max_time, self.stop, "max time reached")
+        lanes = [asyncio.create_task(self._lane(i)) for i in range(self.config.concurrency)]
+        try:
+            await asyncio.gather(*lanes)
+        finally:
+            if timer is not None:
+                timer.cancel()
+            await self.pool.close()
+            with contextlib.suppress(Exception):
+                await self.client.connection_pool.disconnect()
+            with contextlib.suppress(Exception):
+                await self.blocking.connection_pool.disconnect()
+        log.info("worker stopped (%s) after %d jobs", self.stop_reason, self.finished)
+        return 0
+
+    # --- the lane --------------------------------------------------------------------------
+    async def _lane(self, index: int) -> None:
+        delay = wait_exponential_jitter(initial=0.1, max=OUTAGE_MAX_WAIT, jitter=0.2)
+        failures = 0
+        lane = _Lane(index)
+        while not self.stopping.is_set():
+            try:
+                await self._step(lane)
+                failures = 0
+            except REDIS_DOWN as exc:
+                self.outage.failed(exc)
+                failures += 1
+                await self._sleep(delay(_retry_state(failures)))
+            except Exception:
+                log.exception("lane %d: unexpected error; continuing", index)
+                await self._sleep(1.0)
+        await self._flush(lane)
+
+    async def _flush(self, lane: _Lane) -> None:
+        """Send the lane's pending acknowledgement now (before waiting or stopping)."""
+        ack = lane.ack
+        if ack is not None:
+            lost = await self._retry(lambda: self.queue.done(ack, delivered=True))
+            lane.ack = None
+            if lost:
+                log.warning("job %s: delivered, but its reservation had expired", ack.uuid)
+
+    async def _step(self, lane: _Lane) -> None:
+        if await self._wait_if_suspended(lane):
+            return
+        if self.config.max_jobs and self.taken >= self.config.max_jobs:
+            self.stop("max jobs reached")
+            return
+        if self.limiter.unlimited:
+            granted = 1
+        else:
+            granted, _ = await self.limiter.try_take(1, self.backpressure.run)
+            if granted == 0:
+                await self._flush(lane)  # do not hold an acknowledgement while waiting
+                granted = await self.limiter.take(1, self.stopping, self.backpressure.run)
+            self._publish_rate()
+            if granted == 0:
+                return
+        if self.stopping.is_set():
+            await self.limiter.give_back(granted, self.backpressure.run)
+            return
+        now = time.time()
+        acks = [lane.ack] if lane.ack is not None else []
+        result = await self.queue.reserve_detailed(1, ack=acks, now=now)
+        lane.ack = None  # the script ran: acknowledged (lost or not)
+        self.outage.ok()
+        if result.lost_acks:
+            log.warning("job %s: delivered, but its reservation had expired", acks[0].uuid)
+        for _ in range(result.invalid):
+            self.metrics.job("failed")
+        if result.invalid:
+            log.info("%d unreadable payload(s) moved to failed", result.invalid)
+        if not result.jobs:
+            if not self.limiter.unlimited:
+                await self.limiter.give_back(granted, self.backpressure.run)
+            await self._wait_for_work()
+            return
+        self.taken += 1
+        job = result.jobs[0]
+        await self._wake_one()
+        self.metrics.in_flight.labels(self.config.queue).inc()
+        try:
+            await self._process(lane, job, reserved_until=now + self.queue.retry_after)
+        finally:
+            self.metrics.in_flight.labels(self.config.queue).dec()
+            self.finished += 1
+            if self.config.max_jobs and self.finished >= self.config.max_jobs:
+                self.stop("max jobs reached")
+
+    async def _wait_if_suspended(self, lane: _Lane) -> bool:
+        remaining = await self.backpressure.suspended_for()
+        self.metrics.suspended.labels(self.config.queue).set(1 if remaining > 0 else 0)
+        if remaining <= 0:
+            if self._suspension_logged:
+                log.info("group no longer suspended: sending again")
+                self._suspension_logged = False
+            return False
+        if not self._suspension_logged:
+            log.warning("group suspended by provider backpressure for %.0fs", remaining)
+            self._suspension_logged = True
+        await self._flush(lane)
+        await self._sleep(min(remaining, 5.0))
+        return True
+
+    async def _wake_one(self) -> None:
+        """A lane found a job: there may be more, wake one idle lane."""
+        async with self._idle:
+            self._idle.notify(1)
+
+    async def _wait_for_work(self) -> None:
+        """Wait for work: one lane at a time blocks on Redis (:meth:`_block_on_redis`), the
+        others wait to be woken by a lane that found a job (or 30 s, or the stop)."""
+        if not self._blocker:
+            self._blocker = True
+            try:
+                await self._block_on_redis()
+            finally:
+                self._blocker = False
+            return
+        async with self._idle:
+            if self.stopping.is_set():  # stop() may have notified before this lane got here
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._idle.wait(), 30.0)
+
+    async def _block_on_redis(self) -> None:
+        """Block on the notify list until a token arrives, the next delayed job or expired
+        reservation is due, ``block_for`` passes, or the worker stops."""
+        async with self.client.pipeline(transaction=False) as pipe:
+            pipe.zrange(self.keys.delayed, 0, 0, withscores=True)
+            pipe.zrange(self.keys.reserved, 0, 0, withscores=True)
+            firsts = await pipe.execute()
+        timeout = self.config.block_for
+        for first in firsts:
+            if first:
+                timeout = min(timeout, float(first[0][1]) - time.time())
+        if timeout <= 0.001:
+            return
+        timeout = max(timeout, 0.01)
+        pop = asyncio.ensure_future(self.blocking.blpop([self.keys.notify], timeout=timeout))
+        stop = asyncio.ensure_future(self.stopping.wait())
+        try:
+            await asyncio.wait({pop, stop}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (pop, stop):
+                if not task.done():
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, *REDIS_DOWN):
+                        await task
+        if pop.done() and not pop.cancelled():
+            pop.result()  # raises the Redis error, if any
+
+    # --- one job ---------------------------------------------------------------------------
+    async def _process(self, lane: _Lane, job: Reserved, reserved_until: float) -> None:
+        payload = job.payload
+        if payload is None:
+            await self._fail(job, "InvalidPayload", "payload is not a JSON object")
+            return
+        handler = self.registry.get(payload.get("job"))
+        if handler is None:
+            await self._fail(
+                job,
+                "UnknownHandler",
+                f"no handler named {payload.get('job')!r}; "
+                f"known: {', '.join(self.registry.names())}",
+            )
+            return
+        opts = JobOptions.of(payload, self.config)
+        now = time.time()
+        if opts.exceeded_before_run(job.attempts, now):
+            await self._fail(
+                job,
+                "MaxAttemptsExceededException",
+                f"{_display(payload)} has been attempted too many times"
+                + (" or run too long" if opts.retry_until is not None else ""),
+            )
+            return
+        if handler.sends:
+            state = await self._retry(lambda: self.queue.begin_send(job))
+            if state == "lost":
+                self.metrics.job("lost")
+                log.info("job %s: reservation gone before sending; left to its owner", job.uuid)
+                return
+            if state == "already_sent":
+                await self._retry(lambda: self.queue.done(job, delivered=False))
+                self.metrics.job("skipped")
+                log.info("job %s: already sent by an earlier reservation; not sent again", job.uuid)
+                return
+        # the ladder: job timeout < retry_after; never run past the reservation
+        timeout = max(0.1, min(opts.timeout, reserved_until - time.time() - FENCE_MARGIN))
+        deadline = time.monotonic() + timeout
+
+        def held() -> bool:  # wall clock: the reservation (score) is still ours
+            return time.time() < reserved_until - FENCE_MARGIN
+
+        def fence() -> bool:  # may the handler still cause its side effect?
+            return held() and time.monotonic() < deadline
+
+        context = h.JobContext(payload=payload, uuid=job.uuid, attempts=job.attempts, fence=fence)
+        try:
+            async with asyncio.timeout(timeout):
+                result = await handler.run(context)
+        except TimeoutError:
+            if not held():
+                result = h.HandlerResult(h.Outcome.FENCED, message="timed out past the fence")
+            else:
+                result = h.HandlerResult(
+                    h.Outcome.PERMANENT if opts.fail_on_timeout else h.Outcome.TEMPORARY,
+                    "TimeoutExceededException",
+                    f"{_display(payload)} has timed out after {timeout:g}s",
+                )
+        except Exception as exc:
+            log.exception("job %s: handler raised", job.uuid)
+            result = h.HandlerResult(h.Outcome.TEMPORARY, type(exc).__name__, str(exc))
+        await self._settle(lane, job, opts, result)
+
+    async def _settle(
+        self, lane: _Lane, job: Reserved, opts: JobOptions, result: h.HandlerResult
+    ) -> None:
+        if result.outcome is h.Outcome.DONE:
+            # acknowledged inside the lane's next reserve call (one round trip saved), or by
+            # _flush before the lane waits or stops
+            lane.ack = Ack.of(job, delivered=True)
+            self.metrics.job("delivered")
+            await self._best_effort(self.backpressure.record_success())
+            return
+        if result.outcome is h.Outcome.FENCED:
+            self.metrics.job("lost")
+            log.info("job %s: not sent, the reservation expired (%s)", job.uuid, result.message)
+            return
+        if result.outcome is h.Outcome.PERMANENT:
+            await self._fail(job, result.exception, result.message)
+            return
+        # temporary: 4xx, connection trouble, timeout
+        suspended = await self._best_effort(self.backpressure.record_temporary(result.reply_text))
+        if suspended:
+            self.metrics.suspended.labels(self.config.queue).set(1)
+        if opts.fails_after_temporary(job.attempts, time.time()):
+            await self._fail(
+                job,
+                result.exception or "MaxAttemptsExceededException",
+                f"{result.message} (attempt {job.attempts}, no tries left)",
+            )
+            return
+        delay = opts.backoff_for(job.attempts)
+        lost = await self._retry(lambda: self.queue.release(job, delay))
+        if lost:
+            self.metrics.job("lost")
+            log.info("job %s: reservation gone; not released again", job.uuid)
+        else:
+            self.metrics.job("released")
+            log.info(
+                "job %s: attempt %d: %s; retry in %gs",
+                job.uuid,
+                job.attempts,
+                result.message,
+                delay,
+            )
+
+    async def _fail(self, job: Reserved, exception: str, message: str) -> None:
+        lost = await self._retry(lambda: self.queue.fail(job, exception, message))
+        if lost:
+            self.metrics.job("lost")
+            log.info("job %s: reservation gone; not failed again", job.uuid)
+        else:
+            self.metrics.job("failed")
+            log.info("job %s: failed: %s: %s", job.uuid or "?", exception, message)
+
+    # --- helpers ---------------------------------------------------------------------------
+    async def _retry(self, call: Callable[[], Awaitable[T]]) -> T:
+        """Run a Redis call until it succeeds: a finished job's outcome must reach Redis."""
+
+        def before_sleep(state: RetryCallState) -> None:
+            if state.outcome is not None and state.outcome.exception() is not None:
+                self.outage.failed(state.outcome.exception())  # type: ignore[arg-type]
+
+        retrying = AsyncRetrying(
+            retry=retry_if_exception_type(REDIS_DOWN),
+            wait=wait_exponential_jitter(initial=0.05, max=OUTAGE_MAX_WAIT, jitter=0.1),
+            stop=stop_never,
+            before_sleep=before_sleep,
+            reraise=True,
+        )
+        async for attempt in retrying:
+            with attempt:
+                value = await call()
+        self.outage.ok()
+        return value
+
+    async def _best_effort(self, call: Awaitable[T]) -> T | None:
+        try:
+            return await call
+        except REDIS_DOWN as exc:
+            self.outage.failed(exc)
+            return None
+
+    async def _sleep(self, seconds: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.stopping.wait(), seconds)
+
+    def _publish_rate(self) -> None:
+        rate = self.limiter.current_per_minute
+        self.metrics.rate.labels(self.config.queue).set(rate or 0)
+
+
+def _retry_state(attempt: int) -> RetryCallState:
+    state = RetryCallState(retry_object=AsyncRetrying(), fn=None, args=(), kwargs={})
+    state.attempt_number = attempt
+    return state
+
+
+def _display(payload: dict[str, object]) -> str:
+    name = payload.get("displayName") or payload.get("job") or "job"
+    return str(name)
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def build_worker(config: WorkerConfig) -> Worker:
+    """Wire a :class:`Worker` from ``config``: Redis clients (one for commands, one for the
+    blocking wait), queue client, SMTP pool (``concurrency`` connections), handlers, metrics,
+    rate limiter and backpressure. Opens no connection yet."""
+    client = redis.asyncio.Redis.from_url(
+        config.redis_url, socket_timeout=10, socket_connect_timeout=5
+    )
+    blocking = redis.asyncio.Redis.from_url(
+        config.redis_url, socket_timeout=config.block_for + 10, socket_connect_timeout=5
+    )
+    keys = QueueKeys(config.queue, prefix=config.key_prefix)
+    queue = AsyncQueue(client, keys, retry_after=int(config.retry_after))
+    metrics = WorkerMetrics(config.queue)
+    pool = SmtpPool(
+        SmtpSettings(
+            host=config.smtp_host,
+            port=config.smtp_port,
+            tls=config.smtp_tls,
+            username=config.smtp_username,
+            password=config.smtp_password,
+            timeout=config.smtp_command_timeout,
+            helo_name=config.smtp_helo_name,
+            ca_file=config.smtp_ca_file,
+        ),
+        size=config.concurrency,
+    )
+    limiter = RateLimiter(
+        client,
+        keys.ratelimit,
+        RatePolicy(
+            per_minute=config.rate_per_minute,
+            burst=config.burst,
+            warmup_start_per_hour=config.warmup_start_per_hour,
+            warmup_growth_per_day=config.warmup_growth_per_day,
+            warmup_since=config.warmup_since,
+        ),
+    )
+    backpressure = Backpressure(
+        client,
+        keys.backpressure,
+        config.backpressure_suspend_after,
+        config.backpressure_suspend_for,
+        config.patterns(),
+    )
+    registry = h.default_registry(pool, metrics)
+    return Worker(config, client, blocking, queue, pool, registry, metrics, limiter, backpressure)
