@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import pytest
 import redis
 
+from tests.support.redis_cluster import RedisCluster
 from tests.support.redis_server import RedisServer
 from tests.support.smtp_sink import SmtpSink
 
@@ -104,3 +105,11 @@ def smtp_sink(smtp_sink_server: SmtpSink) -> SmtpSink:
     """The session's SMTP sink with its scripts and records cleared."""
     smtp_sink_server.reset()
     return smtp_sink_server
+
+
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[RedisCluster]:
+    """A real three-master Redis Cluster on loopback ports for the whole session."""
+    cluster = RedisCluster().start()
+    yield cluster
+    cluster.cleanup()

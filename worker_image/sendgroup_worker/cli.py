@@ -27,3 +27,6 @@ _register_producer(main)
 from sendgroup_worker.cli_work import work  # noqa: E402
 
 main.add_command(work)
+from sendgroup_worker.dumps.commands import register as _register_dumps  # noqa: E402
+
+_register_dumps(main)

@@ -147,8 +147,15 @@ class QueueKeys:
 
     @property
     def restored(self) -> str:
-        """Set of dump segment ids already merged back (makes restore idempotent)."""
+        """Hash of restore progress: field = dump segment id, value = number of the segment's
+        chunks already merged (makes restore idempotent; see ``sendgroup_worker.dumps``)."""
         return self._sub("restored")
+
+    @property
+    def purge_requested(self) -> str:
+        """String set by the operator before it starts a purge Job; the purge deletes it with
+        every other key, so its absence tells the operator the purge ran."""
+        return self._sub("purge")
 
     def staging(self, name: str) -> str:
         """Staging copy of live key ``name`` (``ready``, ``delayed``, ``reserved``, ...) used
@@ -164,7 +171,8 @@ class QueueKeys:
     def staging_keys(self) -> tuple[str, ...]:
         """Every staging key a dump may leave behind."""
         return tuple(
-            self.staging(n) for n in ("ready", "delayed", "reserved", "failed", "failed:jobs")
+            self.staging(n)
+            for n in ("ready", "delayed", "reserved", "failed", "failed:jobs", "meta")
         )
 
     @property
@@ -180,6 +188,7 @@ class QueueKeys:
             self.ratelimit,
             self.backpressure,
             self.restored,
+            self.purge_requested,
             *self.staging_keys,
         )
 

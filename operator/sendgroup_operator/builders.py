@@ -1,0 +1,392 @@
+"""Pure builders of the children of a SendGroup: names, labels, the worker Deployment and the
+dump/restore/purge Jobs. Plain dicts in the Kubernetes API's JSON shape; no client calls.
+
+This module is the ONE place that spells the worker's environment variables
+(:data:`ENV_*`) and the dump/restore commands' arguments, so they can be aligned with
+``sendgroup_worker`` in one edit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+
+from sendgroup_operator import durations, models
+from sendgroup_operator.settings import DUMPS_MOUNT, Settings
+
+MAX_NAME: Final = 63
+HASH_LEN: Final = 8
+
+# --- the worker's environment (sendgroup_worker reads these) ------------------------------
+ENV_QUEUE: Final = "SENDGROUP_QUEUE"
+ENV_KEY_PREFIX: Final = "SENDGROUP_KEY_PREFIX"
+ENV_GROUP: Final = "SENDGROUP_NAME"
+ENV_NAMESPACE: Final = "SENDGROUP_NAMESPACE"
+ENV_REDIS_URL: Final = "REDIS_URL"
+ENV_SMTP_HOST: Final = "SMTP_HOST"
+ENV_SMTP_PORT: Final = "SMTP_PORT"
+ENV_SMTP_TLS: Final = "SMTP_TLS"
+ENV_SMTP_USERNAME: Final = "SMTP_USERNAME"
+ENV_SMTP_PASSWORD: Final = "SMTP_PASSWORD"
+ENV_TRIES: Final = "WORKER_TRIES"
+ENV_BACKOFF: Final = "WORKER_BACKOFF"
+ENV_TIMEOUT: Final = "WORKER_TIMEOUT"
+ENV_RETRY_AFTER: Final = "WORKER_RETRY_AFTER"
+ENV_RATE_PER_MINUTE: Final = "RATE_PER_MINUTE"
+ENV_RATE_BURST: Final = "RATE_BURST"
+ENV_WARMUP_START_PER_HOUR: Final = "WARMUP_START_PER_HOUR"
+ENV_WARMUP_GROWTH_PER_DAY: Final = "WARMUP_GROWTH_PER_DAY"
+ENV_WARMUP_SINCE: Final = "WARMUP_SINCE"
+ENV_BACKPRESSURE_SUSPEND_AFTER: Final = "BACKPRESSURE_SUSPEND_AFTER"
+ENV_BACKPRESSURE_SUSPEND_FOR: Final = "BACKPRESSURE_SUSPEND_FOR"
+ENV_BACKPRESSURE_PATTERNS: Final = "BACKPRESSURE_PATTERNS"
+ENV_METRICS_PORT: Final = "METRICS_PORT"
+
+WORKER_COMMAND: Final = ("sendgroup-worker", "work")
+#: ``sendgroup-worker <cmd> --queue Q --dumps-dir DIR`` per Job kind; Redis from $REDIS_URL.
+#: ``purge --dumps-dir`` deletes the queue's keys and its dump segments.
+JOB_COMMANDS: Final = {"dump": "dump", "restore": "restore", "purge": "purge"}
+WORKER_METRICS_PORT: Final = 9090
+GRACE_MARGIN_SECONDS: Final = 30
+DEFAULT_RESOURCES: Final = {
+    "requests": {"cpu": "50m", "memory": "64Mi"},
+    "limits": {"memory": "256Mi"},
+}
+
+LABEL_NAME: Final = "app.kubernetes.io/name"
+LABEL_INSTANCE: Final = "app.kubernetes.io/instance"
+LABEL_COMPONENT: Final = "app.kubernetes.io/component"
+LABEL_PART_OF: Final = "app.kubernetes.io/part-of"
+LABEL_MANAGED_BY: Final = "app.kubernetes.io/managed-by"
+LABEL_CAMPAIGN: Final = "sendgroups.io/campaign"
+LABEL_HOST: Final = "sendgroups.io/host"
+LABEL_GROUP: Final = "sendgroups.io/group"
+ANNOTATION_TEMPLATE_HASH: Final = "sendgroups.io/template-hash"
+APP_NAME: Final = "sendgroup-worker"
+PART_OF: Final = "sendgroup-operator"
+MANAGED_BY: Final = "sendgroup-operator"
+
+JobKind = Literal["dump", "restore", "purge"]
+
+_LABEL_BAD: Final = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:HASH_LEN]
+
+
+def shorten(base: str, suffix: str = "", limit: int = MAX_NAME) -> str:
+    """``base + suffix`` if it fits in ``limit`` characters, else ``base`` cut and followed by
+    ``-<8 hex of sha256(base)>`` so that the result plus ``suffix`` is exactly ``limit`` long.
+    Stable: the same input always gives the same name; two long names that share a prefix
+    differ by their hash."""
+    if len(base) + len(suffix) <= limit:
+        return base + suffix
+    keep = limit - len(suffix) - HASH_LEN - 1
+    return f"{base[:keep].rstrip('-.')}-{_digest(base)}{suffix}"
+
+
+def label_value(text: str) -> str:
+    """``text`` as a valid label value (<= 63 chars of ``[A-Za-z0-9._-]``, alphanumeric at
+    both ends); characters outside that set become ``-`` and a hash keeps it unique."""
+    clean = _LABEL_BAD.sub("-", text).strip("-._")
+    if clean == text and len(clean) <= MAX_NAME:
+        return clean
+    keep = MAX_NAME - HASH_LEN - 1
+    head = clean[:keep].strip("-._")
+    return f"{head}-{_digest(text)}" if head else _digest(text)
+
+
+def deployment_name(group: str) -> str:
+    """``sg-<group>``, shortened with a hash beyond 63 characters."""
+    return shorten(f"sg-{group}")
+
+
+def job_name(group: str, kind: JobKind, number: int) -> str:
+    """``sg-<group>-<kind>-<n>``, the group part shortened so the suffix stays readable."""
+    return shorten(f"sg-{group}", f"-{kind}-{number}")
+
+
+@dataclass(frozen=True)
+class GroupRef:
+    """Identity of a SendGroup as its children need it."""
+
+    namespace: str
+    name: str
+    uid: str
+    campaign: str
+    host: str
+    created_at: str | None = None
+
+
+def labels(ref: GroupRef, component: str) -> dict[str, str]:
+    """Labels of every child: app.kubernetes.io/* and sendgroups.io/*."""
+    return {
+        LABEL_NAME: APP_NAME,
+        LABEL_INSTANCE: label_value(ref.name),
+        LABEL_COMPONENT: component,
+        LABEL_PART_OF: PART_OF,
+        LABEL_MANAGED_BY: MANAGED_BY,
+        LABEL_CAMPAIGN: label_value(ref.campaign),
+        LABEL_HOST: label_value(ref.host),
+        LABEL_GROUP: label_value(ref.name),
+    }
+
+
+def group_selector(ref: GroupRef) -> str:
+    """Label selector of all pods/Jobs/Deployments of one group."""
+    return f"{LABEL_GROUP}={label_value(ref.name)},{LABEL_PART_OF}={PART_OF}"
+
+
+def worker_selector(ref: GroupRef) -> str:
+    """Label selector of the group's worker pods."""
+    return f"{group_selector(ref)},{LABEL_COMPONENT}=worker"
+
+
+def owner_reference(ref: GroupRef) -> dict[str, Any]:
+    """ownerReference to the SendGroup (controller, blocks owner deletion)."""
+    return {
+        "apiVersion": models.API_VERSION,
+        "kind": models.KIND,
+        "name": ref.name,
+        "uid": ref.uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def _metadata(ref: GroupRef, name: str, component: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "namespace": ref.namespace,
+        "labels": labels(ref, component),
+        "ownerReferences": [owner_reference(ref)],
+    }
+
+
+def container_security_context() -> dict[str, Any]:
+    """Restricted Pod Security Standard, container level."""
+    return {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "runAsNonRoot": True,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def pod_security_context() -> dict[str, Any]:
+    """Restricted Pod Security Standard, pod level (uid/gid 10001, group-owned volumes)."""
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": 10001,
+        "runAsGroup": 10001,
+        "fsGroup": 10001,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def image(spec: models.SendGroupSpec, settings: Settings) -> str:
+    """The worker image: ``spec.worker.image`` only if overrides are allowed."""
+    if settings.allow_image_override and spec.worker.image:
+        return spec.worker.image
+    return settings.default_image
+
+
+def _value(name: str, value: object) -> dict[str, Any]:
+    return {"name": name, "value": str(value)}
+
+
+def _secret(name: str, secret: str, key: str) -> dict[str, Any]:
+    return {"name": name, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}}
+
+
+def redis_env(spec: models.SendGroupSpec, settings: Settings) -> dict[str, Any]:
+    """``REDIS_URL``: from the Secret when ``redis.secretRef`` is set (the password never
+    appears in the pod spec), else the password-less ``redis.url`` or the operator default."""
+    redis = spec.redis
+    if redis is not None and redis.secret_ref is not None:
+        return _secret(ENV_REDIS_URL, redis.secret_ref.name, redis.secret_ref.key)
+    url = redis.url if redis is not None and redis.url else settings.default_redis_url
+    return _value(ENV_REDIS_URL, url)
+
+
+def worker_env(
+    ref: GroupRef, spec: models.SendGroupSpec, settings: Settings
+) -> list[dict[str, Any]]:
+    """Environment of a worker container (names: the ``ENV_*`` constants)."""
+    w = spec.worker
+    smtp = spec.smtp or models.SmtpSpec()
+    env = [
+        _value(ENV_QUEUE, spec.queue_name(ref.name)),
+        _value(ENV_KEY_PREFIX, settings.key_prefix),
+        _value(ENV_GROUP, ref.name),
+        _value(ENV_NAMESPACE, ref.namespace),
+        redis_env(spec, settings),
+        _value(ENV_SMTP_HOST, smtp.host or settings.default_smtp_host),
+        _value(ENV_SMTP_PORT, smtp.port or settings.default_smtp_port),
+        _value(ENV_SMTP_TLS, (smtp.tls.value if smtp.tls else settings.default_smtp_tls)),
+        _value(ENV_TRIES, w.tries),
+        _value(ENV_BACKOFF, ",".join(str(b) for b in w.backoff)),
+        _value(ENV_TIMEOUT, w.timeout),
+        _value(ENV_RETRY_AFTER, w.retry_after),
+        _value(ENV_BACKPRESSURE_SUSPEND_AFTER, spec.backpressure.suspend_after),
+        _value(
+            ENV_BACKPRESSURE_SUSPEND_FOR,
+            int(durations.parse_seconds(spec.backpressure.suspend_for)),
+        ),
+        _value(ENV_METRICS_PORT, WORKER_METRICS_PORT),
+    ]
+    if smtp.secret_ref is not None:
+        env.append(_secret(ENV_SMTP_USERNAME, smtp.secret_ref.name, smtp.secret_ref.username_key))
+        env.append(_secret(ENV_SMTP_PASSWORD, smtp.secret_ref.name, smtp.secret_ref.password_key))
+    if spec.rate is not None and spec.rate.per_minute is not None:
+        env.append(_value(ENV_RATE_PER_MINUTE, spec.rate.per_minute))
+        burst = spec.rate.burst or -(-spec.rate.per_minute // 60)
+        env.append(_value(ENV_RATE_BURST, burst))
+    if spec.warmup is not None and spec.warmup.start_per_hour is not None:
+        env.append(_value(ENV_WARMUP_START_PER_HOUR, spec.warmup.start_per_hour))
+        env.append(_value(ENV_WARMUP_GROWTH_PER_DAY, spec.warmup.growth_per_day))
+        since = spec.warmup.since.isoformat() if spec.warmup.since else ref.created_at
+        if since:
+            env.append(_value(ENV_WARMUP_SINCE, since))
+    if spec.backpressure.patterns:
+        env.append(_value(ENV_BACKPRESSURE_PATTERNS, "\n".join(spec.backpressure.patterns)))
+    return env
+
+
+def _resources(spec: models.SendGroupSpec) -> dict[str, Any]:
+    res = spec.worker.resources
+    if res is None:
+        return {k: dict(v) for k, v in DEFAULT_RESOURCES.items()}
+    return res.model_dump(by_alias=True, exclude_none=True)
+
+
+def _pod_spec(
+    ref: GroupRef,
+    spec: models.SendGroupSpec,
+    settings: Settings,
+    container: dict[str, Any],
+    volumes: list[dict[str, Any]],
+) -> dict[str, Any]:
+    pod: dict[str, Any] = {
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "securityContext": pod_security_context(),
+        "containers": [container],
+        "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}}, *volumes],
+    }
+    if settings.worker_service_account:
+        pod["serviceAccountName"] = settings.worker_service_account
+    return pod
+
+
+def deployment(
+    ref: GroupRef, spec: models.SendGroupSpec, settings: Settings, replicas: int
+) -> dict[str, Any]:
+    """The worker Deployment ``sg-<name>`` with ``replicas`` pods.
+
+    Grace period = ``worker.timeout`` + 30 s, so a stopping worker finishes its job.
+    """
+    meta = _metadata(ref, deployment_name(ref.name), "worker")
+    selector = {LABEL_GROUP: meta["labels"][LABEL_GROUP], LABEL_COMPONENT: "worker"}
+    container = {
+        "name": "worker",
+        "image": image(spec, settings),
+        "imagePullPolicy": settings.image_pull_policy,
+        "command": list(WORKER_COMMAND),
+        "env": worker_env(ref, spec, settings),
+        "ports": [{"name": "metrics", "containerPort": WORKER_METRICS_PORT}],
+        "resources": _resources(spec),
+        "securityContext": container_security_context(),
+        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+    }
+    pod = _pod_spec(ref, spec, settings, container, [])
+    pod["terminationGracePeriodSeconds"] = spec.worker.timeout + GRACE_MARGIN_SECONDS
+    template = {"metadata": {"labels": meta["labels"]}, "spec": pod}
+    meta["annotations"] = {ANNOTATION_TEMPLATE_HASH: _digest(json.dumps(template, sort_keys=True))}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": meta,
+        "spec": {
+            "replicas": replicas,
+            "revisionHistoryLimit": 2,
+            "selector": {"matchLabels": selector},
+            "template": template,
+        },
+    }
+
+
+def template_hash(ref: GroupRef, spec: models.SendGroupSpec, settings: Settings) -> str:
+    """Hash of the worker pod template the spec asks for (annotation on the Deployment), so a
+    spec change is noticed without comparing whole objects."""
+    annotations: dict[str, str] = deployment(ref, spec, settings, 0)["metadata"]["annotations"]
+    return annotations[ANNOTATION_TEMPLATE_HASH]
+
+
+def dumps_dir(ref: GroupRef) -> str:
+    """The group's directory on the dumps volume: ``/dumps/<namespace>/<name>``. Namespace
+    and name are DNS labels/subdomains (no ``/``, no ``..``), so two namespaces never share a
+    directory."""
+    for part in (ref.namespace, ref.name):
+        if not part or "/" in part or ".." in part or part.startswith("."):
+            raise ValueError(f"unsafe path segment {part!r}")
+    return f"{DUMPS_MOUNT}/{ref.namespace}/{ref.name}"
+
+
+def job_command(ref: GroupRef, spec: models.SendGroupSpec, kind: JobKind) -> list[str]:
+    """``sendgroup-worker dump|restore|purge --queue Q --dumps-dir DIR``."""
+    return [
+        "sendgroup-worker",
+        JOB_COMMANDS[kind],
+        "--queue",
+        spec.queue_name(ref.name),
+        "--dumps-dir",
+        dumps_dir(ref),
+    ]
+
+
+def job(
+    ref: GroupRef, spec: models.SendGroupSpec, settings: Settings, kind: JobKind, number: int
+) -> dict[str, Any]:
+    """Job ``sg-<name>-<kind>-<n>`` mounting the dumps PVC, with bounded retries
+    (``backoffLimit``), a deadline (``activeDeadlineSeconds``) and ``ttlSecondsAfterFinished``.
+    The command's JSON summary goes to stdout; its last line also becomes the termination
+    message (``FallbackToLogsOnError``) when it fails."""
+    meta = _metadata(ref, job_name(ref.name, kind, number), kind)
+    container = {
+        "name": kind,
+        "image": image(spec, settings),
+        "imagePullPolicy": settings.image_pull_policy,
+        "command": job_command(ref, spec, kind),
+        "env": [
+            _value(ENV_QUEUE, spec.queue_name(ref.name)),
+            _value(ENV_KEY_PREFIX, settings.key_prefix),
+            redis_env(spec, settings),
+        ],
+        "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "512Mi"}},
+        "securityContext": container_security_context(),
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+        "volumeMounts": [
+            {"name": "tmp", "mountPath": "/tmp"},
+            {"name": "dumps", "mountPath": DUMPS_MOUNT},
+        ],
+    }
+    volumes = [{"name": "dumps", "persistentVolumeClaim": {"claimName": settings.dumps_claim_name}}]
+    pod = _pod_spec(ref, spec, settings, container, volumes)
+    pod["restartPolicy"] = "Never"
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": meta,
+        "spec": {
+            "backoffLimit": settings.job_backoff_limit,
+            "activeDeadlineSeconds": settings.job_deadline,
+            "ttlSecondsAfterFinished": settings.job_ttl,
+            "template": {"metadata": {"labels": meta["labels"]}, "spec": pod},
+        },
+    }

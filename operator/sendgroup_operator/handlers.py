@@ -1,0 +1,110 @@
+"""kopf wiring only: parse -> plan -> apply -> ``patch.status``. Handlers return None.
+
+create / update / resume / the reaper timer all call the same :func:`reconcile.reconcile`;
+deletion runs it with the finalizer held until the plan says the group is finalized.
+Status is written only when the plan says something meaningful changed, so a steady group
+causes no writes, and no handler reacts to our own status patches (kopf's diff base ignores
+``status``).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import kopf
+import pydantic
+
+from sendgroup_operator import metrics, models, plan, reconcile, startup
+from sendgroup_operator.settings import Settings
+
+_SETTINGS = Settings.from_env()
+RESOURCE = (models.GROUP, models.VERSION, models.PLURAL)
+
+
+@kopf.on.startup()
+async def on_startup(
+    settings: kopf.OperatorSettings, memo: Any, logger: startup.Logger, **_: Any
+) -> None:
+    """Settings, clients and the preflight (waits for CRD and RBAC)."""
+    await startup.start(settings, memo, logger)
+
+
+@kopf.on.cleanup()
+async def on_cleanup(memo: Any, **_: Any) -> None:
+    """Close the Redis pools."""
+    task = getattr(memo, "orphan_task", None)
+    if task is not None:
+        task.cancel()
+    rt: reconcile.Runtime | None = getattr(memo, "runtime", None)
+    if rt is not None:
+        await rt.queues.close()
+
+
+@kopf.on.probe(id="reaper")
+def on_probe(memo: Any, **_: Any) -> dict[str, Any]:
+    """Liveness: fails when the reaper stopped making progress."""
+    return startup.liveness(memo)
+
+
+def _write(result: plan.Plan, body: kopf.Body, patch: kopf.Patch) -> None:
+    for event in result.events:
+        kopf.event(body, type=event.type, reason=event.reason, message=event.message)
+    if result.write_status:
+        patch.status.update(result.status.model_dump(mode="json", by_alias=True))
+
+
+async def _pass(
+    body: kopf.Body, patch: kopf.Patch, memo: Any, logger: startup.Logger
+) -> plan.Plan | None:
+    rt: reconcile.Runtime = memo.runtime
+    try:
+        result = await reconcile.reconcile(rt, body, logger)
+    except pydantic.ValidationError as exc:
+        # Only possible for an object stored before the CRD's rules: say so, do not retry.
+        kopf.event(body, type="Warning", reason="InvalidSpec", message=str(exc)[:1000])
+        return None
+    except Exception:
+        metrics.ERRORS.labels(body["metadata"]["namespace"]).inc()
+        raise
+    _write(result, body, patch)
+    return result
+
+
+@kopf.on.create(*RESOURCE)
+@kopf.on.update(*RESOURCE, field="spec")
+@kopf.on.resume(*RESOURCE)
+async def on_change(
+    body: kopf.Body, patch: kopf.Patch, memo: Any, logger: startup.Logger, **_: Any
+) -> None:
+    """Spec created or changed, or operator (re)started: one reconciliation pass."""
+    await _pass(body, patch, memo, logger)
+
+
+@kopf.timer(*RESOURCE, interval=_SETTINGS.reaper_interval, initial_delay=1.0)
+async def reaper(
+    body: kopf.Body, patch: kopf.Patch, memo: Any, logger: startup.Logger, **_: Any
+) -> None:
+    """The reaper: measure the queue, move the clocks, act on deadlines. A failed API call
+    is logged and counted; the timer keeps running."""
+    try:
+        await _pass(body, patch, memo, logger)
+    except Exception as exc:  # never let one failure stop the timer
+        logger.warning("reaper pass failed: %s: %s", type(exc).__name__, exc)
+    finally:
+        memo.runtime.heartbeat = time.monotonic()
+
+
+@kopf.on.delete(*RESOURCE)
+async def on_delete(
+    body: kopf.Body, patch: kopf.Patch, memo: Any, logger: startup.Logger, **_: Any
+) -> None:
+    """Deletion: workers gone, then purge or retain per ``deletionPolicy``; the finalizer
+    stays until then (bounded when Redis is unreachable, see ``purgeTimeout``)."""
+    result = await _pass(body, patch, memo, logger)
+    if result is not None and not result.finalized:
+        raise kopf.TemporaryError("waiting for workers to stop and the purge", delay=2)
+    rt: reconcile.Runtime = memo.runtime
+    meta = body["metadata"]
+    rt.forget(f"{meta['namespace']}/{meta['name']}")
+    metrics.remove(meta["namespace"], meta["name"])

@@ -1,0 +1,224 @@
+"""The operator's Kubernetes adapter: the only module that talks to the API server (besides
+kopf itself). Plain dicts in, plain dicts out; 404 -> None; 409 AlreadyExists -> adopt.
+
+The ``kubernetes`` client is synchronous: every call runs in a worker thread
+(``asyncio.to_thread``) so the kopf event loop never blocks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+from collections.abc import Callable
+from typing import Any, Final, TypeVar
+
+from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
+
+from sendgroup_operator import metrics, models
+
+MERGE_PATCH: Final = "application/merge-patch+json"
+T = TypeVar("T")
+
+
+class Forbidden(Exception):
+    """The operator's ServiceAccount lacks a permission; the message says which."""
+
+
+def _json(response: Any) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(response.data)
+    return data
+
+
+class Kube:
+    """get/create/patch/delete of the children, over one ``kubernetes.client.ApiClient``."""
+
+    def __init__(self, api: k8s.ApiClient) -> None:
+        self.api = api
+        self.apps = k8s.AppsV1Api(api)
+        self.batch = k8s.BatchV1Api(api)
+        self.core = k8s.CoreV1Api(api)
+        self.custom = k8s.CustomObjectsApi(api)
+        self.authz = k8s.AuthorizationV1Api(api)
+        self.apiext = k8s.ApiextensionsV1Api(api)
+        self.requests = 0
+
+    async def _call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        self.requests += 1
+        metrics.KUBE_REQUESTS.inc()
+        return await asyncio.to_thread(fn, *args, **kwargs)
+
+    async def _get(self, fn: Callable[..., Any], *args: Any) -> dict[str, Any] | None:
+        try:
+            return _json(await self._call(fn, *args, _preload_content=False))
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    # --- Deployments ------------------------------------------------------------------------
+    async def get_deployment(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The Deployment, or None."""
+        return await self._get(self.apps.read_namespaced_deployment, name, namespace)
+
+    async def apply_deployment(self, body: dict[str, Any], exists: bool) -> None:
+        """Create the Deployment (409: it exists, adopt it by patching) or merge-patch it to
+        ``body`` (labels, ownerReferences, replicas, template)."""
+        ns, name = body["metadata"]["namespace"], body["metadata"]["name"]
+        if not exists:
+            try:
+                await self._call(self.apps.create_namespaced_deployment, ns, body)
+                return
+            except ApiException as exc:
+                if exc.status != 409:
+                    raise
+        await self._call(
+            self.apps.patch_namespaced_deployment, name, ns, body, _content_type=MERGE_PATCH
+        )
+
+    async def delete_deployment(self, namespace: str, name: str) -> None:
+        """Delete the Deployment; absent is fine. Its ReplicaSets/pods go by ownerReference."""
+        await self._delete(self.apps.delete_namespaced_deployment, name, namespace)
+
+    # --- Jobs and pods ------------------------------------------------------------------------
+    async def list_jobs(self, namespace: str, selector: str) -> list[dict[str, Any]]:
+        """Jobs matching ``selector``."""
+        data = _json(
+            await self._call(
+                self.batch.list_namespaced_job,
+                namespace,
+                label_selector=selector,
+                _preload_content=False,
+            )
+        )
+        items: list[dict[str, Any]] = data.get("items", [])
+        return items
+
+    async def create_job(self, body: dict[str, Any]) -> None:
+        """Create the Job; 409 AlreadyExists means an earlier pass created it: adopt it."""
+        try:
+            await self._call(self.batch.create_namespaced_job, body["metadata"]["namespace"], body)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+
+    async def delete_job(self, namespace: str, name: str) -> None:
+        """Delete the Job and its pods; absent is fine."""
+        await self._delete(
+            self.batch.delete_namespaced_job, name, namespace, propagation_policy="Background"
+        )
+
+    async def list_deployments(self, namespace: str | None, selector: str) -> list[dict[str, Any]]:
+        """Deployments matching ``selector`` in ``namespace`` (None: all namespaces)."""
+        if namespace is None:
+            response = await self._call(
+                self.apps.list_deployment_for_all_namespaces,
+                label_selector=selector,
+                _preload_content=False,
+            )
+        else:
+            response = await self._call(
+                self.apps.list_namespaced_deployment,
+                namespace,
+                label_selector=selector,
+                _preload_content=False,
+            )
+        items: list[dict[str, Any]] = _json(response).get("items", [])
+        return items
+
+    async def list_pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
+        """Pods matching ``selector``."""
+        data = _json(
+            await self._call(
+                self.core.list_namespaced_pod,
+                namespace,
+                label_selector=selector,
+                _preload_content=False,
+            )
+        )
+        items: list[dict[str, Any]] = data.get("items", [])
+        return items
+
+    async def pod_log_tail(self, namespace: str, pod: str, lines: int = 5) -> str | None:
+        """The last ``lines`` lines of a pod's log; None when there is none (no node ran it,
+        or the pod is gone)."""
+        try:
+            response: Any = await self._call(
+                self.core.read_namespaced_pod_log,
+                pod,
+                namespace,
+                tail_lines=lines,
+                _preload_content=False,
+            )
+        except ApiException as exc:
+            if exc.status in (400, 404):
+                return None
+            raise
+        return str(response.data.decode(errors="replace"))
+
+    async def secret_value(self, namespace: str, name: str, key: str) -> str | None:
+        """One key of a Secret, decoded; None if the Secret or key is missing."""
+        secret = await self._get(self.core.read_namespaced_secret, name, namespace)
+        if secret is None or key not in (secret.get("data") or {}):
+            return None
+        return base64.b64decode(secret["data"][key]).decode()
+
+    async def delete_group(self, namespace: str, name: str) -> None:
+        """Delete a SendGroup (its finalizer then runs the deletion policy)."""
+        await self._delete(
+            self.custom.delete_namespaced_custom_object,
+            models.GROUP,
+            models.VERSION,
+            namespace,
+            models.PLURAL,
+            name,
+        )
+
+    async def _delete(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+        try:
+            await self._call(fn, *args, **kwargs)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+    # --- preflight ------------------------------------------------------------------------
+    async def crd_exists(self) -> bool:
+        """Whether the SendGroup CRD is installed (and readable by us)."""
+        try:
+            await self._call(
+                self.apiext.read_custom_resource_definition, f"{models.PLURAL}.{models.GROUP}"
+            )
+            return True
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            if exc.status == 403:
+                # Not allowed to read CRDs: fall back to API discovery of our group.
+                return await self._group_served()
+            raise
+
+    async def _group_served(self) -> bool:
+        try:
+            resources = await self._call(
+                self.custom.get_api_resources, models.GROUP, models.VERSION
+            )
+        except ApiException:
+            return False
+        return any(r.name == models.PLURAL for r in resources.resources)
+
+    async def can(self, verb: str, group: str, resource: str, namespace: str | None) -> bool:
+        """SelfSubjectAccessReview: may the operator do ``verb`` on ``group/resource``?"""
+        review = k8s.V1SelfSubjectAccessReview(
+            spec=k8s.V1SelfSubjectAccessReviewSpec(
+                resource_attributes=k8s.V1ResourceAttributes(
+                    verb=verb,
+                    group=group,
+                    resource=resource.split("/")[0],
+                    subresource=resource.split("/")[1] if "/" in resource else None,
+                    namespace=namespace,
+                )
+            )
+        )
+        result = await self._call(self.authz.create_self_subject_access_review, review)
+        return bool(result.status is not None and result.status.allowed)

@@ -1,0 +1,166 @@
+"""Prometheus metrics of the operator (counts and names only, never a URL or a secret).
+
+=========================================  =====================================================
+metric                                     labels
+=========================================  =====================================================
+sendgroup_queue_jobs                       namespace, sendgroup, state (ready, delayed,
+                                           reserved, failed)
+sendgroup_queue_oldest_job_age_seconds     namespace, sendgroup
+sendgroup_workers                          namespace, sendgroup, kind (desired, ready, allowed)
+sendgroup_dump_bytes                       namespace, sendgroup
+sendgroup_groups                           phase
+sendgroup_orphans                          kind (group_without_workers,
+                                           deployment_without_group)
+sendgroup_reconcile_errors_total           namespace
+sendgroup_reconcile_seconds                (histogram)
+sendgroup_kube_requests_total              (API requests of the reconciler)
+sendgroup_queue_unreachable                namespace, sendgroup (1 while Redis is unreachable)
+=========================================  =====================================================
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import Counter as TallyCounter
+from datetime import datetime
+from typing import Final
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+from sendgroup_operator import models
+
+REGISTRY: Final = CollectorRegistry()
+
+QUEUE_JOBS: Final = Gauge(
+    "sendgroup_queue_jobs",
+    "Jobs in a group's queue by state",
+    ["namespace", "sendgroup", "state"],
+    registry=REGISTRY,
+)
+OLDEST_AGE: Final = Gauge(
+    "sendgroup_queue_oldest_job_age_seconds",
+    "Age of the oldest ready job",
+    ["namespace", "sendgroup"],
+    registry=REGISTRY,
+)
+WORKERS: Final = Gauge(
+    "sendgroup_workers",
+    "Worker pods of a group: desired by spec, ready, allowed by the global cap",
+    ["namespace", "sendgroup", "kind"],
+    registry=REGISTRY,
+)
+DUMP_BYTES: Final = Gauge(
+    "sendgroup_dump_bytes",
+    "Bytes of a group's dump segments on the volume",
+    ["namespace", "sendgroup"],
+    registry=REGISTRY,
+)
+UNREACHABLE: Final = Gauge(
+    "sendgroup_queue_unreachable",
+    "1 while the group's Redis cannot be measured",
+    ["namespace", "sendgroup"],
+    registry=REGISTRY,
+)
+GROUPS: Final = Gauge("sendgroup_groups", "SendGroups by phase", ["phase"], registry=REGISTRY)
+ORPHANS: Final = Gauge(
+    "sendgroup_orphans",
+    "Groups with work and no ready worker past the grace period",
+    ["kind"],
+    registry=REGISTRY,
+)
+ERRORS: Final = Counter(
+    "sendgroup_reconcile_errors",
+    "Reconciliation passes that failed",
+    ["namespace"],
+    registry=REGISTRY,
+)
+KUBE_REQUESTS: Final = Counter(
+    "sendgroup_kube_requests",
+    "Kubernetes API requests made by the reconciler (kopf's own watches not included)",
+    registry=REGISTRY,
+)
+DURATION: Final = Histogram(
+    "sendgroup_reconcile_seconds", "Duration of one reconciliation pass", registry=REGISTRY
+)
+
+
+class GroupTable:
+    """Last known phase and work of every group, to compute the cross-group gauges."""
+
+    def __init__(self) -> None:
+        self.phases: dict[str, str] = {}
+        self.starved_since: dict[str, datetime] = {}
+
+    def update(
+        self, key: str, status: models.SendGroupStatus, spec: models.SendGroupSpec, now: datetime
+    ) -> None:
+        """Record one group's status after a pass."""
+        self.phases[key] = status.phase.value if status.phase else "Pending"
+        starving = (
+            status.queue.total > 0
+            and not spec.paused
+            and spec.state != models.State.CANCELLED
+            and status.workers.allowed > 0
+            and status.workers.ready == 0
+        )
+        if starving:
+            self.starved_since.setdefault(key, now)
+        else:
+            self.starved_since.pop(key, None)
+
+    def forget(self, key: str) -> None:
+        """The group is gone."""
+        self.phases.pop(key, None)
+        self.starved_since.pop(key, None)
+
+    def export(self, now: datetime, grace: float) -> None:
+        """Set ``sendgroup_groups`` and ``sendgroup_orphans``."""
+        tally = TallyCounter(self.phases.values())
+        for phase in models.Phase:
+            GROUPS.labels(phase.value).set(tally.get(phase.value, 0))
+        starved = sum(
+            1 for since in self.starved_since.values() if (now - since).total_seconds() >= grace
+        )
+        ORPHANS.labels("group_without_workers").set(starved)
+
+
+def observe(namespace: str, name: str, status: models.SendGroupStatus) -> None:
+    """Export one group's gauges from its (new) status."""
+    q = status.queue
+    for state, value in (
+        ("ready", q.ready),
+        ("delayed", q.delayed),
+        ("reserved", q.reserved),
+        ("failed", q.failed),
+    ):
+        QUEUE_JOBS.labels(namespace, name, state).set(value)
+    OLDEST_AGE.labels(namespace, name).set(q.oldest_job_age_seconds or 0)
+    w = status.workers
+    for kind, value in (("desired", w.desired), ("ready", w.ready), ("allowed", w.allowed)):
+        WORKERS.labels(namespace, name, kind).set(value)
+    DUMP_BYTES.labels(namespace, name).set(sum(s.bytes or 0 for s in status.dump.segments))
+    reachable = next((c for c in status.conditions if c.type == "QueueReachable"), None)
+    UNREACHABLE.labels(namespace, name).set(
+        1 if reachable is not None and reachable.status == "False" else 0
+    )
+
+
+def remove(namespace: str, name: str) -> None:
+    """Drop a deleted group's series."""
+    for state in ("ready", "delayed", "reserved", "failed"):
+        _drop(QUEUE_JOBS, namespace, name, state)
+    for kind in ("desired", "ready", "allowed"):
+        _drop(WORKERS, namespace, name, kind)
+    for gauge in (OLDEST_AGE, DUMP_BYTES, UNREACHABLE):
+        _drop(gauge, namespace, name)
+
+
+def _drop(gauge: Gauge, *labels: str) -> None:
+    with contextlib.suppress(KeyError):
+        gauge.remove(*labels)
+
+
+def serve(port: int, host: str) -> None:
+    """Serve ``/metrics`` on ``host:port`` (port 0: do not serve)."""
+    if port:
+        start_http_server(port, addr=host, registry=REGISTRY)

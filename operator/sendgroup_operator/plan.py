@@ -1,0 +1,824 @@
+"""The pure planner: ``(group, spec, status, observed children, measured queue, allowed
+workers, settings, now) -> Plan(actions, status, events)``.
+
+No kopf, kubernetes or redis imports (tests/unit/test_layers.py checks it): everything this
+module knows arrives as plain data, so every decision is unit-tested with an injected clock.
+Level-triggered: the same inputs give the same plan, and every state a crash can leave behind
+is only a starting point for the next pass (a Job that exists is adopted by name, a clock
+that is set is kept).
+
+How outcomes are decided (Jobs may run where the operator cannot look, may be deleted by
+their TTL, or retried by their backoffLimit):
+
+* dump done   <- the Job succeeded, or Redis shows the live queue and the dump's staging
+  keys empty after the Job was started (a dump deletes keys only after the bytes are on the
+  volume, so "keys gone" is the durable evidence);
+* restore done <- the Job succeeded, or the queue holds at least ``baseline + dumped`` jobs
+  (no worker runs while restoring, so nothing else removes jobs);
+* purge without dump segments: the operator deletes the queue's Redis keys itself (explicit
+  names, never a pattern); with segments on the volume, it sets a purge marker key and starts
+  a ``-purge-<n>`` Job (``sendgroup-worker purge --dumps-dir``) that deletes the keys, the
+  marker with them, and the segments: done when the Job succeeded or the marker is gone.
+
+A Job that failed (its backoffLimit or deadline exhausted) or vanished before giving an
+outcome sets ``Degraded`` and is retried by a new Job with the next number, at most
+:data:`MAX_OPERATION_ATTEMPTS` times, then the group goes ``Failed``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any, Final, Literal
+
+from sendgroup_operator import builders, conditions, durations, models
+from sendgroup_operator.conditions import ConditionStatus
+from sendgroup_operator.settings import Settings
+
+MAX_OPERATION_ATTEMPTS: Final = 3
+#: Seconds between two passes while something is in motion (scaling, a Job, a deletion).
+BUSY_REQUEUE: Final = 2.0
+#: Relative change of the queue's total that is worth a status write (besides zero-crossing).
+SIGNIFICANT_FRACTION: Final = 0.10
+
+
+# ------------------------------------------------------------------------------ inputs
+
+
+@dataclass(frozen=True)
+class QueueMeasure:
+    """One atomic measurement of a queue (jobs; times in unix seconds).
+
+    ``staging`` counts the dump's staging keys present; ``delivered``/``failed_total`` are the
+    workers' counters since the group began.
+    """
+
+    ready: int = 0
+    delayed: int = 0
+    reserved: int = 0
+    failed: int = 0
+    delivered: int = 0
+    failed_total: int = 0
+    oldest_pushed_at: float | None = None
+    staging: int = 0
+    purge_requested: bool = False
+    suspended_seconds: float = 0.0
+
+    @property
+    def total(self) -> int:
+        """ready + delayed + reserved: what "empty" and "unchanged" mean."""
+        return self.ready + self.delayed + self.reserved
+
+
+@dataclass(frozen=True)
+class QueueError:
+    """Redis could not be measured; ``message`` is safe to show (no password)."""
+
+    message: str
+
+
+Measurement = QueueMeasure | QueueError
+
+
+@dataclass(frozen=True)
+class DeploymentObs:
+    """The worker Deployment as observed."""
+
+    replicas: int
+    ready_replicas: int = 0
+    template_hash: str | None = None
+
+
+@dataclass(frozen=True)
+class JobObs:
+    """A dump/restore/purge Job as observed (``failed_final``: its Failed condition is True).
+
+    ``summary``: the command's JSON summary (``sendgroup-worker dump`` prints one line:
+    ``jobs, ready, delayed, reserved, failed, bytes, segment, redisVersion``) when the operator
+    could read it from the succeeded pod's log, else None.
+    """
+
+    name: str
+    active: int = 0
+    succeeded: int = 0
+    failed_final: bool = False
+    summary: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Observed:
+    """Children of one group. ``pods``: worker pods of the group still present;
+    ``jobs_listed``: whether Jobs/pods were looked at in this pass (they are only listed when
+    the plan can need them)."""
+
+    deployment: DeploymentObs | None = None
+    pods: int = 0
+    jobs: Mapping[str, JobObs] = field(default_factory=dict)
+    jobs_listed: bool = False
+
+
+@dataclass(frozen=True)
+class Group:
+    """Metadata of the SendGroup the plan is for."""
+
+    namespace: str
+    name: str
+    uid: str
+    generation: int
+    created_at: datetime
+    deleting: bool = False
+    deleting_since: datetime | None = None
+
+    def ref(self, spec: models.SendGroupSpec) -> builders.GroupRef:
+        """The identity its children need."""
+        return builders.GroupRef(
+            self.namespace,
+            self.name,
+            self.uid,
+            spec.campaign,
+            spec.host,
+            self.created_at.isoformat(),
+        )
+
+
+# ------------------------------------------------------------------------------ outputs
+
+
+@dataclass(frozen=True)
+class EnsureDeployment:
+    """Create the worker Deployment, or set its replicas (adopt on AlreadyExists)."""
+
+    replicas: int
+
+
+@dataclass(frozen=True)
+class DeleteDeployment:
+    """Delete the worker Deployment (absent is fine)."""
+
+
+@dataclass(frozen=True)
+class CreateJob:
+    """Create Job ``builders.job_name(name, kind, number)`` (adopt on AlreadyExists)."""
+
+    kind: builders.JobKind
+    number: int
+
+
+@dataclass(frozen=True)
+class DeleteJob:
+    """Delete a Job and its pods (absent is fine)."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class PurgeQueue:
+    """Delete every key of the queue in Redis (explicit names)."""
+
+
+@dataclass(frozen=True)
+class RequestPurge:
+    """Set the queue's purge marker in Redis (before a purge Job starts)."""
+
+
+@dataclass(frozen=True)
+class DeleteGroup:
+    """Delete the SendGroup itself (ttlSecondsAfterFinished passed)."""
+
+
+Action = (
+    EnsureDeployment
+    | DeleteDeployment
+    | CreateJob
+    | DeleteJob
+    | PurgeQueue
+    | RequestPurge
+    | DeleteGroup
+)
+
+
+@dataclass(frozen=True)
+class Event:
+    """A Kubernetes Event on the SendGroup."""
+
+    type: Literal["Normal", "Warning"]
+    reason: str
+    message: str
+
+
+@dataclass
+class Plan:
+    """What to do now. ``status`` is the complete new status; ``write_status`` says whether it
+    differs meaningfully from the old one. ``finalized``: deletion may proceed (the finalizer
+    can go). ``requeue_after``: seconds until the next pass is useful (None: the timer's)."""
+
+    actions: list[Action] = field(default_factory=list)
+    status: models.SendGroupStatus = field(default_factory=models.SendGroupStatus)
+    write_status: bool = False
+    events: list[Event] = field(default_factory=list)
+    finalized: bool = False
+    requeue_after: float | None = None
+    demand: int = 0
+
+
+# ------------------------------------------------------------------------------ helpers
+
+
+def desired_workers(spec: models.SendGroupSpec, settings: Settings) -> int:
+    """Workers the spec asks for, clamped to ``maxWorkersPerGroup``."""
+    return max(0, min(spec.workers, settings.max_workers_per_group))
+
+
+def demand(
+    spec: models.SendGroupSpec,
+    status: models.SendGroupStatus,
+    measure: Measurement | None,
+    deleting: bool = False,
+) -> int:
+    """Workers this group asks of the global cap now: the desired count while it has work,
+    is not paused, not finished, not being deleted and has nothing waiting to be restored;
+    else 0. With Redis unreachable the last measured total counts."""
+    if deleting or spec.paused or spec.state == models.State.CANCELLED:
+        return 0
+    if status.dump.total_jobs > 0:
+        return 0
+    total = measure.total if isinstance(measure, QueueMeasure) else status.queue.total
+    return spec.workers if total > 0 else 0
+
+
+def _ts(value: float | None) -> datetime | None:
+    if value is None:
+        return None
+    return datetime.fromtimestamp(value, tz=UTC).replace(microsecond=0)
+
+
+def _significant(old: int, new: int) -> bool:
+    if old == new:
+        return False
+    if old == 0 or new == 0:
+        return True
+    return abs(new - old) >= max(1, int(old * SIGNIFICANT_FRACTION))
+
+
+def meaningful_change(
+    old: models.SendGroupStatus, new: models.SendGroupStatus, now: datetime, refresh: float
+) -> bool:
+    """Whether ``new`` is worth a status write: anything but the queue/progress counts
+    changed, a count crossed zero or moved by >= 10%, or ``refresh`` seconds passed since the
+    last write while counts differ."""
+    skip = {"queue", "progress", "last_refresh"}
+    if old.model_dump(exclude=skip) != new.model_dump(exclude=skip):
+        return True
+    oq, nq = old.queue, new.queue
+    for a, b in (
+        (oq.total, nq.total),
+        (oq.failed, nq.failed),
+        (old.progress.delivered, new.progress.delivered),
+    ):
+        if _significant(a, b):
+            return True
+    counts_differ = (
+        oq.model_dump(exclude={"measured_at", "oldest_job_age_seconds"})
+        != nq.model_dump(exclude={"measured_at", "oldest_job_age_seconds"})
+        or old.progress != new.progress
+    )
+    if not counts_differ:
+        return False
+    last = old.last_refresh
+    return last is None or (now - last).total_seconds() >= refresh
+
+
+# ------------------------------------------------------------------------------ the planner
+
+
+class _Builder:
+    """Accumulates one pass's decisions (internal to :func:`plan`)."""
+
+    def __init__(
+        self,
+        group: Group,
+        spec: models.SendGroupSpec,
+        old: models.SendGroupStatus,
+        now: datetime,
+    ) -> None:
+        self.group = group
+        self.spec = spec
+        self.old = old
+        self.now = now
+        self.status = old.model_copy(deep=True)
+        self.plan = Plan()
+        self.busy = False
+
+    def cond(self, type_: str, status: ConditionStatus, reason: str, message: str) -> None:
+        old = conditions.find(self.old.conditions, type_)
+        conditions.set_condition(
+            self.status.conditions, type_, status, reason, message, self.now, self.group.generation
+        )
+        flipped = old is None or old.status != status or old.reason != reason
+        if flipped and type_ == conditions.QUEUE_REACHABLE and status == "False":
+            self.event("Warning", "QueueUnreachable", message)
+        if flipped and type_ == conditions.QUEUE_REACHABLE and status == "True" and old:
+            self.event("Normal", "QueueReachable", "queue measured again")
+        if flipped and type_ == conditions.THROTTLED and status == "True":
+            self.event("Normal", "Throttled", message)
+        if flipped and type_ == conditions.SUSPENDED and status == "True":
+            self.event("Warning", "Suspended", message)
+
+    def event(self, type_: Literal["Normal", "Warning"], reason: str, message: str) -> None:
+        self.plan.events.append(Event(type_, reason, message))
+
+    def act(self, action: Action) -> None:
+        self.plan.actions.append(action)
+
+    def start_job(self, kind: builders.JobKind, baseline: int, attempts: int = 1) -> None:
+        number = self.status.operations_started + 1
+        self.status.operations_started = number
+        name = builders.job_name(self.group.name, kind, number)
+        self.status.operation = models.OperationStatus(
+            kind=kind,
+            number=number,
+            job_name=name,
+            started_at=self.now,
+            baseline_total=baseline,
+            attempts=attempts,
+        )
+        self.act(CreateJob(kind, number))
+        self.busy = True
+
+
+def plan(
+    group: Group,
+    spec: models.SendGroupSpec,
+    status: models.SendGroupStatus,
+    observed: Observed,
+    measure: Measurement,
+    allowed: int,
+    settings: Settings,
+    now: datetime,
+) -> Plan:
+    """Decide one reconciliation pass for one SendGroup (see the module docstring).
+
+    ``allowed``: workers the global cap grants this group now (:mod:`fairshare`).
+    Raises ``durations.InvalidDuration`` only for a spec the CRD would have rejected.
+    """
+    b = _Builder(group, spec, status, now)
+    st = b.status
+    if (
+        st.operation is not None
+        and st.operation.attempts > MAX_OPERATION_ATTEMPTS
+        and status.observed_generation != group.generation
+    ):
+        st.operation = None  # a spec change is the user's "try again"
+    st.observed_generation = group.generation
+
+    # --- measurement and the reaper's clocks ---------------------------------------------
+    if isinstance(measure, QueueMeasure):
+        b.cond(conditions.QUEUE_REACHABLE, "True", "Measured", "queue measured")
+        _record_measure(b, measure)
+        if measure.suspended_seconds > 0:
+            b.cond(
+                conditions.SUSPENDED,
+                "True",
+                "ProviderPushback",
+                f"{spec.backpressure.suspend_after} temporary failures in a row or a deferral "
+                "reply: workers stopped sending for a while",
+            )
+        else:
+            b.cond(conditions.SUSPENDED, "False", "Sending", "no provider pushback")
+    else:
+        b.cond(conditions.QUEUE_REACHABLE, "False", "RedisUnreachable", measure.message)
+
+    desired = desired_workers(spec, settings)
+    st.workers.desired = desired
+    st.workers.ready = observed.deployment.ready_replicas if observed.deployment else 0
+
+    if group.deleting or spec.state == models.State.CANCELLED:
+        _teardown(b, observed, measure, settings)
+    else:
+        _run(b, observed, measure, allowed, settings)
+
+    st.workers.summary = f"{st.workers.ready}/{st.workers.desired}"
+    st.phase = conditions.derive_phase(st.conditions)
+    if st.phase != status.phase and status.phase is not None:
+        b.event("Normal", "Phase", f"phase {status.phase.value} -> {st.phase.value}")
+    if (
+        st.finished_at is not None
+        and spec.ttl_seconds_after_finished is not None
+        and not group.deleting
+        and now >= st.finished_at + timedelta(seconds=spec.ttl_seconds_after_finished)
+    ):
+        b.act(DeleteGroup())
+        b.event("Normal", "Expired", "ttlSecondsAfterFinished passed: deleting the group")
+
+    b.plan.write_status = meaningful_change(status, st, now, settings.status_refresh)
+    if b.plan.write_status:
+        st.last_refresh = now
+    b.plan.status = st
+    b.plan.demand = demand(spec, st, measure, group.deleting)
+    if b.busy:
+        b.plan.requeue_after = BUSY_REQUEUE
+    return b.plan
+
+
+def _record_measure(b: _Builder, m: QueueMeasure) -> None:
+    st, now = b.status, b.now
+    old_total = b.old.queue.total
+    q = st.queue
+    q.ready, q.delayed, q.reserved, q.failed, q.total = (
+        m.ready,
+        m.delayed,
+        m.reserved,
+        m.failed,
+        m.total,
+    )
+    q.measured_at = now
+    pushed = _ts(m.oldest_pushed_at)
+    q.oldest_job_pushed_at = pushed
+    q.oldest_job_age_seconds = (
+        max(0, int((now - pushed).total_seconds())) if pushed is not None else None
+    )
+    denominator = m.delivered + m.failed_total + m.total
+    st.progress.delivered = m.delivered
+    st.progress.failed = m.failed_total
+    st.progress.percent = round(100.0 * m.delivered / denominator, 1) if denominator else 0.0
+    # idleSince: first pass that saw the queue empty; cleared by work.
+    if m.total == 0:
+        if st.idle_since is None:
+            st.idle_since = now
+    else:
+        st.idle_since = None
+    # unchangedSince: only while paused; reset by any change of the total.
+    if b.spec.paused:
+        if st.unchanged_since is None or m.total != old_total or b.old.queue.measured_at is None:
+            st.unchanged_since = now
+    else:
+        st.unchanged_since = None
+
+
+def _elapsed(since: datetime | None, now: datetime, duration: str) -> bool:
+    return since is not None and (now - since).total_seconds() >= durations.parse_seconds(duration)
+
+
+def _job_outcome(b: _Builder, observed: Observed, measure: Measurement) -> str | None:
+    """'done', 'failed' or None (still running / unknown) for the current operation."""
+    op = b.status.operation
+    assert op is not None
+    job = observed.jobs.get(op.job_name)
+    if job is not None and job.succeeded > 0:
+        return "done"
+    if isinstance(measure, QueueMeasure):
+        if op.kind == "dump" and measure.total == 0 and measure.staging == 0:
+            return "done"
+        if op.kind == "restore" and measure.total >= op.baseline_total + b.old.dump.total_jobs:
+            return "done"
+    if job is not None and job.failed_final:
+        return "failed"
+    if job is None and observed.jobs_listed:
+        age = (b.now - op.started_at).total_seconds()
+        if age > 30:  # created >30 s ago and gone without an outcome: lost (TTL, deleted)
+            return "failed"
+    return None
+
+
+def _operation_failed(b: _Builder, kind: str) -> None:
+    op = b.status.operation
+    assert op is not None
+    b.cond(
+        conditions.DEGRADED,
+        "True",
+        f"{kind.capitalize()}Failed",
+        f"{kind} Job {op.job_name} failed (attempt {op.attempts} of {MAX_OPERATION_ATTEMPTS})",
+    )
+    b.event("Warning", f"{kind.capitalize()}Failed", f"{kind} Job {op.job_name} failed")
+
+
+def _run(
+    b: _Builder, observed: Observed, measure: Measurement, allowed: int, settings: Settings
+) -> None:
+    spec, st, now = b.spec, b.status, b.now
+    dep = observed.deployment
+    measured = isinstance(measure, QueueMeasure)
+    total = measure.total if isinstance(measure, QueueMeasure) else st.queue.total
+    st.workers.allowed = 0
+    b.cond(
+        conditions.PAUSED,
+        "True" if spec.paused else "False",
+        "Paused" if spec.paused else "Active",
+        "spec.paused is true: no workers" if spec.paused else "not paused",
+    )
+    failed_ops = st.operation is not None and st.operation.attempts > MAX_OPERATION_ATTEMPTS
+
+    if failed_ops:
+        b.cond(conditions.READY, "False", conditions.REASON_FAILED, "dump/restore kept failing")
+        return
+
+    if spec.paused:
+        _paused(b, observed, measure, total, settings)
+        return
+
+    # --- not paused: first bring dumped jobs back --------------------------------------------
+    if st.operation is not None and st.operation.kind == "dump":
+        # Resumed while a dump was running: let the Job finish (it owns the lock).
+        outcome = _job_outcome(b, observed, measure)
+        if outcome is None:
+            b.busy = True
+            b.cond(conditions.DUMPED, "False", conditions.REASON_DUMPING, "dump in progress")
+            return
+        _finish_dump(b, observed, measure, outcome)
+    if st.dump.total_jobs > 0:
+        if dep is not None and dep.replicas > 0:
+            b.act(EnsureDeployment(0))
+        _restore(b, observed, measure)
+        return
+
+    conditions.remove_condition(st.conditions, conditions.DUMPED)
+    throttled = total > 0 and allowed < st.workers.desired
+    b.cond(
+        conditions.THROTTLED,
+        "True" if throttled else "False",
+        "GlobalCap" if throttled else "WithinCap",
+        f"maxTotalWorkers allows {allowed} of {st.workers.desired} workers"
+        if throttled
+        else "no global cap applies",
+    )
+    if total > 0:
+        st.workers.allowed = allowed
+        stale = dep is not None and dep.template_hash != builders.template_hash(
+            b.group.ref(spec), spec, settings
+        )
+        if dep is None or dep.replicas != allowed or stale:
+            b.act(EnsureDeployment(allowed))
+            if dep is None or dep.replicas != allowed:
+                was = dep.replicas if dep is not None else 0
+                b.event("Normal", "Scaled", f"workers {was} -> {allowed}")
+            b.busy = True
+        ready = dep.ready_replicas if dep else 0
+        if ready >= allowed and allowed > 0:
+            b.cond(conditions.READY, "True", "WorkersReady", f"{ready}/{allowed} workers ready")
+        else:
+            b.cond(conditions.READY, "False", "Scaling", f"{ready}/{allowed} workers ready")
+        return
+
+    # --- no work ---------------------------------------------------------------------------
+    if not measured:
+        return  # keep what is there: no decision on an unknown queue
+    if spec.state == models.State.COMPLETED:
+        if dep is not None:
+            b.act(DeleteDeployment())
+            b.event("Normal", "Reaped", "queue drained and state Completed: workers removed")
+        b.cond(conditions.READY, "False", conditions.REASON_COMPLETED, "all jobs done")
+        if st.finished_at is None:
+            st.finished_at = now
+        return
+    if dep is not None:
+        st.workers.allowed = dep.replicas
+        if _elapsed(st.idle_since, now, spec.reaper.idle_after):
+            b.act(DeleteDeployment())
+            b.event(
+                "Normal", "Reaped", f"queue empty for {spec.reaper.idle_after}: workers removed"
+            )
+            b.cond(conditions.READY, "False", conditions.REASON_IDLE, "queue empty, no workers")
+        else:
+            b.cond(conditions.READY, "True", "WorkersReady", "queue empty, workers waiting")
+        return
+    old_ready = conditions.find(b.old.conditions, conditions.READY)
+    if old_ready is not None and old_ready.reason != conditions.REASON_NO_WORK:
+        b.cond(conditions.READY, "False", conditions.REASON_IDLE, "queue empty, no workers")
+    else:
+        b.cond(conditions.READY, "False", conditions.REASON_NO_WORK, "no jobs yet")
+
+
+def _finish_dump(b: _Builder, observed: Observed, measure: Measurement, outcome: str) -> None:
+    st, op = b.status, b.status.operation
+    assert op is not None
+    if outcome == "failed":
+        _operation_failed(b, "dump")
+        st.operation = None
+        st.unchanged_since = b.now  # try again after another dumpAfter
+        return
+    job = observed.jobs.get(op.job_name)
+    if job is not None and job.succeeded == 0:
+        b.act(DeleteJob(job.name))  # outcome decided from Redis: the Job is moot
+    summary = dict(job.summary) if job is not None and job.summary else {}
+    if all(k in summary for k in ("ready", "delayed", "reserved")):
+        jobs = int(summary["ready"]) + int(summary["delayed"]) + int(summary["reserved"])
+    else:
+        jobs = op.baseline_total
+    segment = models.DumpSegment(
+        path=str(summary.get("segment") or builders.dumps_dir(b.group.ref(b.spec))),
+        bytes=summary.get("bytes"),
+        jobs=jobs,
+        created_at=b.now,
+        redis_version=summary.get("redisVersion"),
+    )
+    st.dump.segments.append(segment)
+    st.dump.total_jobs += jobs
+    st.operation = None
+    conditions.remove_condition(st.conditions, conditions.DEGRADED)
+    b.event("Normal", "Dumped", f"{jobs} jobs dumped to the volume; Redis keys removed")
+
+
+def _paused(
+    b: _Builder, observed: Observed, measure: Measurement, total: int, settings: Settings
+) -> None:
+    spec, st = b.spec, b.status
+    dep = observed.deployment
+    b.cond(conditions.READY, "False", "Paused", "paused")
+    conditions.remove_condition(st.conditions, conditions.THROTTLED)
+    if dep is not None and dep.replicas != 0:
+        b.act(EnsureDeployment(0))
+        b.event("Normal", "Paused", "paused: workers -> 0")
+        b.busy = True
+    op = st.operation
+    if op is not None and op.kind == "restore":
+        # Paused again while restoring: let the restore finish, it is idempotent.
+        outcome = _job_outcome(b, observed, measure)
+        if outcome == "done":
+            _finish_restore(b, observed)
+        elif outcome == "failed":
+            _operation_failed(b, "restore")
+            st.operation = None
+        else:
+            b.busy = True
+        return
+    if op is not None and op.kind == "dump":
+        outcome = _job_outcome(b, observed, measure)
+        if outcome is None:
+            b.busy = True
+            b.cond(conditions.DUMPED, "False", conditions.REASON_DUMPING, f"Job {op.job_name}")
+            return
+        _finish_dump(b, observed, measure, outcome)
+    if st.dump.total_jobs > 0 and total == 0:
+        b.cond(
+            conditions.DUMPED,
+            "True",
+            "Dumped",
+            f"{st.dump.total_jobs} jobs on the volume, none in Redis",
+        )
+        return
+    if st.dump.total_jobs > 0:
+        b.cond(conditions.DUMPED, "True", "PartlyDumped", "jobs on the volume and in Redis")
+    if not isinstance(measure, QueueMeasure) or total == 0:
+        return
+    if _elapsed(st.unchanged_since, b.now, spec.reaper.dump_after):
+        if observed.pods > 0 or (dep is not None and dep.replicas > 0):
+            b.busy = True  # workers still stopping: dump after they are gone
+            return
+        attempts = 1
+        b.start_job("dump", total, attempts)
+        b.cond(conditions.DUMPED, "False", conditions.REASON_DUMPING, "dump Job started")
+        b.event(
+            "Normal",
+            "Dumping",
+            f"queue unchanged for {spec.reaper.dump_after}: dumping {total} jobs",
+        )
+
+
+def _finish_restore(b: _Builder, observed: Observed) -> None:
+    st = b.status
+    op = st.operation
+    job = observed.jobs.get(op.job_name) if op is not None else None
+    if job is not None and job.succeeded == 0:
+        b.act(DeleteJob(job.name))  # outcome decided from Redis: the Job is moot
+    jobs = st.dump.total_jobs
+    st.dump = models.DumpStatus()
+    st.operation = None
+    conditions.remove_condition(st.conditions, conditions.DEGRADED)
+    b.cond(conditions.DUMPED, "False", "Restored", f"{jobs} jobs restored to Redis")
+    b.event("Normal", "Restored", f"{jobs} jobs restored from the volume")
+
+
+def _restore(b: _Builder, observed: Observed, measure: Measurement) -> None:
+    st = b.status
+    op = st.operation
+    b.cond(conditions.READY, "False", "Restoring", "restoring before workers start")
+    if op is not None and op.kind == "restore":
+        outcome = _job_outcome(b, observed, measure)
+        if outcome == "done":
+            _finish_restore(b, observed)
+            b.busy = True
+            return
+        if outcome == "failed":
+            _operation_failed(b, "restore")
+            attempts = op.attempts + 1
+            if attempts > MAX_OPERATION_ATTEMPTS:
+                op.attempts = attempts
+                b.cond(conditions.READY, "False", conditions.REASON_FAILED, "restore failed")
+                return
+            st.operation = None
+            if isinstance(measure, QueueMeasure):
+                b.start_job("restore", measure.total, attempts)
+        b.cond(conditions.DUMPED, "True", conditions.REASON_RESTORING, "restore Job running")
+        b.busy = True
+        return
+    if not isinstance(measure, QueueMeasure):
+        return
+    if observed.pods > 0:
+        b.busy = True
+        return
+    b.start_job("restore", measure.total)
+    b.cond(conditions.DUMPED, "True", conditions.REASON_RESTORING, "restore Job started")
+    b.event("Normal", "Restoring", f"restoring {st.dump.total_jobs} dumped jobs before workers")
+
+
+def _teardown(b: _Builder, observed: Observed, measure: Measurement, settings: Settings) -> None:
+    """Cancelled or being deleted: workers to 0 and gone, then purge (policy), then done."""
+    spec, st, group = b.spec, b.status, b.group
+    dep = observed.deployment
+    st.workers.allowed = 0
+    purge = spec.state == models.State.CANCELLED or (
+        group.deleting and spec.deletion_policy == models.DeletionPolicy.PURGE
+    )
+    reason = conditions.REASON_CANCELLED if spec.state == models.State.CANCELLED else "Deleting"
+    # Step 1: no workers, no dump/restore Job running.
+    waiting = False
+    if dep is not None:
+        if dep.replicas != 0:
+            b.act(EnsureDeployment(0))
+            b.event("Normal", "Scaled", "stopping workers before cleanup")
+        waiting = True
+        if observed.pods == 0:
+            b.act(DeleteDeployment())
+    op = st.operation
+    if op is not None and op.kind in ("dump", "restore"):
+        outcome = _job_outcome(b, observed, measure)
+        if outcome == "done" and op.kind == "dump":
+            _finish_dump(b, observed, measure, outcome)
+        elif outcome is None and op.job_name in observed.jobs:
+            b.act(DeleteJob(op.job_name))
+            waiting = True
+        else:
+            st.operation = None
+    if observed.pods > 0:
+        waiting = True
+    if waiting:
+        b.busy = True
+        b.cond(conditions.READY, "False", reason, "waiting for workers to stop")
+        return
+    # Step 2: purge.
+    if purge and not _purged(b, observed, measure, settings):
+        b.busy = True
+        b.cond(conditions.READY, "False", reason, "purging the queue")
+        return
+    b.cond(
+        conditions.READY,
+        "False",
+        reason,
+        "workers stopped; queue purged" if purge else "workers stopped; queue kept (Retain)",
+    )
+    if group.deleting:
+        b.plan.finalized = True
+    elif st.finished_at is None:
+        st.finished_at = b.now
+
+
+def _purged(b: _Builder, observed: Observed, measure: Measurement, settings: Settings) -> bool:
+    """Drive the purge; True once keys and dump segments are gone (or, for a deletion with
+    Redis unreachable past ``purgeTimeout``, given up on with a condition and an event)."""
+    st = b.status
+    if isinstance(measure, QueueError):
+        since = b.group.deleting_since
+        if since is not None and (b.now - since).total_seconds() >= settings.purge_timeout:
+            b.cond(
+                conditions.DEGRADED,
+                "True",
+                "PurgeAbandoned",
+                f"Redis unreachable for {int(settings.purge_timeout)}s: queue keys left in Redis",
+            )
+            b.event("Warning", "PurgeAbandoned", "Redis unreachable: deleting without a purge")
+            return True
+        return False
+    clean = (
+        measure.total == 0
+        and measure.failed == 0
+        and measure.staging == 0
+        and measure.delivered == 0
+        and measure.failed_total == 0
+    )
+    op = st.operation
+    if st.dump.total_jobs > 0 or st.dump.segments:
+        if op is None or op.kind != "purge":
+            b.act(RequestPurge())
+            b.start_job("purge", 0)
+            return False
+        job = observed.jobs.get(op.job_name)
+        if (job is not None and job.succeeded > 0) or not measure.purge_requested:
+            if job is not None and job.succeeded == 0:
+                b.act(DeleteJob(job.name))
+            st.dump = models.DumpStatus()
+            st.operation = None
+            b.event("Normal", "Purged", "queue keys purged and dump segments forgotten")
+            return True
+        if job is not None and job.failed_final:
+            _operation_failed(b, "purge")
+            attempts = op.attempts + 1
+            st.operation = None
+            if attempts <= MAX_OPERATION_ATTEMPTS:
+                b.act(RequestPurge())
+                b.start_job("purge", 0, attempts)
+        return False
+    if not clean:
+        b.act(PurgeQueue())
+        b.event("Normal", "Purged", f"queue keys purged ({measure.total + measure.failed} jobs)")
+    return clean

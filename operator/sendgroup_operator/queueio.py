@@ -1,0 +1,155 @@
+"""The operator's Redis adapter: measure a queue in one round trip, purge its keys.
+
+Key names come only from ``sendgroup_worker.queue.keys.QueueKeys``. The measurement is one
+MULTI/EXEC transaction (atomic, one round trip): LLEN ready, ZCARD delayed/reserved/failed,
+HMGET stats delivered/failed, LINDEX ready 0 (the oldest job's ``pushedAt``), EXISTS of the
+dump's staging keys and of the purge marker, the workers' backpressure deadline (HGET
+``backpressure`` ``until``) and TIME. "Empty" and "unchanged" always mean ready + delayed +
+reserved.
+
+Errors never carry the URL (it may hold a password from a Secret): :class:`QueueUnavailable`
+messages name the exception type and the host only.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Final
+from urllib.parse import urlsplit
+
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+from sendgroup_operator.plan import QueueMeasure
+from sendgroup_worker.queue.keys import QueueKeys
+
+SOCKET_TIMEOUT: Final = 3.0
+
+
+class QueueUnavailable(Exception):
+    """Redis could not be reached or answered with an error; the message is safe to show."""
+
+
+def safe_host(url: str) -> str:
+    """``host:port`` of a Redis URL, without user or password."""
+    parts = urlsplit(url)
+    return f"{parts.hostname or '?'}:{parts.port or 6379}"
+
+
+def _pushed_at(payload: bytes | str | None) -> float | None:
+    if payload is None:
+        return None
+    try:
+        data: Any = json.loads(payload)
+        value = data.get("pushedAt") if isinstance(data, dict) else None
+        return float(value) if value is not None else None
+    except (ValueError, TypeError):
+        return None
+
+
+def _suspended(until_ms: Any, server_time: Any) -> float:
+    """Seconds the workers' backpressure suspension still lasts (hash ``backpressure``, field
+    ``until`` in unix ms, written by the worker), against Redis' own clock (TIME)."""
+    try:
+        now_ms = int(server_time[0]) * 1000 + int(server_time[1]) // 1000
+        return max(0.0, (int(until_ms or 0) - now_ms) / 1000)
+    except (TypeError, ValueError, IndexError):
+        return 0.0
+
+
+def _int(value: Any) -> int:
+    try:
+        return int(value or 0)
+    except (TypeError, ValueError):
+        return 0
+
+
+class RedisQueues:
+    """One connection pool per Redis URL, shared by all groups using it. ``prefix``: the
+    producers' client-side key prefix (``laravel_database_``), as in ``QueueKeys``."""
+
+    def __init__(self, prefix: str = "") -> None:
+        self.prefix = prefix
+        self._clients: dict[str, aioredis.Redis[bytes]] = {}
+
+    def client(self, url: str) -> aioredis.Redis[bytes]:
+        """The cached client for ``url`` (3 s socket timeouts, no retries: the reaper is the
+        retry loop)."""
+        client = self._clients.get(url)
+        if client is None:
+            client = aioredis.Redis.from_url(
+                url, socket_timeout=SOCKET_TIMEOUT, socket_connect_timeout=SOCKET_TIMEOUT
+            )
+            self._clients[url] = client
+        return client
+
+    async def measure(self, url: str, queue: str) -> QueueMeasure:
+        """One atomic measurement of ``queue``. Raises :class:`QueueUnavailable`."""
+        keys = QueueKeys(queue, self.prefix)
+        try:
+            pipe = self.client(url).pipeline(transaction=True)
+            pipe.llen(keys.ready)
+            pipe.zcard(keys.delayed)
+            pipe.zcard(keys.reserved)
+            pipe.zcard(keys.failed)
+            pipe.hmget(keys.stats, ["delivered", "failed"])
+            pipe.lindex(keys.ready, 0)
+            pipe.exists(*keys.staging_keys)
+            pipe.exists(keys.purge_requested)
+            pipe.hget(keys.backpressure, "until")
+            pipe.time()
+            (
+                ready,
+                delayed,
+                reserved,
+                failed,
+                stats,
+                head,
+                staging,
+                marker,
+                until_ms,
+                server_time,
+            ) = await pipe.execute()
+        except (RedisError, OSError) as exc:
+            raise QueueUnavailable(
+                f"Redis at {safe_host(url)} unreachable: {type(exc).__name__}"
+            ) from None
+        return QueueMeasure(
+            ready=_int(ready),
+            delayed=_int(delayed),
+            reserved=_int(reserved),
+            failed=_int(failed),
+            delivered=_int(stats[0]),
+            failed_total=_int(stats[1]),
+            oldest_pushed_at=_pushed_at(head),
+            staging=_int(staging),
+            purge_requested=bool(_int(marker)),
+            suspended_seconds=_suspended(until_ms, server_time),
+        )
+
+    async def purge(self, url: str, queue: str) -> int:
+        """Delete every key of ``queue`` (explicit names, never a pattern); returns how many
+        keys existed. Raises :class:`QueueUnavailable`."""
+        keys = QueueKeys(queue, self.prefix)
+        try:
+            return int(await self.client(url).delete(*keys.all_keys))
+        except (RedisError, OSError) as exc:
+            raise QueueUnavailable(
+                f"Redis at {safe_host(url)} unreachable: {type(exc).__name__}"
+            ) from None
+
+    async def request_purge(self, url: str, queue: str) -> None:
+        """Set the purge marker (deleted by the purge Job with every other key).
+        Raises :class:`QueueUnavailable`."""
+        try:
+            await self.client(url).set(QueueKeys(queue, self.prefix).purge_requested, "1")
+        except (RedisError, OSError) as exc:
+            raise QueueUnavailable(
+                f"Redis at {safe_host(url)} unreachable: {type(exc).__name__}"
+            ) from None
+
+    async def close(self) -> None:
+        """Close every pool."""
+        for client in self._clients.values():
+            await client.connection_pool.disconnect()
+        self._clients.clear()

@@ -1,0 +1,349 @@
+"""One reconciliation pass: observe -> plan -> apply. Called by every kopf handler and by the
+reaper timer alike (level-based: a pass never assumes what the previous one did).
+
+``Runtime`` holds what the passes share (clients, the global cap's book-keeping, locks,
+the liveness heartbeat); it lives in kopf's ``memo``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from sendgroup_operator import builders, fairshare, metrics, models, plan
+from sendgroup_operator.kube import Kube
+from sendgroup_operator.queueio import QueueUnavailable, RedisQueues
+from sendgroup_operator.settings import Settings
+
+#: Seconds a Secret's value is cached (it is read again after this, so rotation works).
+SECRET_TTL = 60.0
+
+
+@dataclass
+class Runtime:
+    """Shared state of the operator process (one per process, in kopf's memo)."""
+
+    settings: Settings
+    kube: Kube
+    queues: RedisQueues = field(default_factory=RedisQueues)
+    locks: defaultdict[str, asyncio.Lock] = field(default_factory=lambda: defaultdict(asyncio.Lock))
+    demands: dict[str, int] = field(default_factory=dict)
+    granted: dict[str, int] = field(default_factory=dict)
+    table: metrics.GroupTable = field(default_factory=metrics.GroupTable)
+    heartbeat: float = field(default_factory=time.monotonic)
+    secrets: dict[tuple[str, str, str], tuple[float, str | None]] = field(default_factory=dict)
+    #: The status this process last wrote per group (uid, status): the operator is the only
+    #: writer of status, and a timer's body can predate the previous pass's patch.
+    written: dict[str, tuple[str, models.SendGroupStatus]] = field(default_factory=dict)
+
+    def allowed(self, key: str, demand: int) -> int:
+        """Workers the global cap grants ``key`` now: its water-filling share, and never so
+        many that the sum of what is granted passes the cap (others shrink on their next
+        pass, then this group grows)."""
+        self.demands[key] = demand
+        cap = self.settings.max_total_workers
+        share = fairshare.allocate(self.demands, cap)[key]
+        if cap is None:
+            return share
+        others = sum(v for k, v in self.granted.items() if k != key)
+        return max(0, min(share, cap - others))
+
+    def forget(self, key: str) -> None:
+        """The group is gone: release its share."""
+        self.demands.pop(key, None)
+        self.granted.pop(key, None)
+        self.locks.pop(key, None)
+        self.written.pop(key, None)
+        self.table.forget(key)
+
+
+def _not_older(cached: models.SendGroupStatus, stored: models.SendGroupStatus) -> bool:
+    """Whether our last written status is at least as new as the stored one (another
+    replica may have written since, e.g. after a peering failover)."""
+    if stored.last_refresh is None:
+        return True
+    return cached.last_refresh is not None and cached.last_refresh >= stored.last_refresh
+
+
+def _parse_time(value: Any) -> datetime:
+    if isinstance(value, datetime):
+        return value
+    if isinstance(value, str) and value:
+        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    return datetime.now(UTC)
+
+
+def parse(
+    body: Mapping[str, Any],
+) -> tuple[plan.Group, models.SendGroupSpec, models.SendGroupStatus]:
+    """The object as models (raises pydantic.ValidationError on a spec the CRD would reject)."""
+    meta = body["metadata"]
+    deleting_since = meta.get("deletionTimestamp")
+    group = plan.Group(
+        namespace=meta["namespace"],
+        name=meta["name"],
+        uid=meta["uid"],
+        generation=int(meta.get("generation") or 1),
+        created_at=_parse_time(meta.get("creationTimestamp")),
+        deleting=deleting_since is not None,
+        deleting_since=_parse_time(deleting_since) if deleting_since else None,
+    )
+    spec = models.SendGroupSpec.model_validate(dict(body.get("spec") or {}))
+    status = models.SendGroupStatus.model_validate(dict(body.get("status") or {}))
+    return group, spec, status
+
+
+async def redis_url(rt: Runtime, namespace: str, spec: models.SendGroupSpec) -> str:
+    """The group's Redis URL: from its Secret (cached 60 s), ``redis.url``, or the default.
+    Raises QueueUnavailable when the Secret or key is missing."""
+    redis = spec.redis
+    if redis is not None and redis.secret_ref is not None:
+        key = (namespace, redis.secret_ref.name, redis.secret_ref.key)
+        cached = rt.secrets.get(key)
+        if cached is None or time.monotonic() - cached[0] > SECRET_TTL:
+            value = await rt.kube.secret_value(*key)
+            cached = (time.monotonic(), value)
+            rt.secrets[key] = cached
+        if cached[1] is None:
+            raise QueueUnavailable(
+                f"Secret {redis.secret_ref.name} key {redis.secret_ref.key} not found"
+            )
+        return cached[1]
+    if redis is not None and redis.url:
+        return redis.url
+    return rt.settings.default_redis_url
+
+
+def _needs_children(
+    group: plan.Group, spec: models.SendGroupSpec, st: models.SendGroupStatus
+) -> bool:
+    return (
+        group.deleting
+        or spec.paused
+        or spec.state == models.State.CANCELLED
+        or st.operation is not None
+        or st.dump.total_jobs > 0
+    )
+
+
+async def _summary(rt: Runtime, namespace: str, job_name: str) -> dict[str, Any] | None:
+    """The JSON summary line a succeeded Job's pod printed, or None."""
+    pods = await rt.kube.list_pods(namespace, f"batch.kubernetes.io/job-name={job_name}")
+    for pod in pods:
+        if (pod.get("status") or {}).get("phase") != "Succeeded":
+            continue
+        text = await rt.kube.pod_log_tail(namespace, pod["metadata"]["name"])
+        for line in reversed((text or "").strip().splitlines()):
+            try:
+                data = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(data, dict):
+                return data
+    return None
+
+
+def _job_obs(job: Mapping[str, Any]) -> plan.JobObs:
+    status = job.get("status") or {}
+    failed_final = any(
+        c.get("type") == "Failed" and c.get("status") == "True"
+        for c in status.get("conditions") or []
+    )
+    return plan.JobObs(
+        name=job["metadata"]["name"],
+        active=int(status.get("active") or 0),
+        succeeded=int(status.get("succeeded") or 0),
+        failed_final=failed_final,
+    )
+
+
+#: Ready reasons that mean "this operator left the group without a Deployment".
+_NO_DEPLOYMENT_REASONS = frozenset({"Idle", "NoWork", "Completed"})
+
+
+def _known_without_children(
+    group: plan.Group,
+    spec: models.SendGroupSpec,
+    st: models.SendGroupStatus,
+    measured: plan.Measurement,
+) -> bool:
+    """An idle group: empty queue, and the last written status says we left it without a
+    Deployment. Nothing to look at in the API server."""
+    if not isinstance(measured, plan.QueueMeasure) or measured.total > 0:
+        return False
+    if _needs_children(group, spec, st) or st.observed_generation != group.generation:
+        return False
+    ready = next((c for c in st.conditions if c.type == "Ready"), None)
+    return ready is not None and ready.reason in _NO_DEPLOYMENT_REASONS
+
+
+async def observe(
+    rt: Runtime, group: plan.Group, spec: models.SendGroupSpec, st: models.SendGroupStatus
+) -> plan.Observed:
+    """Read the children: the Deployment; Jobs and pods only when the plan can need them
+    (paused, finishing, a Job in flight)."""
+    ref = group.ref(spec)
+    raw = await rt.kube.get_deployment(group.namespace, builders.deployment_name(group.name))
+    dep = None
+    if raw is not None and not raw["metadata"].get("deletionTimestamp"):
+        annotations = raw["metadata"].get("annotations") or {}
+        dep = plan.DeploymentObs(
+            replicas=int((raw.get("spec") or {}).get("replicas") or 0),
+            ready_replicas=int((raw.get("status") or {}).get("readyReplicas") or 0),
+            template_hash=annotations.get(builders.ANNOTATION_TEMPLATE_HASH),
+        )
+    if not _needs_children(group, spec, st):
+        return plan.Observed(deployment=dep)
+    selector = builders.group_selector(ref)
+    jobs = await rt.kube.list_jobs(group.namespace, selector)
+    pods = await rt.kube.list_pods(group.namespace, builders.worker_selector(ref))
+    live = [p for p in pods if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
+    observed_jobs = {j["metadata"]["name"]: _job_obs(j) for j in jobs}
+    op = st.operation
+    if op is not None and op.kind == "dump":
+        job = observed_jobs.get(op.job_name)
+        if job is not None and job.succeeded > 0:
+            summary = await _summary(rt, group.namespace, op.job_name)
+            observed_jobs[op.job_name] = dataclasses.replace(job, summary=summary)
+    return plan.Observed(
+        deployment=dep,
+        pods=len(live),
+        jobs=observed_jobs,
+        jobs_listed=True,
+    )
+
+
+async def measure(
+    rt: Runtime, group: plan.Group, spec: models.SendGroupSpec
+) -> tuple[plan.Measurement, str | None]:
+    """Measure the queue; (QueueError, None) when Redis or its Secret is unavailable."""
+    try:
+        url = await redis_url(rt, group.namespace, spec)
+        return await rt.queues.measure(url, spec.queue_name(group.name)), url
+    except QueueUnavailable as exc:
+        return plan.QueueError(str(exc)), None
+
+
+async def apply(
+    rt: Runtime,
+    group: plan.Group,
+    spec: models.SendGroupSpec,
+    result: plan.Plan,
+    observed: plan.Observed,
+    url: str | None,
+    logger: logging.Logger | logging.LoggerAdapter[Any],
+) -> None:
+    """Carry out the plan's actions, each idempotent (404 on delete and 409 on create are
+    outcomes, not errors)."""
+    ref = group.ref(spec)
+    key = f"{group.namespace}/{group.name}"
+    settings = rt.settings
+    for action in result.actions:
+        if isinstance(action, plan.EnsureDeployment):
+            body = builders.deployment(ref, spec, settings, action.replicas)
+            await rt.kube.apply_deployment(body, exists=observed.deployment is not None)
+            rt.granted[key] = action.replicas
+            logger.info("deployment %s replicas=%d", body["metadata"]["name"], action.replicas)
+        elif isinstance(action, plan.DeleteDeployment):
+            await rt.kube.delete_deployment(group.namespace, builders.deployment_name(group.name))
+            rt.granted[key] = 0
+            logger.info("deployment deleted")
+        elif isinstance(action, plan.CreateJob):
+            await rt.kube.create_job(builders.job(ref, spec, settings, action.kind, action.number))
+            logger.info("job %s-%d created", action.kind, action.number)
+        elif isinstance(action, plan.DeleteJob):
+            await rt.kube.delete_job(group.namespace, action.name)
+        elif isinstance(action, plan.PurgeQueue):
+            if url is not None:
+                deleted = await rt.queues.purge(url, spec.queue_name(group.name))
+                logger.info("queue purged (%d keys)", deleted)
+        elif isinstance(action, plan.RequestPurge):
+            if url is None:
+                raise QueueUnavailable("Redis unavailable: cannot mark the purge")
+            await rt.queues.request_purge(url, spec.queue_name(group.name))
+        elif isinstance(action, plan.DeleteGroup):
+            await rt.kube.delete_group(group.namespace, group.name)
+
+
+async def count_orphan_deployments(rt: Runtime) -> int:
+    """Worker Deployments of ours whose SendGroup this process does not know (compared by
+    name sets: ``namespace/group``). Sets ``sendgroup_orphans{kind="deployment_without_group"}``
+    and returns the count. One LIST per watched namespace."""
+    selector = (
+        f"{builders.LABEL_MANAGED_BY}={builders.MANAGED_BY},{builders.LABEL_COMPONENT}=worker"
+    )
+    settings = rt.settings
+    namespaces: tuple[str | None, ...] = (None,) if settings.clusterwide else settings.namespaces
+    known = {(ns, builders.label_value(name)) for ns, name in (k.split("/", 1) for k in rt.demands)}
+    orphans = 0
+    for ns in namespaces:
+        for dep in await rt.kube.list_deployments(ns, selector):
+            meta = dep["metadata"]
+            group = (meta.get("labels") or {}).get(builders.LABEL_GROUP, "")
+            if (meta["namespace"], group) not in known:
+                orphans += 1
+    metrics.ORPHANS.labels("deployment_without_group").set(orphans)
+    return orphans
+
+
+async def orphan_loop(rt: Runtime, logger: logging.Logger | logging.LoggerAdapter[Any]) -> None:
+    """Every ``orphanGrace`` seconds (first after one period, when the groups are known),
+    count orphan Deployments; errors are logged, never fatal."""
+    while True:
+        await asyncio.sleep(rt.settings.orphan_grace)
+        try:
+            count = await count_orphan_deployments(rt)
+            if count:
+                logger.warning("%d worker Deployment(s) without a SendGroup", count)
+        except Exception as exc:
+            logger.warning("orphan check failed: %s: %s", type(exc).__name__, exc)
+
+
+async def reconcile(
+    rt: Runtime,
+    body: Mapping[str, Any],
+    logger: logging.Logger | logging.LoggerAdapter[Any],
+    now: datetime | None = None,
+) -> plan.Plan:
+    """One pass for one group: observe, measure, plan, apply. Returns the plan (the caller
+    writes ``plan.status`` through kopf's ``patch.status`` when ``plan.write_status``, and
+    posts ``plan.events``). Kubernetes API errors propagate (kopf retries the handler)."""
+    group, spec, status = parse(body)
+    key = f"{group.namespace}/{group.name}"
+    started = time.monotonic()
+    async with rt.locks[key]:
+        cached = rt.written.get(key)
+        if cached is not None and cached[0] == group.uid and _not_older(cached[1], status):
+            status = cached[1].model_copy(deep=True)
+        measured, url = await measure(rt, group, spec)
+        if _known_without_children(group, spec, status, measured):
+            observed = plan.Observed()  # idle: no API request at all in this pass
+        else:
+            observed = await observe(rt, group, spec, status)
+        want = plan.demand(spec, status, measured, group.deleting)
+        allowed = rt.allowed(key, min(want, plan.desired_workers(spec, rt.settings)))
+        now = now or datetime.now(UTC).replace(microsecond=0)
+        result = plan.plan(group, spec, status, observed, measured, allowed, rt.settings, now)
+        await apply(rt, group, spec, result, observed, url, logger)
+        if result.write_status:
+            rt.written[key] = (group.uid, result.status.model_copy(deep=True))
+        rt.demands[key] = min(result.demand, plan.desired_workers(spec, rt.settings))
+        if observed.deployment is not None and not any(
+            isinstance(a, plan.EnsureDeployment | plan.DeleteDeployment) for a in result.actions
+        ):
+            rt.granted[key] = observed.deployment.replicas
+        elif observed.deployment is None and not result.actions:
+            rt.granted[key] = 0
+    metrics.observe(group.namespace, group.name, result.status)
+    rt.table.update(key, result.status, spec, now)
+    rt.table.export(now, rt.settings.orphan_grace)
+    metrics.DURATION.observe(time.monotonic() - started)
+    return result

@@ -1,0 +1,128 @@
+"""Operator start-up: kopf settings, clients in memo, the preflight that waits for the CRD
+and the RBAC it needs (saying exactly what is missing), and the liveness check.
+
+kopf's own annotations and finalizer carry our API group's prefix (``sendgroups.io/...``);
+kopf keeps no state in ``status`` (that is ours, written through ``patch.status``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from typing import Any, Final
+
+import kopf
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+
+from sendgroup_operator import metrics, models, reconcile
+from sendgroup_operator.kube import Kube
+from sendgroup_operator.queueio import RedisQueues
+from sendgroup_operator.reconcile import Runtime
+from sendgroup_operator.settings import Settings
+
+Logger = logging.Logger | logging.LoggerAdapter[Any]
+FINALIZER: Final = f"{models.GROUP}/finalizer"
+#: (verb, API group, resource) the operator needs in every watched namespace.
+NAMESPACED_PERMISSIONS: Final = (
+    ("list", models.GROUP, models.PLURAL),
+    ("watch", models.GROUP, models.PLURAL),
+    ("patch", models.GROUP, models.PLURAL),
+    ("delete", models.GROUP, models.PLURAL),
+    ("patch", models.GROUP, f"{models.PLURAL}/status"),
+    ("get", "apps", "deployments"),
+    ("create", "apps", "deployments"),
+    ("patch", "apps", "deployments"),
+    ("delete", "apps", "deployments"),
+    ("list", "batch", "jobs"),
+    ("create", "batch", "jobs"),
+    ("delete", "batch", "jobs"),
+    ("list", "", "pods"),
+    ("get", "", "secrets"),
+    ("create", "", "events"),
+)
+
+
+def load_kube_config() -> k8s.ApiClient:
+    """An API client from the in-cluster ServiceAccount or ``$KUBECONFIG``."""
+    try:
+        k8s_config.load_incluster_config()  # type: ignore[no-untyped-call]
+    except k8s_config.ConfigException:
+        k8s_config.load_kube_config()  # type: ignore[no-untyped-call]
+    return k8s.ApiClient()
+
+
+def configure_kopf(settings: kopf.OperatorSettings, ours: Settings) -> None:
+    """kopf settings: our prefix for its annotations and finalizer, no status storage,
+    peering priority, and no events for kopf's own log lines (only ours)."""
+    settings.persistence.finalizer = FINALIZER
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=models.GROUP)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=models.GROUP, key="last-handled-configuration"
+    )
+    settings.peering.priority = ours.peering_priority
+    settings.peering.name = ours.peering_name
+    settings.peering.mandatory = False
+    settings.peering.clusterwide = ours.clusterwide
+    settings.posting.level = logging.WARNING
+    settings.watching.server_timeout = 300
+    settings.batching.error_delays = [1, 2, 5, 10, 30]
+
+
+async def missing_permissions(kube: Kube, ours: Settings) -> list[str]:
+    """What the ServiceAccount may not do, as ``verb group/resource in namespace`` lines."""
+    missing: list[str] = []
+    namespaces: tuple[str | None, ...] = (None,) if ours.clusterwide else ours.namespaces
+    for ns in namespaces:
+        for verb, group, resource in NAMESPACED_PERMISSIONS:
+            if not await kube.can(verb, group, resource, ns):
+                where = f"in namespace {ns}" if ns else "cluster-wide"
+                missing.append(f"{verb} {group or 'core'}/{resource} {where}")
+    return missing
+
+
+async def preflight(kube: Kube, ours: Settings, logger: Logger) -> None:
+    """Wait until the CRD exists and the RBAC is sufficient, logging exactly what is missing
+    every ``preflight_retry`` seconds (no crash loop)."""
+    while True:
+        problems: list[str] = []
+        try:
+            if not await kube.crd_exists():
+                problems.append(
+                    f"CRD {models.PLURAL}.{models.GROUP} is not installed "
+                    "(kubectl apply -f crds/sendgroups.yaml)"
+                )
+            problems += [f"RBAC: cannot {m}" for m in await missing_permissions(kube, ours)]
+        except Exception as exc:  # the API server itself may not answer yet
+            problems.append(f"API server: {type(exc).__name__}: {exc}")
+        if not problems:
+            logger.info("preflight ok: CRD installed, RBAC sufficient")
+            return
+        logger.error("waiting: %s", "; ".join(problems))
+        await asyncio.sleep(ours.preflight_retry)
+
+
+async def start(settings: kopf.OperatorSettings, memo: Any, logger: Logger) -> None:
+    """The ``@kopf.on.startup`` body: settings, clients, metrics server, preflight."""
+    ours = Settings.from_env()
+    configure_kopf(settings, ours)
+    kube = Kube(load_kube_config())
+    memo.runtime = Runtime(settings=ours, kube=kube, queues=RedisQueues(ours.key_prefix))
+    metrics.serve(ours.metrics_port, os.environ.get("SENDGROUP_LISTEN_HOST", "0.0.0.0"))
+    await preflight(kube, ours, logger)
+    memo.runtime.heartbeat = time.monotonic()
+    memo.orphan_task = asyncio.create_task(reconcile.orphan_loop(memo.runtime, logger))
+
+
+def liveness(memo: Any) -> dict[str, Any]:
+    """The ``@kopf.on.probe`` body: raises when groups exist but no reaper pass completed for
+    ``SENDGROUP_LIVENESS_STALL`` seconds (kopf then answers the liveness endpoint with 500)."""
+    rt: Runtime | None = getattr(memo, "runtime", None)
+    if rt is None:
+        return {"reaper": "starting"}
+    stalled = time.monotonic() - rt.heartbeat
+    if rt.demands and stalled > rt.settings.liveness_stall:
+        raise RuntimeError(f"reaper made no progress for {int(stalled)}s")
+    return {"reaper_seconds_since_pass": round(stalled, 1), "groups": len(rt.demands)}

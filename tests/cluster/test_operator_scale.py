@@ -1,0 +1,84 @@
+"""200 SendGroups: the operator reconciles them all; an idle group costs no API request and
+no write per minute. Prints the measured figures (requests/minute/idle group, RSS)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.cluster.conftest import Objects
+from tests.support.cluster import KubeCluster, wait_for
+
+pytestmark = pytest.mark.cluster
+
+GROUPS = 200
+WINDOW = 30.0
+
+
+def _rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS")
+
+
+def _counter(text: str, name: str) -> float:
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise AssertionError(f"{name} not in metrics")
+
+
+def test_two_hundred_idle_groups(
+    operator_factory: Any, objects: Objects, kube_cluster: KubeCluster
+) -> None:
+    started = time.monotonic()
+    op = operator_factory(SENDGROUP_REAPER_INTERVAL="10", SENDGROUP_STATUS_REFRESH="60")
+    manifests = [
+        {
+            "apiVersion": "sendgroups.io/v1alpha1",
+            "kind": "SendGroup",
+            "metadata": {"name": f"idle-{i:03d}"},
+            "spec": {"campaign": "bulk", "host": f"h{i}.example.com"},
+        }
+        for i in range(GROUPS)
+    ]
+    objects.cluster.kubectl(
+        "apply",
+        "-n",
+        objects.namespace,
+        "-f",
+        "-",
+        input="\n---\n".join(json.dumps(m) for m in manifests),
+        timeout=120,
+    )
+
+    def all_reconciled() -> list[dict[str, Any]] | None:
+        items = objects.list("sendgroups")
+        done = [i for i in items if (i.get("status") or {}).get("phase") == "Pending"]
+        return items if len(done) == GROUPS else None
+
+    items = wait_for(all_reconciled, 180, f"{GROUPS} groups reconciled", interval=2)
+    reconciled_after = time.monotonic() - started
+    versions = {i["metadata"]["name"]: i["metadata"]["resourceVersion"] for i in items}
+    before = _counter(op.metrics(), "sendgroup_kube_requests_total")
+    time.sleep(WINDOW)
+    after = _counter(op.metrics(), "sendgroup_kube_requests_total")
+    later = {
+        i["metadata"]["name"]: i["metadata"]["resourceVersion"] for i in objects.list("sendgroups")
+    }
+    writes = sum(1 for name, rv in later.items() if versions.get(name) != rv)
+    per_group_minute = (after - before) / GROUPS / (WINDOW / 60)
+    rss = _rss_mib(op.proc.pid)  # type: ignore[union-attr]
+    print(
+        f"\n{GROUPS} idle SendGroups: reconciled in {reconciled_after:.1f}s; "
+        f"reconciler API requests per idle group per minute: {per_group_minute:.3f}; "
+        f"SendGroup writes in {WINDOW:.0f}s: {writes}; operator RSS: {rss:.0f} MiB"
+    )
+    assert writes == 0, "a steady idle group must cause no writes"
+    assert per_group_minute <= 0.1
+    assert op.running() and rss < 400

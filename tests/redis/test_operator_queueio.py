@@ -1,0 +1,87 @@
+"""The operator's Redis adapter against a real redis-server: one atomic measurement, purge
+by explicit key names, and a safe error when Redis is down."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+import redis
+
+from sendgroup_operator.queueio import QueueUnavailable, RedisQueues
+from sendgroup_worker.queue.keys import QueueKeys
+
+pytestmark = pytest.mark.redis
+
+
+def _job(uuid: str, pushed_at: float) -> str:
+    return json.dumps({"uuid": uuid, "attempts": 0, "pushedAt": f"{pushed_at:.4f}"})
+
+
+def test_measure_counts_every_state(redis_url: str, redis_client: redis.Redis) -> None:
+    keys = QueueKeys("mail-a")
+    redis_client.rpush(keys.ready, _job("1", 1700000000.5), _job("2", 1700000100))
+    redis_client.zadd(keys.delayed, {_job("3", 1): 2e9})
+    redis_client.zadd(keys.reserved, {_job("4", 1): 2e9, _job("5", 1): 2e9})
+    redis_client.zadd(keys.failed, {"6": 1})
+    redis_client.hset(keys.stats, mapping={"delivered": 7, "failed": 1})
+    # A neighbour queue with a longer name must not be counted.
+    redis_client.rpush(QueueKeys("mail-a1").ready, _job("x", 1))
+
+    async def go() -> None:
+        queues = RedisQueues()
+        m = await queues.measure(redis_url, "mail-a")
+        assert (m.ready, m.delayed, m.reserved, m.failed) == (2, 1, 2, 1)
+        assert m.total == 5 and (m.delivered, m.failed_total) == (7, 1)
+        assert m.oldest_pushed_at == pytest.approx(1700000000.5)
+        assert m.staging == 0
+        deleted = await queues.purge(redis_url, "mail-a")
+        assert deleted == 5
+        after = await queues.measure(redis_url, "mail-a")
+        assert after.total == 0 and after.failed == 0 and after.delivered == 0
+        assert (await queues.measure(redis_url, "mail-a1")).ready == 1
+        await queues.close()
+
+    asyncio.run(go())
+
+
+def test_unreachable_redis_gives_a_safe_message() -> None:
+    async def go() -> None:
+        queues = RedisQueues()
+        with pytest.raises(QueueUnavailable) as err:
+            await queues.measure("redis://:s3cret@127.0.0.1:1/0", "mail-a")
+        assert "s3cret" not in str(err.value) and "127.0.0.1:1" in str(err.value)
+        await queues.close()
+
+    asyncio.run(go())
+
+
+def test_backpressure_suspension_is_measured(redis_url: str, redis_client: redis.Redis) -> None:
+    keys = QueueKeys("mail-b")
+    server_ms = int(redis_client.time()[0]) * 1000
+    redis_client.hset(keys.backpressure, mapping={"run": 0, "until": server_ms + 120_000})
+
+    async def go() -> None:
+        queues = RedisQueues()
+        m = await queues.measure(redis_url, "mail-b")
+        assert 100 < m.suspended_seconds <= 121
+        redis_client.hset(keys.backpressure, "until", server_ms - 1000)
+        assert (await queues.measure(redis_url, "mail-b")).suspended_seconds == 0
+        await queues.close()
+
+    asyncio.run(go())
+
+
+def test_key_prefix_of_the_producers(redis_url: str, redis_client: redis.Redis) -> None:
+    redis_client.rpush("laravel_database_queues:mail-l", _job("1", 1), _job("2", 2))
+    redis_client.rpush("queues:mail-l", _job("3", 3))
+
+    async def go() -> None:
+        prefixed = RedisQueues("laravel_database_")
+        assert (await prefixed.measure(redis_url, "mail-l")).ready == 2
+        assert await prefixed.purge(redis_url, "mail-l") == 1
+        assert redis_client.llen("queues:mail-l") == 1  # the unprefixed queue is another one
+        await prefixed.close()
+
+    asyncio.run(go())

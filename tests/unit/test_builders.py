@@ -1,0 +1,121 @@
+"""Children built from a SendGroup: names, labels, security, env, Jobs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sendgroup_operator import builders, models
+from sendgroup_operator.settings import Settings
+
+REF = builders.GroupRef("mail", "gmail-1", "uid-1", "spring-sale", "gmail.com")
+SETTINGS = Settings(default_image="img:1", default_redis_url="redis://r:6379/0")
+
+
+def _spec(**kw: Any) -> models.SendGroupSpec:
+    return models.SendGroupSpec.model_validate(
+        {"campaign": "spring-sale", "host": "gmail.com", **kw}
+    )
+
+
+def _env(container: dict[str, Any]) -> dict[str, Any]:
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
+
+
+def test_names_short_and_stable() -> None:
+    assert builders.deployment_name("gmail-1") == "sg-gmail-1"
+    assert builders.job_name("gmail-1", "dump", 3) == "sg-gmail-1-dump-3"
+    long = "x" * 100
+    name = builders.deployment_name(long)
+    assert len(name) == 63 and name == builders.deployment_name(long)
+    other = builders.deployment_name("x" * 99 + "y")
+    assert other != name and len(other) == 63
+    job = builders.job_name(long, "restore", 12)
+    assert len(job) == 63 and job.endswith("-restore-12")
+
+
+def test_label_values_valid() -> None:
+    assert builders.label_value("gmail.com") == "gmail.com"
+    odd = builders.label_value("Spring Sale/2026!")
+    assert len(odd) <= 63 and odd[0].isalnum() and odd[-1].isalnum() and " " not in odd
+    assert len(builders.label_value("a" * 200)) == 63
+
+
+def test_deployment_shape() -> None:
+    spec = _spec(workers=4, worker={"timeout": 120, "retryAfter": 200}, rate={"perMinute": 90})
+    dep = builders.deployment(REF, spec, SETTINGS, replicas=3)
+    meta = dep["metadata"]
+    assert meta["name"] == "sg-gmail-1" and meta["namespace"] == "mail"
+    assert meta["labels"]["sendgroups.io/campaign"] == "spring-sale"
+    assert meta["labels"]["sendgroups.io/host"] == "gmail.com"
+    assert meta["labels"]["sendgroups.io/group"] == "gmail-1"
+    assert meta["labels"]["app.kubernetes.io/managed-by"] == "sendgroup-operator"
+    owner = meta["ownerReferences"][0]
+    assert (owner["kind"], owner["uid"], owner["controller"]) == ("SendGroup", "uid-1", True)
+    assert dep["spec"]["replicas"] == 3
+    sel = dep["spec"]["selector"]["matchLabels"]
+    assert all(dep["spec"]["template"]["metadata"]["labels"][k] == v for k, v in sel.items())
+    pod = dep["spec"]["template"]["spec"]
+    assert pod["terminationGracePeriodSeconds"] > 120
+    assert pod["automountServiceAccountToken"] is False
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    ctr = pod["containers"][0]
+    assert ctr["image"] == "img:1"
+    sc = ctr["securityContext"]
+    assert sc["readOnlyRootFilesystem"] and not sc["allowPrivilegeEscalation"]
+    assert sc["capabilities"] == {"drop": ["ALL"]}
+    env = _env(ctr)
+    assert env["SENDGROUP_QUEUE"] == "mail-gmail-1"
+    assert env["REDIS_URL"] == "redis://r:6379/0"
+    assert (env["WORKER_TIMEOUT"], env["WORKER_RETRY_AFTER"]) == ("120", "200")
+    assert env["WORKER_BACKOFF"] == "10,60,300"
+    assert (env["RATE_PER_MINUTE"], env["RATE_BURST"]) == ("90", "2")
+    assert env["BACKPRESSURE_SUSPEND_FOR"] == "600"
+
+
+def test_secrets_are_referenced_never_inlined() -> None:
+    spec = _spec(
+        redis={"secretRef": {"name": "redis-cred", "key": "url"}},
+        smtp={"host": "relay", "secretRef": {"name": "smtp-cred"}},
+    )
+    ctr = builders.deployment(REF, spec, SETTINGS, 1)["spec"]["template"]["spec"]["containers"][0]
+    env = _env(ctr)
+    assert env["REDIS_URL"] == {"secretKeyRef": {"name": "redis-cred", "key": "url"}}
+    assert env["SMTP_PASSWORD"] == {"secretKeyRef": {"name": "smtp-cred", "key": "password"}}
+
+
+def test_image_override_only_when_allowed() -> None:
+    spec = _spec(worker={"image": "evil:1"})
+    ctr = builders.deployment(REF, spec, SETTINGS, 1)["spec"]["template"]["spec"]["containers"][0]
+    assert ctr["image"] == "img:1"
+    allowed = Settings(default_image="img:1", allow_image_override=True)
+    ctr = builders.deployment(REF, spec, allowed, 1)["spec"]["template"]["spec"]["containers"][0]
+    assert ctr["image"] == "evil:1"
+
+
+def test_dump_job() -> None:
+    job = builders.job(REF, _spec(queue="{mail-x}"), SETTINGS, "dump", 2)
+    assert job["metadata"]["name"] == "sg-gmail-1-dump-2"
+    spec = job["spec"]
+    assert spec["backoffLimit"] >= 1 and spec["activeDeadlineSeconds"] > 0
+    assert spec["ttlSecondsAfterFinished"] > 0
+    pod = spec["template"]["spec"]
+    assert pod["restartPolicy"] == "Never" and pod["automountServiceAccountToken"] is False
+    claim = next(v for v in pod["volumes"] if "persistentVolumeClaim" in v)
+    assert claim["persistentVolumeClaim"]["claimName"] == SETTINGS.dumps_claim_name
+    ctr = pod["containers"][0]
+    assert ctr["command"] == [
+        "sendgroup-worker",
+        "dump",
+        "--queue",
+        "{mail-x}",
+        "--dumps-dir",
+        "/dumps/mail/gmail-1",
+    ]
+    assert {"name": "dumps", "mountPath": "/dumps"} in ctr["volumeMounts"]
+    assert (
+        builders.job(REF, _spec(), SETTINGS, "purge", 1)["spec"]["template"]["spec"]["containers"][
+            0
+        ]["command"][1]
+        == "purge"
+    )

@@ -1,0 +1,318 @@
+"""The pure planner, scenario by scenario, with an injected clock."""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sendgroup_operator import builders, models
+from sendgroup_operator import plan as p
+from sendgroup_operator.conditions import find
+from sendgroup_operator.models import Phase
+from sendgroup_operator.settings import Settings
+
+T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+SETTINGS = Settings()
+GROUP = p.Group("mail", "g1", "uid-1", 1, T0)
+
+
+def spec(**kw: Any) -> models.SendGroupSpec:
+    base = {"campaign": "c", "host": "gmail.com", "workers": 3}
+    base.update(kw)
+    return models.SendGroupSpec.model_validate(base)
+
+
+def q(total: int = 0, **kw: Any) -> p.QueueMeasure:
+    return p.QueueMeasure(ready=total, **kw)
+
+
+def at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+def run(
+    s: models.SendGroupSpec,
+    status: models.SendGroupStatus | None = None,
+    obs: p.Observed | None = None,
+    measure: p.Measurement | None = None,
+    now: datetime = T0,
+    allowed: int | None = None,
+    group: p.Group = GROUP,
+) -> p.Plan:
+    obs = obs or p.Observed(jobs_listed=True)
+    if obs.deployment is not None and obs.deployment.template_hash is None:
+        # Children built from this very spec (tests of template drift pass their own hash).
+        current = builders.template_hash(group.ref(s), s, SETTINGS)
+        obs = dataclasses.replace(
+            obs, deployment=dataclasses.replace(obs.deployment, template_hash=current)
+        )
+    return p.plan(
+        group,
+        s,
+        status or models.SendGroupStatus(),
+        obs,
+        measure if measure is not None else q(0),
+        s.workers if allowed is None else allowed,
+        SETTINGS,
+        now,
+    )
+
+
+def dep(replicas: int, ready: int | None = None) -> p.Observed:
+    return p.Observed(
+        p.DeploymentObs(replicas, replicas if ready is None else ready), jobs_listed=True
+    )
+
+
+def cond(plan: p.Plan, type_: str) -> tuple[str, str]:
+    c = find(plan.status.conditions, type_)
+    assert c is not None, type_
+    return c.status, c.reason
+
+
+def test_work_creates_workers_and_steady_state_writes_nothing() -> None:
+    s = spec()
+    first = run(s, measure=q(10))
+    assert first.actions == [p.EnsureDeployment(3)]
+    assert first.status.phase is Phase.RUNNING and first.write_status
+    assert first.status.queue.total == 10 and first.status.workers.desired == 3
+    ready = run(s, first.status, dep(3), q(10), at(10))
+    assert ready.actions == [] and ready.status.workers.summary == "3/3"
+    assert cond(ready, "Ready") == ("True", "WorkersReady") and ready.write_status
+    steady = run(s, ready.status, dep(3), q(10), at(20))
+    assert steady.actions == [] and not steady.write_status and steady.events == []
+
+
+def test_small_count_changes_do_not_write_until_refresh() -> None:
+    s = spec()
+    st = run(s, run(s, measure=q(1000)).status, dep(3), q(1000), at(1)).status
+    assert not run(s, st, dep(3), q(990), at(5)).write_status
+    assert run(s, st, dep(3), q(800), at(5)).write_status  # >= 10 % moved
+    assert run(s, st, dep(3), q(990), at(5 + SETTINGS.status_refresh)).write_status
+
+
+def test_no_work_yet_is_pending_without_children() -> None:
+    plan = run(spec(), measure=q(0))
+    assert plan.actions == [] and plan.status.phase is Phase.PENDING
+
+
+def test_idle_after_reaps_then_work_brings_workers_back() -> None:
+    s = spec(reaper={"idleAfter": "5s"})
+    running = run(s, run(s, measure=q(5)).status, dep(3), q(5), at(1)).status
+    empty = run(s, running, dep(3), q(0), at(10))
+    assert empty.status.idle_since == at(10) and empty.actions == [] and empty.write_status
+    early = run(s, empty.status, dep(3), q(0), at(14))
+    assert early.actions == []
+    reaped = run(s, empty.status, dep(3), q(0), at(15))
+    assert reaped.actions == [p.DeleteDeployment()] and reaped.status.phase is Phase.IDLE
+    assert any(e.reason == "Reaped" for e in reaped.events)
+    idle = run(s, reaped.status, p.Observed(), q(0), at(16))
+    assert idle.actions == [] and idle.status.phase is Phase.IDLE
+    back = run(s, idle.status, p.Observed(), q(2), at(30))
+    assert back.actions == [p.EnsureDeployment(3)] and back.status.idle_since is None
+
+
+def test_restart_keeps_the_original_deadline() -> None:
+    """The clock lives in status: a fresh operator acting on old status reaps on time."""
+    s = spec(reaper={"idleAfter": "60s"})
+    status = models.SendGroupStatus(idle_since=at(0), queue=models.QueueStatus(measured_at=at(0)))
+    assert run(s, status, dep(3), q(0), at(59)).actions == []
+    assert run(s, status, dep(3), q(0), at(60)).actions == [p.DeleteDeployment()]
+
+
+def test_pause_dump_resume_restore() -> None:
+    s = spec(paused=True, reaper={"dumpAfter": "30s"})
+    running = run(spec(), measure=q(40)).status
+    paused = run(s, running, dep(3), q(40), at(1))
+    assert paused.actions == [p.EnsureDeployment(0)] and paused.status.phase is Phase.PAUSED
+    assert paused.status.unchanged_since == at(1)
+    assert paused.status.workers.allowed == 0
+    waiting = run(s, paused.status, dep(0), q(40), at(20))
+    assert waiting.actions == []
+    # A push resets the unchanged clock.
+    pushed = run(s, paused.status, dep(0), q(41), at(25))
+    assert pushed.status.unchanged_since == at(25) and pushed.write_status
+    # Pods still terminating: no dump yet.
+    busy = p.Observed(p.DeploymentObs(0), pods=1, jobs_listed=True)
+    assert run(s, pushed.status, busy, q(41), at(60)).actions == []
+    dumping = run(s, pushed.status, dep(0), q(41), at(60))
+    assert dumping.actions == [p.CreateJob("dump", 1)]
+    assert dumping.status.phase is Phase.DUMPING
+    assert dumping.status.operation is not None
+    assert dumping.status.operation.job_name == "sg-g1-dump-1"
+    # Job not seen yet (just created): still dumping, no second Job.
+    again = run(s, dumping.status, p.Observed(p.DeploymentObs(0)), q(41), at(62))
+    assert again.actions == [] and again.status.phase is Phase.DUMPING
+    # Outcome from Redis: keys gone, no staging keys (the Job ran elsewhere).
+    dumped = run(s, dumping.status, dep(0), q(0), at(70))
+    assert dumped.status.phase is Phase.DUMPED and dumped.status.dump.total_jobs == 41
+    assert dumped.status.operation is None and cond(dumped, "Dumped") == ("True", "Dumped")
+    assert any(e.reason == "Dumped" for e in dumped.events)
+    # Resume: restore first, no workers.
+    resumed_spec = spec(reaper={"dumpAfter": "30s"})
+    restoring = run(resumed_spec, dumped.status, dep(0), q(0), at(80))
+    assert restoring.actions == [p.CreateJob("restore", 2)]
+    assert restoring.status.phase is Phase.RESTORING and restoring.demand == 0
+    partial = run(resumed_spec, restoring.status, dep(0), q(20), at(85))
+    assert partial.actions == [] and partial.status.phase is Phase.RESTORING
+    restored = run(resumed_spec, restoring.status, dep(0), q(41), at(90))
+    assert restored.status.dump.total_jobs == 0 and restored.status.operation is None
+    assert not any(isinstance(a, p.EnsureDeployment) and a.replicas for a in restored.actions)
+    workers = run(resumed_spec, restored.status, dep(0), q(41), at(92))
+    assert workers.actions == [p.EnsureDeployment(3)]
+    assert workers.status.phase is Phase.RUNNING
+
+
+def test_dump_job_failure_degrades_and_retries_later() -> None:
+    s = spec(paused=True, reaper={"dumpAfter": "30s"})
+    status = models.SendGroupStatus(
+        unchanged_since=at(0), queue=models.QueueStatus(total=5, measured_at=at(0))
+    )
+    started = run(s, status, dep(0), q(5), at(30))
+    name = started.status.operation.job_name if started.status.operation else ""
+    failed_obs = p.Observed(
+        p.DeploymentObs(0), jobs={name: p.JobObs(name, failed_final=True)}, jobs_listed=True
+    )
+    failed = run(s, started.status, failed_obs, q(5), at(40))
+    assert cond(failed, "Degraded") == ("True", "DumpFailed")
+    assert failed.status.operation is None and failed.status.unchanged_since == at(40)
+    assert any(e.type == "Warning" for e in failed.events)
+
+
+def test_cancel_stops_workers_then_purges() -> None:
+    s = spec(state="Cancelled")
+    st = run(spec(), measure=q(10)).status
+    first = run(s, st, dep(3), q(10), at(1))
+    assert p.EnsureDeployment(0) in first.actions and p.PurgeQueue() not in first.actions
+    pods = p.Observed(p.DeploymentObs(0), pods=2, jobs_listed=True)
+    second = run(s, first.status, pods, q(10), at(2))
+    assert p.PurgeQueue() not in second.actions and p.DeleteDeployment() not in second.actions
+    third = run(s, second.status, dep(0), q(10), at(3))
+    assert third.actions == [p.DeleteDeployment()]
+    purge = run(s, third.status, p.Observed(jobs_listed=True), q(10), at(4))
+    assert purge.actions == [p.PurgeQueue()]
+    done = run(s, purge.status, p.Observed(jobs_listed=True), q(0), at(5))
+    assert done.actions == [] and done.status.phase is Phase.CANCELLED
+    assert done.status.finished_at == at(5)
+
+
+def test_cancel_with_dumps_runs_a_purge_job() -> None:
+    s = spec(state="Cancelled")
+    st = models.SendGroupStatus(dump=models.DumpStatus(total_jobs=7))
+    first = run(s, st, p.Observed(jobs_listed=True), q(0), at(1))
+    assert first.actions == [p.RequestPurge(), p.CreateJob("purge", 1)]
+    name = "sg-g1-purge-1"
+    running = p.Observed(jobs={name: p.JobObs(name, active=1)}, jobs_listed=True)
+    marked = q(0, purge_requested=True)
+    waiting = run(s, first.status, running, marked, at(3))
+    assert waiting.actions == [] and waiting.status.dump.total_jobs == 7
+    ok = p.Observed(jobs={name: p.JobObs(name, succeeded=1)}, jobs_listed=True)
+    done = run(s, first.status, ok, marked, at(5))
+    assert done.status.dump.total_jobs == 0 and done.status.phase is Phase.CANCELLED
+    # The Job ran elsewhere (or was removed by its TTL): the marker's absence is the outcome.
+    gone = run(s, first.status, running, q(0), at(5))
+    assert gone.status.dump.total_jobs == 0 and p.DeleteJob(name) in gone.actions
+
+
+def test_delete_retain_leaves_keys_and_purge_purges() -> None:
+    deleting = p.Group("mail", "g1", "uid-1", 1, T0, deleting=True, deleting_since=at(0))
+    retain = run(
+        spec(deletionPolicy="Retain"),
+        obs=p.Observed(jobs_listed=True),
+        measure=q(9),
+        group=deleting,
+    )
+    assert retain.finalized and p.PurgeQueue() not in retain.actions
+    purge = run(spec(), obs=p.Observed(jobs_listed=True), measure=q(9), group=deleting)
+    assert not purge.finalized and purge.actions == [p.PurgeQueue()]
+    assert run(spec(), measure=q(0), group=deleting).finalized
+
+
+def test_delete_with_redis_down_gives_up_after_the_timeout() -> None:
+    deleting = p.Group("mail", "g1", "uid-1", 1, T0, deleting=True, deleting_since=at(0))
+    down = p.QueueError("connection refused")
+    early = run(spec(), measure=down, group=deleting, now=at(10))
+    assert not early.finalized
+    late = run(spec(), measure=down, group=deleting, now=at(SETTINGS.purge_timeout))
+    assert late.finalized and cond(late, "Degraded") == ("True", "PurgeAbandoned")
+
+
+def test_redis_unreachable_is_a_condition_and_changes_nothing() -> None:
+    s = spec()
+    st = run(s, run(s, measure=q(10)).status, dep(3), q(10), at(1)).status
+    down = run(s, st, dep(3), p.QueueError("connection refused"), at(2))
+    assert down.actions == [] and cond(down, "QueueReachable") == ("False", "RedisUnreachable")
+    assert [e.reason for e in down.events] == ["QueueUnreachable"] and down.write_status
+    assert down.status.queue.total == 10  # last known count kept
+    again = run(s, down.status, dep(3), p.QueueError("connection refused"), at(3))
+    assert again.events == [] and not again.write_status
+    back = run(s, again.status, dep(3), q(10), at(4))
+    assert cond(back, "QueueReachable") == ("True", "Measured")
+
+
+def test_global_cap_throttles() -> None:
+    plan = run(spec(workers=5), measure=q(10), allowed=2)
+    assert plan.actions == [p.EnsureDeployment(2)] and plan.status.workers.allowed == 2
+    assert cond(plan, "Throttled") == ("True", "GlobalCap") and plan.demand == 5
+
+
+def test_completed_drains_then_removes_workers_without_idle_wait() -> None:
+    s = spec(state="Completed")
+    draining = run(s, run(spec(), measure=q(3)).status, dep(3), q(3), at(1))
+    assert draining.actions == []
+    done = run(s, draining.status, dep(3), q(0), at(2))
+    assert done.actions == [p.DeleteDeployment()] and done.status.phase is Phase.COMPLETED
+
+
+def test_ttl_after_finished_deletes_the_group() -> None:
+    s = spec(state="Completed", ttlSecondsAfterFinished=60)
+    done = run(s, measure=q(0), now=at(0))
+    assert done.status.finished_at == at(0) and p.DeleteGroup() not in done.actions
+    assert p.DeleteGroup() in run(s, done.status, measure=q(0), now=at(60)).actions
+
+
+def test_workers_clamped_by_operator_setting() -> None:
+    assert p.desired_workers(spec(workers=50), Settings(max_workers_per_group=10)) == 10
+
+
+def test_spec_change_updates_the_worker_template() -> None:
+    s = spec()
+    st = run(s, measure=q(5)).status
+    old = p.Observed(p.DeploymentObs(3, 3, template_hash="0123abcd"), jobs_listed=True)
+    assert run(s, st, old, q(5), at(1)).actions == [p.EnsureDeployment(3)]
+
+
+def test_provider_pushback_sets_suspended() -> None:
+    plan = run(spec(), measure=q(5, suspended_seconds=300))
+    assert cond(plan, "Suspended") == ("True", "ProviderPushback")
+    assert plan.actions == [p.EnsureDeployment(3)]  # workers stay, they stop sending
+    assert cond(run(spec(), plan.status, measure=q(5)), "Suspended")[0] == "False"
+
+
+def test_dump_summary_from_the_job_is_recorded() -> None:
+    s = spec(paused=True, reaper={"dumpAfter": "30s"})
+    status = models.SendGroupStatus(
+        unchanged_since=at(0), queue=models.QueueStatus(total=6, measured_at=at(0))
+    )
+    started = run(s, status, dep(0), q(6), at(30))
+    name = "sg-g1-dump-1"
+    summary = {
+        "jobs": 7,
+        "ready": 4,
+        "delayed": 1,
+        "reserved": 1,
+        "failed": 1,
+        "bytes": 2048,
+        "segment": "/dumps/mail/g1/mail-g1/20260301T120000000000Z-0a1b2c3d.sgdump",
+        "redisVersion": "7.0.15",
+    }
+    ok = p.Observed(
+        p.DeploymentObs(0),
+        jobs={name: p.JobObs(name, succeeded=1, summary=summary)},
+        jobs_listed=True,
+    )
+    done = run(s, started.status, ok, q(0), at(40))
+    seg = done.status.dump.segments[0]
+    assert (seg.jobs, seg.bytes, seg.redis_version) == (6, 2048, "7.0.15")
+    assert seg.path.endswith(".sgdump") and done.status.dump.total_jobs == 6

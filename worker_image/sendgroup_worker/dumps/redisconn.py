@@ -1,0 +1,109 @@
+"""Connecting the dump/restore commands to Redis: URL sources, password redaction, cluster
+detection and the hash-tag rule.
+
+The URL comes from ``--redis-url`` / ``REDIS_URL``, or from a file (``--redis-url-file`` /
+``REDIS_URL_FILE``, e.g. a mounted Secret key). It is never printed: :func:`redact` replaces
+the password in anything we show.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Final, TypeAlias, cast
+from urllib.parse import urlsplit
+
+import redis
+import redis.cluster
+
+from sendgroup_worker.queue.keys import QueueKeys
+
+Client: TypeAlias = "redis.Redis[bytes] | redis.cluster.RedisCluster[bytes]"
+
+_SOCKET_TIMEOUT: Final = 60.0
+
+
+class ConfigError(Exception):
+    """Missing or unusable connection settings (no URL, unreadable file, bad scheme)."""
+
+
+class ClusterRuleError(Exception):
+    """A queue whose keys cannot share one Redis Cluster slot (no hash tag)."""
+
+
+def resolve_url(url: str | None, url_file: str | None) -> str:
+    """The Redis URL: ``url`` if given, else the stripped contents of ``url_file``.
+
+    Raises :class:`ConfigError` when neither is set, the file cannot be read, or the scheme is
+    not ``redis``/``rediss``/``unix``.
+    """
+    if not url and url_file:
+        try:
+            url = Path(url_file).read_text().strip()
+        except OSError as e:
+            raise ConfigError(f"cannot read the Redis URL file {url_file}: {e.strerror}") from e
+    if not url:
+        raise ConfigError("no Redis URL: pass --redis-url, or set REDIS_URL or REDIS_URL_FILE")
+    scheme = urlsplit(url).scheme
+    if scheme not in ("redis", "rediss", "unix"):
+        raise ConfigError(f"Redis URL scheme {scheme!r} is not redis://, rediss:// or unix://")
+    return url
+
+
+def redact(text: str, url: str) -> str:
+    """``text`` with the password (and user:password) of ``url`` replaced by ``***``."""
+    try:
+        parts = urlsplit(url)
+        password = parts.password
+    except ValueError:
+        return re.sub(r"//[^@/]*@", "//***@", text)
+    if password:
+        text = text.replace(password, "***")
+    return re.sub(r"(rediss?://)[^@/\s]*@", r"\1***@", text)
+
+
+def connect(url: str) -> Client:
+    """A client for ``url``: :class:`redis.cluster.RedisCluster` when the server reports
+    ``cluster_enabled:1`` (``INFO cluster``), else :class:`redis.Redis`.
+
+    Raises ``redis.RedisError`` when the server cannot be reached.
+    """
+    plain = redis.Redis.from_url(url, socket_timeout=_SOCKET_TIMEOUT)
+    info = plain.info("cluster")
+    if int(info.get("cluster_enabled", 0)) == 1:
+        plain.close()
+        return redis.cluster.RedisCluster.from_url(url, socket_timeout=_SOCKET_TIMEOUT)
+    return plain
+
+
+def is_cluster(client: Client) -> bool:
+    return isinstance(client, redis.cluster.RedisCluster)
+
+
+def check_slot_rule(client: Client, keys: QueueKeys) -> None:
+    """Raise :class:`ClusterRuleError` when ``client`` is a cluster and the queue name has no
+    hash tag: its keys would hash to different slots and every multi-key script would fail
+    with CROSSSLOT (queue-protocol.md, "Redis Cluster")."""
+    if is_cluster(client) and keys.slot_tag is None:
+        raise ClusterRuleError(
+            f"queue {keys.queue!r} has no hash tag, so on Redis Cluster its keys "
+            f"({keys.ready}, {keys.delayed}, ...) land in different slots; name the queue with "
+            f"a hash tag, e.g. '{{{keys.queue}}}', so all its keys share one slot"
+        )
+
+
+def redis_version(client: Client) -> str:
+    """``redis_version`` from ``INFO server`` (of one node on a cluster)."""
+    if isinstance(client, redis.cluster.RedisCluster):
+        info = client.info("server", target_nodes=client.get_default_node())
+    else:
+        info = client.info("server")
+    return str(info.get("redis_version", "unknown"))
+
+
+def script(client: Client, lua: str) -> Callable[..., Any]:
+    """``client.register_script(lua)``: a callable ``(keys=[...], args=[...])`` that runs the
+    script by EVALSHA (loading it on NOSCRIPT). redis-py's RedisCluster has the method too
+    (routing by the keys' slot); the types-redis stubs only lack it, hence the cast."""
+    return cast("redis.Redis[bytes]", client).register_script(lua)

@@ -1,0 +1,201 @@
+"""Merge a queue's dump segments back into Redis, oldest first, idempotently.
+
+For each segment (oldest first, by id = creation time):
+
+1. verify the whole file (header, every chunk CRC, counts, SHA-256) and that it belongs to
+   this queue and key prefix; a bad file stops the restore with :class:`SegmentError` and is
+   left in place (segments after it are not applied, so order is kept);
+2. merge chunk by chunk; each chunk is one script that applies the records *and* advances the
+   segment's progress (``restored`` hash: segment id -> chunks merged) atomically, so a crash
+   mid-merge never applies a chunk twice and a re-run continues where it stopped;
+3. delete the file, fsync the directory, then drop the progress record (records whose file
+   is gone, left by a run killed between the two, are dropped at the end of the next run).
+
+Merging never overwrites (queue-protocol.md, property 3): ready items are appended at the tail
+(RPUSH) with one notify token each; delayed and reserved members keep their scores and are
+added with ZADD NX, failed entries with ZADD NX / HSETNX, so jobs pushed while the group was
+dumped stay. Ready order: the dumped items keep their relative order and go *after* the jobs
+pushed while the group was dumped; see docs/dumps.md for why (append is the producers' own
+operation, and a head insert of several segments would need reverse reads or an O(N) splice).
+Reserved jobs come back reserved, with their old expiry, and move to ready when it passes.
+At the end the notify list is brought to exactly one token per ready job.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from sendgroup_worker.dumps import faults, paths, scripts
+from sendgroup_worker.dumps.dump import DumpResult, dump_queue
+from sendgroup_worker.dumps.format import (
+    FORMAT_VERSION,
+    Chunk,
+    FailedEntry,
+    SegmentError,
+    iter_chunks,
+    verify_segment,
+)
+from sendgroup_worker.dumps.lock import QueueLock
+from sendgroup_worker.dumps.redisconn import Client, check_slot_rule, redis_version, script
+from sendgroup_worker.queue.keys import QueueKeys
+
+_NOTIFY_STEP = 1000
+
+
+@dataclass(slots=True)
+class RestoreResult:
+    """Summary of one restore: jobs merged (ready + delayed + reserved) per kind, failed
+    entries, bytes of the segments applied, wall seconds, and the segments applied."""
+
+    queue: str
+    ready: int = 0
+    delayed: int = 0
+    reserved: int = 0
+    failed: int = 0
+    bytes: int = 0
+    seconds: float = 0.0
+    segments: list[str] = field(default_factory=list)
+    redis_version: str = ""
+    finished_dump: DumpResult | None = None
+    notify_fixed: int = 0
+
+    @property
+    def jobs(self) -> int:
+        return self.ready + self.delayed + self.reserved
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "command": "restore",
+            "queue": self.queue,
+            "jobs": self.jobs,
+            "ready": self.ready,
+            "delayed": self.delayed,
+            "reserved": self.reserved,
+            "failed": self.failed,
+            "bytes": self.bytes,
+            "seconds": round(self.seconds, 3),
+            "segment": self.segments[-1] if self.segments else None,
+            "segments": self.segments,
+            "redisVersion": self.redis_version,
+            "formatVersion": FORMAT_VERSION,
+            "finishedInterruptedDump": self.finished_dump is not None
+            and self.finished_dump.segment is not None,
+            "notifyFixed": self.notify_fixed,
+        }
+
+
+def _chunk_args(chunk: Chunk) -> list[Any]:
+    if chunk.kind == "R":
+        return list(chunk.records)
+    if chunk.kind in ("D", "V"):
+        out: list[Any] = []
+        for score, member in chunk.records:
+            out += (repr(float(score)), member)
+        return out
+    out = []
+    for e in chunk.records:
+        assert isinstance(e, FailedEntry)
+        flags = (1 if e.failed_at is not None else 0) | (2 if e.record is not None else 0)
+        out += (e.uuid, str(flags), repr(float(e.failed_at or 0.0)), e.record or b"")
+    return out
+
+
+def restore_queue(
+    client: Client,
+    keys: QueueKeys,
+    dumps_dir: str | os.PathLike[str],
+    lock: QueueLock,
+) -> RestoreResult:
+    """Apply every segment of ``keys.queue`` under ``dumps_dir`` (caller holds ``lock``).
+
+    First finishes a dump that was interrupted (its staging keys still in Redis), so that its
+    segment is applied too. Raises :class:`SegmentError` (bad file, left in place),
+    ``LockLost``, ``OSError`` or ``redis.RedisError``; re-running after any failure is safe.
+    """
+    check_slot_rule(client, keys)
+    started = time.monotonic()
+    result = RestoreResult(queue=keys.queue, redis_version=redis_version(client))
+    result.finished_dump = dump_queue(client, keys, dumps_dir, lock, resume_only=True)
+    directory = paths.queue_dir(dumps_dir, keys.queue)
+    merge = script(client, scripts.MERGE)
+    merge_keys = [
+        keys.ready,
+        keys.notify,
+        keys.delayed,
+        keys.reserved,
+        keys.failed,
+        keys.failed_jobs,
+        keys.restored,
+    ]
+    merged_chunks = 0
+    faults.checkpoint("restore:before-merge")
+    for path in paths.list_segments(directory):
+        info = verify_segment(path)
+        h = info.header
+        if h.queue != keys.queue or h.prefix != keys.prefix:
+            raise SegmentError(
+                f"{path}: belongs to queue {h.queue!r} (prefix {h.prefix!r}), not "
+                f"{keys.queue!r} (prefix {keys.prefix!r}); left in place"
+            )
+        segment = path.name[: -len(".sgdump")]
+        if h.segment != segment:
+            raise SegmentError(f"{path}: header names segment {h.segment!r}; left in place")
+        raw = client.hget(keys.restored, segment)
+        progress = int(raw) if raw is not None else 0
+        if progress < info.counts.chunks:
+            for chunk in iter_chunks(path, info):
+                if chunk.index < progress:
+                    continue
+                lock.ensure()
+                n = int(merge(keys=merge_keys, args=[segment, chunk.index, chunk.kind,
+                                                     *_chunk_args(chunk)]))  # fmt: skip
+                merged_chunks += 1
+                if n >= 0:
+                    _count(result, chunk.kind, n)
+                faults.checkpoint("restore:mid-merge", merged_chunks)
+        faults.checkpoint("restore:after-merge")
+        os.unlink(path)
+        paths.fsync_dir(directory)
+        faults.checkpoint("restore:after-unlink")
+        client.hdel(keys.restored, segment)
+        result.bytes += info.bytes
+        result.segments.append(str(path))
+    # Progress records of segments no longer on disk (a run killed between the file's deletion
+    # and its record's) have nothing left to protect.
+    on_disk = {p.name[: -len(".sgdump")] for p in paths.list_segments(directory)}
+    stale = [f for f in client.hkeys(keys.restored) if _text(f) not in on_disk]
+    if stale:
+        client.hdel(keys.restored, *stale)
+    result.notify_fixed = reconcile_notify(client, keys)
+    result.seconds = time.monotonic() - started
+    return result
+
+
+def _text(v: object) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def _count(result: RestoreResult, kind: str, n: int) -> None:
+    if kind == "R":
+        result.ready += n
+    elif kind == "D":
+        result.delayed += n
+    elif kind == "V":
+        result.reserved += n
+    else:
+        result.failed += n
+
+
+def reconcile_notify(client: Client, keys: QueueKeys) -> int:
+    """Make ``LLEN notify == LLEN ready`` in bounded steps (property 9: a restored queue wakes
+    blocking workers). Returns tokens added minus tokens removed."""
+    fix = script(client, scripts.RECONCILE_NOTIFY)
+    total = 0
+    while True:
+        n = int(fix(keys=[keys.ready, keys.notify], args=[_NOTIFY_STEP]))
+        if n == 0:
+            return total
+        total += n
