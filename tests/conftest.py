@@ -92,6 +92,7 @@ def namespace(kube_cluster: KubeCluster, request: pytest.FixtureRequest) -> Iter
     yield name
     kube_cluster.kubectl("delete", "namespace", name, "--wait=false", "--ignore-not-found")
 
+
 @pytest.fixture(scope="session")
 def smtp_sink_server() -> Iterator[SmtpSink]:
     """A real SMTP server (aiosmtpd) on a free loopback port for the whole session."""
