@@ -21,7 +21,7 @@ NODE_NAME=${SENDGROUP_NODE_NAME:-sendgroup-node}
 NODE_BRIDGE=${SENDGROUP_NODE_BRIDGE:-sg0}
 POD_SUBNET=${SENDGROUP_POD_SUBNET:-10.244.0.0/24}
 NODE_GATEWAY=${POD_SUBNET%.*}.1
-NODE_PV_COUNT=${SENDGROUP_NODE_PV_COUNT:-4}
+NODE_PV_COUNT=${SENDGROUP_NODE_PV_COUNT:-8}
 # The node's containerd keeps its image store here, across ups (images are imported once per
 # build by `hack/images/build load`); everything else of it lives in the state dir.
 NODE_CACHE=${SENDGROUP_NODE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/sendgroup-operator/node}

@@ -56,7 +56,8 @@ def e2e_namespace(node_cluster: NodeCluster, request: pytest.FixtureRequest) -> 
 @pytest.fixture(scope="session")
 def pod_redis_server(node_cluster: NodeCluster) -> Iterator[RedisServer]:
     """redis-server bound to the address pods reach (the node's gateway), for the session."""
-    server = RedisServer(host=node_cluster.host_address).start()
+    # appendonly: a test restarts Redis and expects the queues of other groups to survive
+    server = RedisServer(host=node_cluster.host_address, config={"appendonly": "yes"}).start()
     yield server
     server.cleanup()
 
