@@ -93,9 +93,9 @@ class InstalledOperator:
     pod: str
 
     def logs(self) -> str:
-        return self.kube.kubectl(
-            "-n", self.namespace, "logs", "deploy/sendgroup-operator", "--tail=200", check=False
-        ).stdout
+        """The last 200 lines of the operator pod's log (or kubectl's error)."""
+        proc = self.kube.kubectl("-n", self.namespace, "logs", self.pod, "--tail=200", check=False)
+        return proc.stdout + proc.stderr
 
 
 def install_operator(
