@@ -6,6 +6,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
+import shutil
 import subprocess
 import tempfile
 from pathlib import Path
@@ -242,3 +243,4 @@ def test_local_node_down_removes_containers_namespaces_mounts_bridge_and_cgroups
     finally:
         if state.exists():
             stop_node(state, env=env)
+        shutil.rmtree(state.parent, ignore_errors=True)

@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Final, Literal
 
-import pytimeparse2  # type: ignore[import-untyped]
+import pytimeparse2
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 SmtpTls = Literal["none", "starttls", "tls"]
