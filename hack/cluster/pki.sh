@@ -32,7 +32,7 @@ pki_generate() {
 	openssl x509 -req -in "$d/apiserver.csr" -CA "$d/ca.crt" -CAkey "$d/ca.key" -CAcreateserial -days 3650 \
 		-extfile <(printf '%s\n' 'basicConstraints=CA:FALSE' 'keyUsage=critical,digitalSignature,keyEncipherment' \
 			'extendedKeyUsage=serverAuth' \
-			"subjectAltName=IP:127.0.0.1,IP:${SERVICE_CLUSTER_IP_RANGE%.*}.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local") \
+			"subjectAltName=IP:127.0.0.1,IP:${SERVICE_CLUSTER_IP_RANGE%.*}.1,IP:$NODE_GATEWAY,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local") \
 		-out "$d/apiserver.crt" 2>/dev/null
 	rm -f "$d/apiserver.csr"
 	openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out "$d/sa.key" 2>/dev/null

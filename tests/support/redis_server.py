@@ -31,7 +31,9 @@ class RedisServer:
     Raises RuntimeError with the server's log when it does not answer PING within 10 s.
     """
 
-    def __init__(self, config: dict[str, str] | None = None, port: int | None = None) -> None:
+    def __init__(
+        self, config: dict[str, str] | None = None, port: int | None = None, host: str = "127.0.0.1"
+    ) -> None:
         binary = shutil.which("redis-server")
         if binary is None:
             raise RuntimeError(
@@ -39,16 +41,18 @@ class RedisServer:
             )
         self.binary = binary
         self.config = dict(config or {})
+        #: address to bind: loopback, or the local node's pod gateway for the e2e tier
+        self.host = host
         self.port = port or free_port()
         self.dir = Path(tempfile.mkdtemp(prefix="sg-redis-"))
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        return f"redis://{self.host}:{self.port}/0"
 
     def client(self) -> redis.Redis:
-        return redis.Redis(host="127.0.0.1", port=self.port)
+        return redis.Redis(host=self.host, port=self.port)
 
     def start(self) -> RedisServer:
         args = [
@@ -56,7 +60,7 @@ class RedisServer:
             "--port",
             str(self.port),
             "--bind",
-            "127.0.0.1",
+            self.host,
             "--dir",
             str(self.dir),
             "--save",
@@ -68,6 +72,10 @@ class RedisServer:
             "--logfile",
             str(self.dir / "redis.log"),
         ]
+        if self.host != "127.0.0.1":
+            # Bound to the local node's bridge address only: pods (not loopback) are its
+            # clients, which protected mode would refuse.
+            args += ["--protected-mode", "no"]
         for name, value in self.config.items():
             args += [f"--{name}", value]
         self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL)

@@ -136,7 +136,10 @@ class SmtpSink:
         tls: str = "none",
         ssl_context: ssl.SSLContext | None = None,
         credentials: tuple[str, str] | None = None,
+        host: str = "127.0.0.1",
     ) -> None:
+        #: address to listen on: loopback, or the local node's pod gateway for the e2e tier
+        self.host = host
         self.port = port or free_port()
         self.keep_data = keep_data
         self.tls = tls
@@ -179,7 +182,7 @@ class SmtpSink:
             options.update(authenticator=check, auth_required=self.tls == "starttls")
         self._controller = Controller(
             _Handler(self),
-            hostname="127.0.0.1",
+            hostname=self.host,
             port=self.port,
             decode_data=False,
             enable_SMTPUTF8=True,
