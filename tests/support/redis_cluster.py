@@ -64,11 +64,6 @@ class RedisCluster:
         """The node servers (the dump tests' name for ``servers``)."""
         return self.servers
 
-    @property
-    def url(self) -> str:
-        """URL of the first node (clients discover the others)."""
-        return f"redis://127.0.0.1:{self.servers[0].port}/0"
-
     def client(self) -> redis.cluster.RedisCluster:
         """A bytes-returning cluster client."""
         return redis.cluster.RedisCluster(startup_nodes=self.startup_nodes)
