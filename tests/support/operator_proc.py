@@ -1,8 +1,9 @@
 """The operator as a real process under its ServiceAccount, for the cluster tier.
 
 :func:`install_rbac` builds Role/RoleBinding and ClusterRole/ClusterRoleBinding from
-``helm/sendgroup-operator/files/rbac-rules.yaml`` (the same rules the Helm chart uses); :class:`OperatorProcess`
-runs ``python -m sendgroup_operator`` with a kubeconfig holding that ServiceAccount's token.
+``helm/sendgroup-operator/files/rbac-rules.yaml`` (the same rules the Helm chart uses);
+:class:`OperatorProcess` runs ``python -m sendgroup_operator`` with a kubeconfig holding that
+ServiceAccount's token.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""helm/sendgroup-operator/files/rbac-rules.yaml covers what the operator checks at start-up (and nothing is
-granted cluster-wide that only a namespace needs)."""
+"""helm/sendgroup-operator/files/rbac-rules.yaml covers what the operator checks at start-up
+(and nothing is granted cluster-wide that only a namespace needs)."""
 
 from __future__ import annotations
 
