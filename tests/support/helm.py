@@ -108,9 +108,10 @@ def env_of(deployment: dict[str, Any], namespace: str) -> dict[str, str]:
     container = deployment["spec"]["template"]["spec"]["containers"][0]
     env: dict[str, str] = {}
     for var in container["env"]:
-        if "value" in var:
-            env[var["name"]] = var["value"]
-        elif var.get("valueFrom") == {"fieldRef": {"fieldPath": "metadata.namespace"}}:
+        field = var.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
+        if "valueFrom" not in var:  # the API server drops `value: ""`
+            env[var["name"]] = var.get("value", "")
+        elif field == "metadata.namespace" and len(var["valueFrom"]) == 1:
             env[var["name"]] = namespace
         else:
             raise AssertionError(f"unexpected env var {var}")
