@@ -304,11 +304,25 @@ def test_variants_are_accepted_by_the_api_server(
     assert "NetworkPolicy" in proc.stdout or "networkpolicy" in proc.stdout, proc.stdout
 
 
-def test_uninstall_keeps_the_dumps_claim(kube_cluster: KubeCluster) -> None:
+def test_upgrade_changes_settings_and_uninstall_keeps_the_dumps_claim(
+    kube_cluster: KubeCluster,
+) -> None:
     ns = _new_namespace(kube_cluster, "chart-uninstall")
     try:
         args = values_args({**LOCAL_IMAGES, "rbac.aggregatedRoles": False})
         helm("install", "gone", str(CHART), "-n", ns, *args, kubeconfig=kube_cluster.kubeconfig)
+        helm(
+            "upgrade", "gone", str(CHART), "-n", ns, "--reuse-values",
+            *values_args({"maxTotalWorkers": 7}), kubeconfig=kube_cluster.kubeconfig,
+        )  # fmt: skip
+        dep = json.loads(
+            kube_cluster.kubectl(
+                "get", "deployment", "gone-sendgroup-operator", "-n", ns, "-o", "json"
+            ).stdout
+        )
+        env = env_of(dep, ns)
+        assert env["SENDGROUP_MAX_TOTAL_WORKERS"] == "7"
+        assert env["SENDGROUP_DEFAULT_IMAGE"] == "sendgroup-worker:dev"  # reused values
         helm("uninstall", "gone", "-n", ns, kubeconfig=kube_cluster.kubeconfig)
         get = kube_cluster.kubectl
         assert get(
