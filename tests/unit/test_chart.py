@@ -519,3 +519,13 @@ def test_readme_documents_the_chart() -> None:
     assert "## Helm chart" in readme
     assert "helm install" in readme
     assert Path("helm/sendgroup-operator/values.yaml").as_posix() in readme
+
+
+def test_packaged_chart_carries_rules_and_crds(tmp_path: Path) -> None:
+    """`helm package` keeps files/rbac-rules.yaml and crds/ (no symlinks, nothing ignored)."""
+    helm("package", str(CHART), "--destination", str(tmp_path))
+    [archive] = tmp_path.glob("sendgroup-operator-*.tgz")
+    out = helm("template", "sg", str(archive), "--namespace", "mail", "--include-crds").stdout
+    objects = [d for d in yaml.safe_load_all(out) if d]
+    assert find(objects, "Role")[0]["rules"] == RULES["namespaced"]
+    assert len(find(objects, "CustomResourceDefinition")) == 3
