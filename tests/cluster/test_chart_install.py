@@ -22,7 +22,7 @@ import yaml
 from tests.cluster.conftest import Objects
 from tests.cluster.test_operator import push, sendgroup
 from tests.support.cluster import KubeCluster, service_account_kubeconfig, wait_for
-from tests.support.helm import CHART, env_of, helm, values_args
+from tests.support.helm import CHART, env_of, find, helm, render, values_args
 from tests.support.operator_proc import OperatorProcess
 
 pytestmark = [pytest.mark.cluster, pytest.mark.helm]
@@ -233,6 +233,74 @@ def test_operator_under_the_chart_account_reconciles_a_sendgroup(
     assert [p["priority"] for p in (peering.get("status") or {}).values() if p] == [1000]
     log = chart_operator.log()
     assert "RBAC: cannot" not in log and "403" not in log, log[-4000:]
+
+
+def test_ha_instances_share_the_chart_peering_and_fail_over(
+    installed: Installed, redis_url: str, redis_client: redis.Redis, tmp_path: Path
+) -> None:
+    """Two instances with the environments the chart renders for replicas=2 (priorities 100
+    and 99), as processes under the chart's ServiceAccount: the second one stands by; when the
+    first stops, it takes over and reconciles."""
+    c = installed.cluster
+    kubeconfig = service_account_kubeconfig(
+        c, installed.namespace, FULLNAME, tmp_path / "ha.kubeconfig"
+    )
+    rendered = render(
+        {**LOCAL_IMAGES, "replicas": 2}, namespace=installed.namespace, release=RELEASE
+    )
+    procs = []
+    for i, dep in enumerate(find(rendered, "Deployment")):
+        env = env_of(dep, installed.namespace)
+        for local in (
+            "SENDGROUP_DEFAULT_REDIS_URL",
+            "SENDGROUP_METRICS_PORT",
+            "SENDGROUP_HEALTH_PORT",
+        ):
+            env.pop(local)
+        env |= {"SENDGROUP_STANDALONE": "false", "SENDGROUP_REAPER_INTERVAL": "1"}
+        procs.append(
+            OperatorProcess(
+                kubeconfig, installed.namespace, redis_url, tmp_path / f"ha-{i}.log", **env
+            )
+        )
+    active, standby = procs
+    assert (
+        active.env["SENDGROUP_PEERING_PRIORITY"],
+        standby.env["SENDGROUP_PEERING_PRIORITY"],
+    ) == (
+        "100",
+        "99",
+    )
+    objects = Objects(c, installed.namespace)
+    try:
+        active.start().wait_started()
+        standby.start().wait_started()
+        wait_for(lambda: "Pausing operations in favour of" in standby.log(), 30, "standby pauses")
+        push(redis_client, "mail-ha", 3)
+        objects.apply(sendgroup("ha", queue="mail-ha", workers=1))
+        dep = wait_for(lambda: objects.get("deployment", "sg-ha"), 30, "Deployment sg-ha")
+        assert dep["spec"]["replicas"] == 1
+        assert "sg-ha" not in standby.log()
+        active.stop()
+        wait_for(
+            lambda: "Resuming operations after the pause" in standby.log(),
+            60,
+            "standby takes over",
+        )
+        objects.patch_sg("ha", {"workers": 3})
+        wait_for(
+            lambda: (objects.get("deployment", "sg-ha") or {}).get("spec", {}).get("replicas") == 3,
+            30,
+            "the former standby scales sg-ha to 3",
+        )
+    finally:
+        for proc in procs:
+            proc.stop()
+            print(f"--- {proc.log_path}\n{proc.log()[-3000:]}")
+        objects.cluster.kubectl(
+            "delete", "sendgroup", "ha", "-n", installed.namespace, "--wait=false",
+            "--ignore-not-found",
+        )  # fmt: skip
 
 
 def test_worker_account_can_do_nothing_and_edit_users_manage_sendgroups(
