@@ -303,6 +303,58 @@ def test_ha_instances_share_the_chart_peering_and_fail_over(
         )  # fmt: skip
 
 
+def test_all_namespaces_install_gives_cluster_wide_rights_that_suffice(
+    kube_cluster: KubeCluster, redis_url: str, redis_client: redis.Redis, tmp_path: Path
+) -> None:
+    """watchNamespaces="*": ClusterRole + ClusterRoleBinding and a ClusterKopfPeering; the
+    operator under that account reconciles a SendGroup in a namespace the chart never heard
+    of, and its workers use that namespace's default ServiceAccount (no token)."""
+    home = _new_namespace(kube_cluster, "chart-all")
+    other = _new_namespace(kube_cluster, "chart-elsewhere")
+    release, full = "sgall", "sgall-sendgroup-operator"
+    values = {**LOCAL_IMAGES, "watchNamespaces": "*", "rbac.aggregatedRoles": False}
+    proc: OperatorProcess | None = None
+    try:
+        helm(
+            "install", release, str(CHART), "-n", home, *values_args(values),
+            kubeconfig=kube_cluster.kubeconfig,
+        )  # fmt: skip
+        get = kube_cluster.kubectl
+        assert get("get", "role", "-n", home, "-o", "name").stdout.strip() == ""
+        assert get("get", "clusterkopfpeering", full, "-o", "name").returncode == 0
+        operator = f"system:serviceaccount:{home}:{full}"
+        can = get("auth", "can-i", "create", "deployments.apps", "-n", other, f"--as={operator}")
+        assert can.stdout.strip() == "yes"
+        kubeconfig = service_account_kubeconfig(kube_cluster, home, full, tmp_path / "all.kc")
+        dep = json.loads(get("get", "deployment", full, "-n", home, "-o", "json").stdout)
+        env = env_of(dep, home)
+        assert env["SENDGROUP_WATCH_NAMESPACES"] == "*"
+        assert "SENDGROUP_WORKER_SERVICE_ACCOUNT" not in env
+        for local in (
+            "SENDGROUP_DEFAULT_REDIS_URL",
+            "SENDGROUP_METRICS_PORT",
+            "SENDGROUP_HEALTH_PORT",
+        ):
+            env.pop(local)
+        env |= {"SENDGROUP_STANDALONE": "false", "SENDGROUP_PEERING_PRIORITY": "1000"}
+        proc = OperatorProcess(kubeconfig, home, redis_url, tmp_path / "all.log", **env).start()
+        proc.wait_started()
+        objects = Objects(kube_cluster, other)
+        push(redis_client, "mail-far", 2)
+        objects.apply(sendgroup("far", queue="mail-far"))
+        workers = wait_for(lambda: objects.get("deployment", "sg-far"), 30, "Deployment sg-far")
+        pod = workers["spec"]["template"]["spec"]
+        assert "serviceAccountName" not in pod and pod["automountServiceAccountToken"] is False
+        assert "RBAC: cannot" not in proc.log()
+    finally:
+        if proc is not None:
+            proc.stop()
+            print(f"--- {proc.log_path}\n{proc.log()[-3000:]}")
+        helm("uninstall", release, "-n", home, kubeconfig=kube_cluster.kubeconfig, check=False)
+        for ns in (home, other):
+            kube_cluster.kubectl("delete", "namespace", ns, "--wait=false", "--ignore-not-found")
+
+
 def test_worker_account_can_do_nothing_and_edit_users_manage_sendgroups(
     installed: Installed,
 ) -> None:
