@@ -41,8 +41,8 @@ def operator_factory(
     kube_cluster: KubeCluster, namespace: str, sendgroup_crd: str, redis_url: str, tmp_path: Path
 ) -> Iterator[Callable[..., OperatorProcess]]:
     """Start operators (``factory(**env)``) in the test's namespace under the ServiceAccount
-    and RBAC of deploy/rbac/rules.yaml; all are stopped after the test. The log is printed
-    when the test fails."""
+    and RBAC of helm/sendgroup-operator/files/rbac-rules.yaml; all are stopped after the test.
+    The log is printed when the test fails."""
     kubeconfig = install_rbac(kube_cluster, namespace, tmp_path / "operator.kubeconfig")
     started: list[OperatorProcess] = []
 

@@ -1,8 +1,9 @@
 """The operator as a real process under its ServiceAccount, for the cluster tier.
 
 :func:`install_rbac` builds Role/RoleBinding and ClusterRole/ClusterRoleBinding from
-``deploy/rbac/rules.yaml`` (the same rules the Helm chart uses); :class:`OperatorProcess`
-runs ``python -m sendgroup_operator`` with a kubeconfig holding that ServiceAccount's token.
+``helm/sendgroup-operator/files/rbac-rules.yaml`` (the same rules the Helm chart uses);
+:class:`OperatorProcess` runs ``python -m sendgroup_operator`` with a kubeconfig holding that
+ServiceAccount's token.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from tests.support.cluster import KubeCluster, service_account_kubeconfig
 from tests.support.redis_server import free_port
 
 REPO = Path(__file__).resolve().parents[2]
-RULES = REPO / "deploy" / "rbac" / "rules.yaml"
+RULES = REPO / "helm" / "sendgroup-operator" / "files" / "rbac-rules.yaml"
 SA_NAME = "sendgroup-operator"
 
 

@@ -1,5 +1,5 @@
-"""deploy/rbac/rules.yaml covers what the operator checks at start-up (and nothing is
-granted cluster-wide that only a namespace needs)."""
+"""helm/sendgroup-operator/files/rbac-rules.yaml covers what the operator checks at start-up
+(and nothing is granted cluster-wide that only a namespace needs)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,13 @@ import yaml
 from sendgroup_operator import startup
 
 RULES = yaml.safe_load(
-    (Path(__file__).resolve().parents[2] / "deploy" / "rbac" / "rules.yaml").read_text()
+    (
+        Path(__file__).resolve().parents[2]
+        / "helm"
+        / "sendgroup-operator"
+        / "files"
+        / "rbac-rules.yaml"
+    ).read_text()
 )
 
 
