@@ -1,6 +1,6 @@
 """Install the operator in a cluster as users will: the CRDs from ``crds/``, its ServiceAccount
-and RBAC from ``helm/sendgroup-operator/files/rbac-rules.yaml`` (what the Helm chart renders), the dumps
-PersistentVolumeClaim, and a Deployment running the operator image as a pod under that
+and RBAC from ``helm/sendgroup-operator/files/rbac-rules.yaml`` (what the Helm chart renders),
+the dumps PersistentVolumeClaim, and a Deployment running the operator image as a pod under that
 ServiceAccount. Plus helpers the end-to-end tests share (pushing mail jobs, SendGroups,
 reading the SMTP sink).
 """
