@@ -52,6 +52,7 @@ node_require() {
 		need+=(containernetworking-plugins)
 	command -v iptables >/dev/null || need+=(iptables)
 	command -v ip >/dev/null || need+=(iproute2)
+	command -v pgrep >/dev/null || need+=(procps)
 	if ((${#need[@]})); then
 		log "installing Debian packages: ${need[*]}"
 		# No init system here: policy-rc.d keeps Debian's scripts from starting system daemons.
@@ -242,6 +243,10 @@ node_containers_remove() {
 		done
 	done
 	log "removed $(wc -w <<<"$ids") CRI containers/sandboxes"
+	# CNI results cached for sandboxes that got no CNI DEL (their netns went with them).
+	for id in $ids; do
+		rm -f /var/lib/cni/results/*-"$id"-*
+	done
 }
 
 # ---------------------------------------------------------------- kubelet
@@ -371,6 +376,13 @@ node_up() {
 	nd=$(node_dir)
 	mkdir -p "$nd"
 	node_names
+	# Host paths the kubelet/CNI use whatever their settings (device plugins, container log
+	# links, CNI result cache): `down` removes those this node created, once no kubelet runs.
+	local p
+	: >"$nd/created-dirs"
+	for p in /var/lib/kubelet /var/log/containers /var/lib/cni; do
+		[[ -e $p ]] || echo "$p" >>"$nd/created-dirs"
+	done
 	{
 		echo "NODE_NAME=$NODE_NAME"
 		echo "NODE_BRIDGE=$NODE_BRIDGE"
@@ -417,4 +429,10 @@ node_down() {
 	fi
 	node_network_down
 	node_cgroups_remove
+	if [[ -s "$nd/created-dirs" ]] && ! pgrep -x kubelet >/dev/null; then
+		local p
+		while read -r p; do
+			[[ $p == /var/* ]] && rm -rf --one-file-system "$p"
+		done <"$nd/created-dirs"
+	fi
 }
