@@ -101,6 +101,14 @@ def remove_condition(conditions: list[Condition], type_: str) -> bool:
     return False
 
 
+def remove_reason(conditions: list[Condition], type_: str, reason: str) -> bool:
+    """Remove the condition of type ``type_`` only if its reason is ``reason``."""
+    cond = find(conditions, type_)
+    if cond is None or cond.reason != reason:
+        return False
+    return remove_condition(conditions, type_)
+
+
 def derive_phase(conditions: Sequence[Condition]) -> Phase:
     """The one place ``status.phase`` is computed, from the conditions only.
 

@@ -11,10 +11,11 @@ How outcomes are decided (Jobs may run where the operator cannot look, may be de
 their TTL, or retried by their backoffLimit):
 
 * dump done   <- the Job succeeded, or Redis shows the live queue and the dump's staging
-  keys empty after the Job was started (a dump deletes keys only after the bytes are on the
-  volume, so "keys gone" is the durable evidence);
+  keys empty after the Job was started, and no lock held (a dump deletes keys only after the
+  bytes are on the volume, so "keys gone" is the durable evidence);
 * restore done <- the Job succeeded, or the queue holds at least ``baseline + dumped`` jobs
-  (no worker runs while restoring, so nothing else removes jobs);
+  with no lock held and no restore progress left (no worker runs while restoring, so nothing
+  else removes jobs);
 * purge without dump segments: the operator deletes the queue's Redis keys itself (explicit
   names, never a pattern); with segments on the volume, it sets a purge marker key and starts
   a ``-purge-<n>`` Job (``sendgroup-worker purge --dumps-dir``) that deletes the keys, the
@@ -51,7 +52,8 @@ class QueueMeasure:
     """One atomic measurement of a queue (jobs; times in unix seconds).
 
     ``staging`` counts the dump's staging keys present; ``delivered``/``failed_total`` are the
-    workers' counters since the group began.
+    workers' counters since the group began; ``busy``: a dump/restore/purge holds the queue's
+    lock or a restore's progress record exists (the command is mid-way).
     """
 
     ready: int = 0
@@ -64,6 +66,7 @@ class QueueMeasure:
     staging: int = 0
     purge_requested: bool = False
     suspended_seconds: float = 0.0
+    busy: bool = False
 
     @property
     def total(self) -> int:
@@ -467,7 +470,7 @@ def _job_outcome(b: _Builder, observed: Observed, measure: Measurement) -> str |
     job = observed.jobs.get(op.job_name)
     if job is not None and job.succeeded > 0:
         return "done"
-    if isinstance(measure, QueueMeasure):
+    if isinstance(measure, QueueMeasure) and not measure.busy:
         if op.kind == "dump" and measure.total == 0 and measure.staging == 0:
             return "done"
         if op.kind == "restore" and measure.total >= op.baseline_total + b.old.dump.total_jobs:
@@ -598,8 +601,8 @@ def _finish_dump(b: _Builder, observed: Observed, measure: Measurement, outcome:
         st.unchanged_since = b.now  # try again after another dumpAfter
         return
     job = observed.jobs.get(op.job_name)
-    if job is not None and job.succeeded == 0:
-        b.act(DeleteJob(job.name))  # outcome decided from Redis: the Job is moot
+    # A Job still running when Redis already shows the outcome is left to finish (its last
+    # steps touch only the volume) and to its TTL; it holds no worker back.
     summary = dict(job.summary) if job is not None and job.summary else {}
     if all(k in summary for k in ("ready", "delayed", "reserved")):
         jobs = int(summary["ready"]) + int(summary["delayed"]) + int(summary["reserved"])
@@ -677,10 +680,6 @@ def _paused(
 
 def _finish_restore(b: _Builder, observed: Observed) -> None:
     st = b.status
-    op = st.operation
-    job = observed.jobs.get(op.job_name) if op is not None else None
-    if job is not None and job.succeeded == 0:
-        b.act(DeleteJob(job.name))  # outcome decided from Redis: the Job is moot
     jobs = st.dump.total_jobs
     st.dump = models.DumpStatus()
     st.operation = None
@@ -804,8 +803,6 @@ def _purged(b: _Builder, observed: Observed, measure: Measurement, settings: Set
             return False
         job = observed.jobs.get(op.job_name)
         if (job is not None and job.succeeded > 0) or not measure.purge_requested:
-            if job is not None and job.succeeded == 0:
-                b.act(DeleteJob(job.name))
             st.dump = models.DumpStatus()
             st.operation = None
             b.event("Normal", "Purged", "queue keys purged and dump segments forgotten")

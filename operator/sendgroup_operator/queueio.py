@@ -3,7 +3,8 @@
 Key names come only from ``sendgroup_worker.queue.keys.QueueKeys``. The measurement is one
 MULTI/EXEC transaction (atomic, one round trip): LLEN ready, ZCARD delayed/reserved/failed,
 HMGET stats delivered/failed, LINDEX ready 0 (the oldest job's ``pushedAt``), EXISTS of the
-dump's staging keys and of the purge marker, the workers' backpressure deadline (HGET
+dump's staging keys, of the purge marker, of the dump/restore lock and restore progress, the
+workers' backpressure deadline (HGET
 ``backpressure`` ``until``) and TIME. "Empty" and "unchanged" always mean ready + delayed +
 reserved.
 
@@ -96,6 +97,7 @@ class RedisQueues:
             pipe.lindex(keys.ready, 0)
             pipe.exists(*keys.staging_keys)
             pipe.exists(keys.purge_requested)
+            pipe.exists(keys.lock, keys.restored)
             pipe.hget(keys.backpressure, "until")
             pipe.time()
             (
@@ -107,6 +109,7 @@ class RedisQueues:
                 head,
                 staging,
                 marker,
+                busy,
                 until_ms,
                 server_time,
             ) = await pipe.execute()
@@ -124,6 +127,7 @@ class RedisQueues:
             oldest_pushed_at=_pushed_at(head),
             staging=_int(staging),
             purge_requested=bool(_int(marker)),
+            busy=bool(_int(busy)),
             suspended_seconds=_suspended(until_ms, server_time),
         )
 

@@ -8,6 +8,7 @@ the liveness heartbeat); it lives in kopf's ``memo``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import logging
@@ -18,7 +19,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from sendgroup_operator import builders, fairshare, metrics, models, plan
+from kubernetes.client.exceptions import ApiException
+
+from sendgroup_operator import builders, conditions, fairshare, metrics, models, plan
 from sendgroup_operator.kube import Kube
 from sendgroup_operator.queueio import QueueUnavailable, RedisQueues
 from sendgroup_operator.settings import Settings
@@ -232,6 +235,20 @@ async def measure(
         return plan.QueueError(str(exc)), None
 
 
+class ApplyError(Exception):
+    """One action of a plan failed; the message names the action and the API's reason (never
+    a URL or a Secret's value)."""
+
+
+def _reason(exc: Exception) -> str:
+    if isinstance(exc, ApiException):
+        detail = exc.reason or ""
+        with contextlib.suppress(ValueError, AttributeError):
+            detail = json.loads(exc.body or "{}").get("message", detail)
+        return f"HTTP {exc.status}: {str(detail)[:300]}"
+    return str(exc)[:300]
+
+
 async def apply(
     rt: Runtime,
     group: plan.Group,
@@ -243,34 +260,77 @@ async def apply(
 ) -> None:
     """Carry out the plan's actions, each idempotent (404 on delete and 409 on create are
     outcomes, not errors)."""
+    for action in result.actions:
+        try:
+            await _apply_one(rt, group, spec, action, observed, url, logger)
+        except (ApiException, QueueUnavailable) as exc:
+            raise ApplyError(f"{type(action).__name__}: {_reason(exc)}") from exc
+
+
+async def _apply_one(
+    rt: Runtime,
+    group: plan.Group,
+    spec: models.SendGroupSpec,
+    action: plan.Action,
+    observed: plan.Observed,
+    url: str | None,
+    logger: logging.Logger | logging.LoggerAdapter[Any],
+) -> None:
     ref = group.ref(spec)
     key = f"{group.namespace}/{group.name}"
     settings = rt.settings
-    for action in result.actions:
-        if isinstance(action, plan.EnsureDeployment):
-            body = builders.deployment(ref, spec, settings, action.replicas)
-            await rt.kube.apply_deployment(body, exists=observed.deployment is not None)
-            rt.granted[key] = action.replicas
-            logger.info("deployment %s replicas=%d", body["metadata"]["name"], action.replicas)
-        elif isinstance(action, plan.DeleteDeployment):
-            await rt.kube.delete_deployment(group.namespace, builders.deployment_name(group.name))
-            rt.granted[key] = 0
-            logger.info("deployment deleted")
-        elif isinstance(action, plan.CreateJob):
-            await rt.kube.create_job(builders.job(ref, spec, settings, action.kind, action.number))
-            logger.info("job %s-%d created", action.kind, action.number)
-        elif isinstance(action, plan.DeleteJob):
-            await rt.kube.delete_job(group.namespace, action.name)
-        elif isinstance(action, plan.PurgeQueue):
-            if url is not None:
-                deleted = await rt.queues.purge(url, spec.queue_name(group.name))
-                logger.info("queue purged (%d keys)", deleted)
-        elif isinstance(action, plan.RequestPurge):
-            if url is None:
-                raise QueueUnavailable("Redis unavailable: cannot mark the purge")
-            await rt.queues.request_purge(url, spec.queue_name(group.name))
-        elif isinstance(action, plan.DeleteGroup):
-            await rt.kube.delete_group(group.namespace, group.name)
+    if isinstance(action, plan.EnsureDeployment):
+        body = builders.deployment(ref, spec, settings, action.replicas)
+        await rt.kube.apply_deployment(body, exists=observed.deployment is not None)
+        rt.granted[key] = action.replicas
+        logger.info("deployment %s replicas=%d", body["metadata"]["name"], action.replicas)
+    elif isinstance(action, plan.DeleteDeployment):
+        await rt.kube.delete_deployment(group.namespace, builders.deployment_name(group.name))
+        rt.granted[key] = 0
+        logger.info("deployment deleted")
+    elif isinstance(action, plan.CreateJob):
+        await rt.kube.create_job(builders.job(ref, spec, settings, action.kind, action.number))
+        logger.info("job %s-%d created", action.kind, action.number)
+    elif isinstance(action, plan.DeleteJob):
+        await rt.kube.delete_job(group.namespace, action.name)
+    elif isinstance(action, plan.PurgeQueue):
+        if url is not None:
+            deleted = await rt.queues.purge(url, spec.queue_name(group.name))
+            logger.info("queue purged (%d keys)", deleted)
+    elif isinstance(action, plan.RequestPurge):
+        if url is None:
+            raise QueueUnavailable("Redis unavailable: cannot mark the purge")
+        await rt.queues.request_purge(url, spec.queue_name(group.name))
+    elif isinstance(action, plan.DeleteGroup):
+        await rt.kube.delete_group(group.namespace, group.name)
+
+
+def _apply_failed(
+    group: plan.Group,
+    old: models.SendGroupStatus,
+    result: plan.Plan,
+    message: str,
+    now: datetime,
+) -> plan.Plan:
+    """The plan could not be carried out: keep the old status (clocks, operations) and say so
+    with ``Degraded=True`` (reason ``ApplyFailed``) and a Warning event on the transition. The
+    next pass tries again."""
+    status = old.model_copy(deep=True)
+    before = conditions.find(status.conditions, conditions.DEGRADED)
+    flipped = before is None or before.status != "True" or before.reason != "ApplyFailed"
+    changed = conditions.set_condition(
+        status.conditions,
+        conditions.DEGRADED,
+        "True",
+        "ApplyFailed",
+        message,
+        now,
+        group.generation,
+    )
+    if changed:
+        status.last_refresh = now
+    events = [plan.Event("Warning", "ApplyFailed", message)] if flipped else []
+    return plan.Plan(status=status, write_status=changed, events=events, demand=result.demand)
 
 
 async def count_orphan_deployments(rt: Runtime) -> int:
@@ -332,7 +392,17 @@ async def reconcile(
         allowed = rt.allowed(key, min(want, plan.desired_workers(spec, rt.settings)))
         now = now or datetime.now(UTC).replace(microsecond=0)
         result = plan.plan(group, spec, status, observed, measured, allowed, rt.settings, now)
-        await apply(rt, group, spec, result, observed, url, logger)
+        try:
+            await apply(rt, group, spec, result, observed, url, logger)
+        except ApplyError as exc:
+            result = _apply_failed(group, status, result, str(exc), now)
+            metrics.ERRORS.labels(group.namespace).inc()
+            logger.warning("apply failed: %s", exc)
+        else:
+            if conditions.remove_reason(
+                result.status.conditions, conditions.DEGRADED, "ApplyFailed"
+            ):
+                result.write_status = True
         if result.write_status:
             rt.written[key] = (group.uid, result.status.model_copy(deep=True))
         rt.demands[key] = min(result.demand, plan.desired_workers(spec, rt.settings))

@@ -618,3 +618,58 @@ def test_deletion_with_redis_down_is_bounded(
     )
     assert time.monotonic() - started >= 3
     assert "PurgeAbandoned" in {e["reason"] for e in objects.events("down")}
+
+
+def test_examples_are_accepted_by_the_api_server(
+    sendgroup_crd: str, objects: Objects, kube_cluster: KubeCluster
+) -> None:
+    examples = Path(__file__).resolve().parents[2] / "examples"
+    proc = kube_cluster.kubectl(
+        "apply", "--dry-run=server", "-n", objects.namespace, "-f", str(examples)
+    )
+    assert proc.stdout.count("created (server dry run)") == len(list(examples.glob("*.yaml")))
+
+
+def test_a_failing_api_call_does_not_stop_the_reaper(
+    operator: OperatorProcess, objects: Objects, redis_client: redis.Redis
+) -> None:
+    # A foreign Deployment under the worker's name with another (immutable) selector: every
+    # attempt to adopt it fails with 422. The group says so; the others carry on.
+    foreign = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "sg-clash"},
+        "spec": {
+            "replicas": 0,
+            "selector": {"matchLabels": {"app": "someone-else"}},
+            "template": {
+                "metadata": {"labels": {"app": "someone-else"}},
+                "spec": {"containers": [{"name": "x", "image": "registry.invalid/x:1"}]},
+            },
+        },
+    }
+    objects.apply(json.dumps(foreign))
+    push(redis_client, "mail-clash", 1)
+    push(redis_client, "mail-fine", 1)
+    objects.apply(sendgroup("clash"))
+
+    def errors() -> float:
+        for line in operator.metrics().splitlines():
+            if line.startswith("sendgroup_reconcile_errors_total{"):
+                return float(line.split()[-1])
+        return 0.0
+
+    wait_for(lambda: errors() >= 3, 30, "repeated reconcile errors counted")
+    objects.apply(sendgroup("fine"))
+    wait_for(lambda: replicas(objects, "fine") == 1, 20, "another group still reconciled")
+    before = errors()
+    wait_for(lambda: errors() > before, 20, "the reaper keeps trying the failing group")
+    assert operator.running()
+    degraded = objects.condition("clash", "Degraded")
+    assert degraded is not None and degraded["reason"] == "ApplyFailed"
+    assert "EnsureDeployment: HTTP 422" in degraded["message"]
+    assert "ApplyFailed" in {e["reason"] for e in objects.events("clash")}
+    # Once the obstacle is gone, the group recovers by itself and the condition clears.
+    objects.cluster.kubectl("delete", "deployment", "sg-clash", "-n", objects.namespace)
+    wait_for(lambda: replicas(objects, "clash") == 1, 30, "workers once the clash is gone")
+    wait_for(lambda: objects.condition("clash", "Degraded") is None, 20, "Degraded cleared")

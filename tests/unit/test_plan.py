@@ -156,6 +156,8 @@ def test_pause_dump_resume_restore() -> None:
     assert restoring.status.phase is Phase.RESTORING and restoring.demand == 0
     partial = run(resumed_spec, restoring.status, dep(0), q(20), at(85))
     assert partial.actions == [] and partial.status.phase is Phase.RESTORING
+    locked = run(resumed_spec, restoring.status, dep(0), q(41, busy=True), at(86))
+    assert locked.status.phase is Phase.RESTORING, "the restore still holds the lock"
     restored = run(resumed_spec, restoring.status, dep(0), q(41), at(90))
     assert restored.status.dump.total_jobs == 0 and restored.status.operation is None
     assert not any(isinstance(a, p.EnsureDeployment) and a.replicas for a in restored.actions)
@@ -212,7 +214,7 @@ def test_cancel_with_dumps_runs_a_purge_job() -> None:
     assert done.status.dump.total_jobs == 0 and done.status.phase is Phase.CANCELLED
     # The Job ran elsewhere (or was removed by its TTL): the marker's absence is the outcome.
     gone = run(s, first.status, running, q(0), at(5))
-    assert gone.status.dump.total_jobs == 0 and p.DeleteJob(name) in gone.actions
+    assert gone.status.dump.total_jobs == 0 and gone.actions == []
 
 
 def test_delete_retain_leaves_keys_and_purge_purges() -> None:
@@ -316,3 +318,28 @@ def test_dump_summary_from_the_job_is_recorded() -> None:
     seg = done.status.dump.segments[0]
     assert (seg.jobs, seg.bytes, seg.redis_version) == (6, 2048, "7.0.15")
     assert seg.path.endswith(".sgdump") and done.status.dump.total_jobs == 6
+
+
+def test_restore_that_keeps_failing_ends_failed_until_the_spec_changes() -> None:
+    s = spec()
+    status = models.SendGroupStatus(
+        dump=models.DumpStatus(total_jobs=4), queue=models.QueueStatus(measured_at=at(0))
+    )
+    current = run(s, status, dep(0), q(0), at(1))
+    for attempt in range(1, p.MAX_OPERATION_ATTEMPTS + 1):
+        op = current.status.operation
+        assert op is not None and op.kind == "restore" and op.attempts == attempt
+        failed = p.Observed(
+            p.DeploymentObs(0, template_hash="x"),
+            jobs={op.job_name: p.JobObs(op.job_name, failed_final=True)},
+            jobs_listed=True,
+        )
+        current = run(s, current.status, failed, q(0), at(10 * attempt))
+    assert current.status.phase is Phase.FAILED
+    assert not any(isinstance(a, p.CreateJob) for a in current.actions)
+    stuck = run(s, current.status, dep(0), q(0), at(100))
+    assert stuck.status.phase is Phase.FAILED and stuck.actions == []
+    # A spec change (new generation) is the user's "try again".
+    retry_group = p.Group("mail", "g1", "uid-1", 2, T0)
+    retried = run(s, current.status, dep(0), q(0), at(110), group=retry_group)
+    assert [type(a) for a in retried.actions] == [p.CreateJob]
