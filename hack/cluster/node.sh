@@ -401,6 +401,15 @@ node_up() {
 	elapsed "$t0" | tr -d s >"$STATE_DIR/node-startup-seconds"
 }
 
+# True while any kubelet (this node's or another's) is alive; zombies do not count.
+kubelet_running() {
+	local pid
+	for pid in $(pgrep -x kubelet || true); do
+		alive "$pid" && return 0
+	done
+	return 1
+}
+
 # Everything below $1 that is a mount point, deepest first.
 mounts_under() {
 	awk -v p="$1" '{ m = $5; gsub(/\\040/, " ", m); if (m == p || index(m, p "/") == 1) print m }' /proc/self/mountinfo |
@@ -429,7 +438,7 @@ node_down() {
 	fi
 	node_network_down
 	node_cgroups_remove
-	if [[ -s "$nd/created-dirs" ]] && ! pgrep -x kubelet >/dev/null; then
+	if [[ -s "$nd/created-dirs" ]] && ! kubelet_running; then
 		local p
 		while read -r p; do
 			[[ $p == /var/* ]] && rm -rf --one-file-system "$p"
