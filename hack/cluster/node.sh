@@ -52,6 +52,7 @@ node_require() {
 		need+=(containernetworking-plugins)
 	command -v iptables >/dev/null || need+=(iptables)
 	command -v ip >/dev/null || need+=(iproute2)
+	command -v pgrep >/dev/null || need+=(procps)
 	if ((${#need[@]})); then
 		log "installing Debian packages: ${need[*]}"
 		# No init system here: policy-rc.d keeps Debian's scripts from starting system daemons.
@@ -242,6 +243,10 @@ node_containers_remove() {
 		done
 	done
 	log "removed $(wc -w <<<"$ids") CRI containers/sandboxes"
+	# CNI results cached for sandboxes that got no CNI DEL (their netns went with them).
+	for id in $ids; do
+		rm -f /var/lib/cni/results/*-"$id"-*
+	done
 }
 
 # ---------------------------------------------------------------- kubelet
@@ -371,6 +376,13 @@ node_up() {
 	nd=$(node_dir)
 	mkdir -p "$nd"
 	node_names
+	# Host paths the kubelet/CNI use whatever their settings (device plugins, container log
+	# links, CNI result cache): `down` removes those this node created, once no kubelet runs.
+	local p
+	: >"$nd/created-dirs"
+	for p in /var/lib/kubelet /var/log/containers /var/lib/cni; do
+		[[ -e $p ]] || echo "$p" >>"$nd/created-dirs"
+	done
 	{
 		echo "NODE_NAME=$NODE_NAME"
 		echo "NODE_BRIDGE=$NODE_BRIDGE"
@@ -387,6 +399,15 @@ node_up() {
 	node_volumes_up
 	log "node $NODE_NAME Ready in $(elapsed "$t0")"
 	elapsed "$t0" | tr -d s >"$STATE_DIR/node-startup-seconds"
+}
+
+# True while any kubelet (this node's or another's) is alive; zombies do not count.
+kubelet_running() {
+	local pid
+	for pid in $(pgrep -x kubelet || true); do
+		alive "$pid" && return 0
+	done
+	return 1
 }
 
 # Everything below $1 that is a mount point, deepest first.
@@ -417,4 +438,10 @@ node_down() {
 	fi
 	node_network_down
 	node_cgroups_remove
+	if [[ -s "$nd/created-dirs" ]] && ! kubelet_running; then
+		local p
+		while read -r p; do
+			[[ $p == /var/* ]] && rm -rf --one-file-system "$p"
+		done <"$nd/created-dirs"
+	fi
 }

@@ -81,6 +81,8 @@ msg.set_content("hello")
 with smtplib.SMTP(sys.argv[2], int(sys.argv[3]), timeout=20) as s:
     s.send_message(msg)
 print("api", version, "redis", r.get("from-pod").decode(), "smtp sent")
+routes = [line.split()[1] for line in open("/proc/net/route").read().splitlines()[1:]]
+print("default route:", "00000000" in routes)
 """
 
 
@@ -107,6 +109,9 @@ def test_pod_reaches_the_api_server_redis_and_the_smtp_sink(
     assert [(m.recipient, m.job) for m in pod_smtp.received] == [
         ("someone@example.test", "pod-check-1")
     ]
+    if node_cluster.managed:
+        # Nothing can leave the machine from a pod: it has no default route at all.
+        assert "default route: False" in log
 
 
 WRITE = "import sys; open('/dumps/' + sys.argv[1], 'w').write(sys.argv[2]); print('wrote')"
@@ -240,6 +245,9 @@ def test_local_node_down_removes_containers_namespaces_mounts_bridge_and_cgroups
         for container_id in runc:
             assert not _processes_mentioning(container_id), f"container {container_id} left"
         assert Path("/proc/sys/net/ipv4/ip_forward").read_text() == forward_before
+        results = Path("/var/lib/cni/results")
+        cached = [f.name for f in results.iterdir()] if results.exists() else []
+        assert not [n for n in cached for c in runc if c in n], "CNI results left"
     finally:
         if state.exists():
             stop_node(state, env=env)
