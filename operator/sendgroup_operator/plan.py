@@ -472,6 +472,13 @@ def _job_outcome(b: _Builder, observed: Observed, measure: Measurement) -> str |
         return "done"
     if isinstance(measure, QueueMeasure) and not measure.busy:
         if op.kind == "dump" and measure.total == 0 and measure.staging == 0:
+            # Redis shows the keys gone a moment before the Job's pod turns Succeeded. While
+            # the Job still runs, wait for it: its summary (segment file, bytes, Redis
+            # version) is what status.dump records. A Job that failed after the keys were
+            # gone, or was removed (TTL), leaves Redis as the only evidence: done without it.
+            # Bounded by the Job's activeDeadlineSeconds.
+            if job is not None and not job.failed_final:
+                return None
             return "done"
         if op.kind == "restore" and measure.total >= op.baseline_total + b.old.dump.total_jobs:
             return "done"

@@ -320,6 +320,36 @@ def test_dump_summary_from_the_job_is_recorded() -> None:
     assert seg.path.endswith(".sgdump") and done.status.dump.total_jobs == 6
 
 
+def test_dump_waits_for_the_running_job_when_redis_already_shows_the_keys_gone() -> None:
+    """On a real node the keys vanish a moment before the Job's pod turns Succeeded: the
+    operator waits for the Job so status.dump carries its summary, not a guess."""
+    s = spec(paused=True, reaper={"dumpAfter": "30s"})
+    status = models.SendGroupStatus(
+        unchanged_since=at(0), queue=models.QueueStatus(total=6, measured_at=at(0))
+    )
+    started = run(s, status, dep(0), q(6), at(30))
+    name = "sg-g1-dump-1"
+    running = p.Observed(
+        p.DeploymentObs(0), jobs={name: p.JobObs(name, active=1)}, jobs_listed=True
+    )
+    waiting = run(s, started.status, running, q(0), at(35))
+    assert waiting.status.operation is not None and waiting.status.dump.segments == []
+    assert cond(waiting, "Dumped") == ("False", "Dumping")
+    summary = {"ready": 6, "delayed": 0, "reserved": 0, "bytes": 900, "segment": "/d/x.sgdump"}
+    ok = p.Observed(
+        p.DeploymentObs(0),
+        jobs={name: p.JobObs(name, succeeded=1, summary=summary)},
+        jobs_listed=True,
+    )
+    done = run(s, waiting.status, ok, q(0), at(37))
+    seg = done.status.dump.segments[0]
+    assert (seg.path, seg.bytes, seg.jobs) == ("/d/x.sgdump", 900, 6)
+    # A Job removed (TTL) after the keys were gone: Redis alone decides, nothing is lost.
+    gone = p.Observed(p.DeploymentObs(0), jobs={}, jobs_listed=True)
+    fallback = run(s, waiting.status, gone, q(0), at(37))
+    assert fallback.status.dump.total_jobs == 6 and fallback.status.operation is None
+
+
 def test_restore_that_keeps_failing_ends_failed_until_the_spec_changes() -> None:
     s = spec()
     status = models.SendGroupStatus(
