@@ -28,7 +28,7 @@ from tests.support.e2e import (
     push_mails,
     sendgroup_manifest,
     sendgroup_status,
-    uninstall_cluster_rbac,
+    uninstall_operator,
     worker_pods,
 )
 from tests.support.node import NodeCluster, get_json
@@ -81,7 +81,7 @@ def env(
     e.report.append(f"operator installed and running in {time.monotonic() - started:.1f}s")
     yield e
     print(f"operator log (tail):\n{operator.logs()}")  # shown by pytest when the test failed
-    uninstall_cluster_rbac(node_cluster.kube, e2e_namespace)
+    uninstall_operator(node_cluster.kube, e2e_namespace)
     report = request.config.pluginmanager.get_plugin("terminalreporter")
     capture = request.config.pluginmanager.get_plugin("capturemanager")
     if report is not None and capture is not None:
