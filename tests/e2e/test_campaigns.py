@@ -100,7 +100,13 @@ def env(
         return [n for n in cluster_rbac if n in names]
 
     installed = cluster_rbac_left()
+    # The SendGroups go while the operator runs (their finalizers would otherwise keep the
+    # namespace Terminating once the release is gone).
+    deleted = node_cluster.kube.kubectl(
+        "-n", e2e_namespace, "delete", "sendgroups", "--all", "--timeout=90s", check=False
+    )
     uninstall_operator(node_cluster.kube, e2e_namespace)
+    assert deleted.returncode == 0, f"SendGroups not deleted in 90 s: {deleted.stderr}"
     assert installed == cluster_rbac, "the chart did not create its cluster RBAC"
     assert cluster_rbac_left() == [], "helm uninstall left the release's cluster-scoped RBAC"
 
