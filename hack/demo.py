@@ -5,7 +5,7 @@ Run through ``hack/demo`` (which installs what is missing first). Steps:
 1. the local cluster with a node (``hack/cluster/cluster up --node``: etcd, kube-apiserver,
    controller manager, scheduler, kubelet + containerd, the pod network, images built here);
 2. redis-server and an SMTP sink (aiosmtpd) listening on the pod network's gateway address;
-3. the CRD, RBAC and the operator as a pod under its own ServiceAccount;
+3. the Helm chart (CRDs, RBAC, the operator as a pod under its own ServiceAccount);
 4. the SendGroups in ``examples/demo/`` (two campaigns, three groups) and their mail jobs,
    pushed with the producer client;
 5. ``kubectl get sendgroups`` and the mails the sink received, every few seconds, until every
@@ -106,7 +106,7 @@ def main() -> int:
         say(f"redis-server at {server.url}, SMTP sink at {node.host_address}:{sink.port}")
 
         node.kube.kubectl("create", "namespace", NAMESPACE)
-        say("installing the CRD, RBAC and the operator (a pod under its ServiceAccount)")
+        say("helm install the chart: CRDs, RBAC and the operator (a pod under its ServiceAccount)")
         install_operator(node.kube, NAMESPACE, server.url, node.host_address, sink.port)
 
         say("pushing mail jobs: " + ", ".join(f"{g} {n}" for g, (_, n) in GROUPS.items()))

@@ -56,16 +56,7 @@ from tests.support.cluster import (  # noqa: E402
     KubeCluster,
     session_cluster,
 )
-
-
-def _report(config: pytest.Config, line: str) -> None:
-    """Write a line to the terminal, past output capturing (start-up time, memory)."""
-    capture = config.pluginmanager.get_plugin("capturemanager")
-    reporter = config.pluginmanager.get_plugin("terminalreporter")
-    if capture is None or reporter is None:
-        return
-    with capture.global_and_fixture_disabled():
-        reporter.write_line(f"\n{line}")
+from tests.support.reporting import report_line  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -79,7 +70,7 @@ def kube_cluster(pytestconfig: pytest.Config) -> Iterator[KubeCluster]:
     except ClusterError as exc:
         pytest.fail(f"Kubernetes control plane unavailable: {exc}", pytrace=False)
     if cluster.managed:
-        _report(
+        report_line(
             pytestconfig,
             f"kube_cluster: up in {cluster.startup_seconds:.1f}s ({cluster.state_dir})",
         )
@@ -87,7 +78,7 @@ def kube_cluster(pytestconfig: pytest.Config) -> Iterator[KubeCluster]:
     if cluster.managed:
         rss = cluster.rss_mib()
         parts = ", ".join(f"{name} {mib:.0f}" for name, mib in rss.items())
-        _report(
+        report_line(
             pytestconfig,
             f"kube_cluster: RSS MiB at the end: {parts}; total {sum(rss.values()):.0f}",
         )

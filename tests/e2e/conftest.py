@@ -13,16 +13,8 @@ import pytest
 from tests.support.cluster import ClusterError
 from tests.support.node import NodeCluster, session_node
 from tests.support.redis_server import RedisServer
+from tests.support.reporting import report_line
 from tests.support.smtp_sink import SmtpSink
-
-
-def _report(config: pytest.Config, line: str) -> None:
-    capture = config.pluginmanager.get_plugin("capturemanager")
-    reporter = config.pluginmanager.get_plugin("terminalreporter")
-    if capture is None or reporter is None:
-        return
-    with capture.global_and_fixture_disabled():
-        reporter.write_line(f"\n{line}")
 
 
 @pytest.fixture(scope="session")
@@ -33,7 +25,7 @@ def node_cluster(pytestconfig: pytest.Config) -> Iterator[NodeCluster]:
     except ClusterError as exc:
         pytest.fail(f"no cluster that runs pods: {exc}", pytrace=False)
     if node.managed:
-        _report(
+        report_line(
             pytestconfig,
             f"node_cluster: control plane + node up in {node.startup_seconds:.1f}s "
             f"(node part {node.node_startup_seconds or 0:.1f}s, images included; {node.state_dir})",

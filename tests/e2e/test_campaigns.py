@@ -28,7 +28,7 @@ from tests.support.e2e import (
     push_mails,
     sendgroup_manifest,
     sendgroup_status,
-    uninstall_cluster_rbac,
+    uninstall_operator,
     worker_pods,
 )
 from tests.support.node import NodeCluster, get_json
@@ -81,13 +81,34 @@ def env(
     e.report.append(f"operator installed and running in {time.monotonic() - started:.1f}s")
     yield e
     print(f"operator log (tail):\n{operator.logs()}")  # shown by pytest when the test failed
-    uninstall_cluster_rbac(node_cluster.kube, e2e_namespace)
     report = request.config.pluginmanager.get_plugin("terminalreporter")
     capture = request.config.pluginmanager.get_plugin("capturemanager")
     if report is not None and capture is not None:
         with capture.global_and_fixture_disabled():
             for line in e.report:
                 report.write_line(f"e2e report ({request.node.name}): {line}")
+    # The release's cluster-scoped RBAC is named after the namespace; helm uninstall removes it.
+    cluster_rbac = [
+        f"clusterrole.rbac.authorization.k8s.io/sendgroup-operator-{e2e_namespace}",
+        f"clusterrolebinding.rbac.authorization.k8s.io/sendgroup-operator-{e2e_namespace}",
+    ]
+
+    def cluster_rbac_left() -> list[str]:
+        names = node_cluster.kube.kubectl(
+            "get", "clusterrole,clusterrolebinding", "-o", "name"
+        ).stdout.split()
+        return [n for n in cluster_rbac if n in names]
+
+    installed = cluster_rbac_left()
+    # The SendGroups go while the operator runs (their finalizers would otherwise keep the
+    # namespace Terminating once the release is gone).
+    deleted = node_cluster.kube.kubectl(
+        "-n", e2e_namespace, "delete", "sendgroups", "--all", "--timeout=90s", check=False
+    )
+    uninstall_operator(node_cluster.kube, e2e_namespace)
+    assert deleted.returncode == 0, f"SendGroups not deleted in 90 s: {deleted.stderr}"
+    assert installed == cluster_rbac, "the chart did not create its cluster RBAC"
+    assert cluster_rbac_left() == [], "helm uninstall left the release's cluster-scoped RBAC"
 
 
 def _ts(text: str) -> float:

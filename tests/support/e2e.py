@@ -1,8 +1,8 @@
-"""Install the operator in a cluster as users will: the CRDs from ``crds/``, its ServiceAccount
-and RBAC from ``helm/sendgroup-operator/files/rbac-rules.yaml`` (what the Helm chart renders),
-the dumps PersistentVolumeClaim, and a Deployment running the operator image as a pod under that
-ServiceAccount. Plus helpers the end-to-end tests share (pushing mail jobs, SendGroups,
-reading the SMTP sink).
+"""Install the operator in a cluster as users will: the Helm chart ``helm/sendgroup-operator``
+(CRDs, ServiceAccounts, RBAC, KopfPeering, the dumps PersistentVolumeClaim on the cluster's
+default StorageClass, and the operator Deployment running the operator image as a pod under its
+own ServiceAccount), released in the test's namespace. Plus helpers the end-to-end tests share
+(pushing mail jobs, SendGroups, reading the SMTP sink).
 """
 
 from __future__ import annotations
@@ -11,76 +11,41 @@ import json
 import time
 import uuid
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import redis
-import yaml
 
 from sendgroup_worker.producer import make_mail_payload
 from sendgroup_worker.queue.keys import QueueKeys
 from tests.support.cluster import KubeCluster, wait_for
+from tests.support.helm import CHART, helm, values_args
 from tests.support.node import OPERATOR_IMAGE, WORKER_IMAGE, get_json
-from tests.support.operator_proc import SA_NAME, rbac_objects
 
-REPO = Path(__file__).resolve().parents[2]
-CRDS = [REPO / "crds" / "sendgroups.yaml", REPO / "crds" / "kopf-peering.yaml"]
+RELEASE = "sendgroup-operator"
 DUMPS_CLAIM = "sendgroup-dumps"
 
 
-def operator_deployment(namespace: str, env: dict[str, str]) -> dict[str, Any]:
-    """The operator's Deployment (one replica, restricted pod security, liveness on
-    ``/healthz``), with ``SENDGROUP_*`` settings ``env``."""
-    container_env: list[dict[str, Any]] = [
-        {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
-        *({"name": k, "value": v} for k, v in sorted(env.items())),
-    ]
-    labels = {"app.kubernetes.io/name": "sendgroup-operator"}
+def chart_values(redis_url: str, smtp_host: str, smtp_port: int) -> dict[str, Any]:
+    """Chart values (dotted paths) of an end-to-end install: the locally built images
+    (``OPERATOR_IMAGE``, ``WORKER_IMAGE``), the test's Redis and SMTP sink, fast reconcile
+    loops (reaper every 2 s, status refresh every 5 s, preflight retried every 2 s), and no
+    cluster-wide aggregated roles (several releases may coexist in one cluster)."""
+    repository, _, tag = OPERATOR_IMAGE.rpartition(":")
     return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": "sendgroup-operator", "namespace": namespace, "labels": labels},
-        "spec": {
-            "replicas": 1,
-            "strategy": {"type": "Recreate"},
-            "selector": {"matchLabels": labels},
-            "template": {
-                "metadata": {"labels": labels},
-                "spec": {
-                    "serviceAccountName": SA_NAME,
-                    "securityContext": {
-                        "runAsNonRoot": True,
-                        "runAsUser": 10001,
-                        "runAsGroup": 10001,
-                        "seccompProfile": {"type": "RuntimeDefault"},
-                    },
-                    "containers": [
-                        {
-                            "name": "operator",
-                            "image": OPERATOR_IMAGE,
-                            "imagePullPolicy": "IfNotPresent",
-                            "env": container_env,
-                            "ports": [
-                                {"name": "metrics", "containerPort": 8080},
-                                {"name": "health", "containerPort": 8081},
-                            ],
-                            "livenessProbe": {
-                                "httpGet": {"path": "/healthz", "port": "health"},
-                                "initialDelaySeconds": 30,
-                                "periodSeconds": 20,
-                            },
-                            "securityContext": {
-                                "allowPrivilegeEscalation": False,
-                                "readOnlyRootFilesystem": True,
-                                "capabilities": {"drop": ["ALL"]},
-                            },
-                            "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
-                        }
-                    ],
-                    "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}}],
-                },
-            },
-        },
+        "image.repository": repository,
+        "image.tag": tag,
+        "defaultImage": WORKER_IMAGE,
+        "defaultRedisUrl": redis_url,
+        "defaultSmtp.host": smtp_host,
+        "defaultSmtp.port": smtp_port,
+        "dumpsClaimName": DUMPS_CLAIM,
+        "dumps.size": "1Gi",
+        "reaperInterval": 2,
+        "rbac.aggregatedRoles": False,
+        "extraEnv": [
+            {"name": "SENDGROUP_STATUS_REFRESH", "value": "5"},
+            {"name": "SENDGROUP_PREFLIGHT_RETRY", "value": "2"},
+        ],
     }
 
 
@@ -106,38 +71,31 @@ def install_operator(
     smtp_port: int,
     timeout: float = 180,
 ) -> InstalledOperator:
-    """CRDs, RBAC, the dumps claim and the operator Deployment in ``namespace``; waits until
-    the operator pod is Running and its CRD is established. Raises AssertionError on timeout
-    (with the pod's state)."""
-    for crd in CRDS:
-        kube.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(crd))
+    """``helm install`` the chart as release ``sendgroup-operator`` in ``namespace`` (which
+    must exist) with :func:`chart_values`; waits until the operator pod is Running. Undo it
+    with :func:`uninstall_operator`. Raises AssertionError when helm fails or on timeout (with
+    the pods and events of the namespace)."""
+    helm(
+        "install",
+        RELEASE,
+        str(CHART),
+        "--namespace",
+        namespace,
+        *values_args(chart_values(redis_url, smtp_host, smtp_port)),
+        kubeconfig=kube.kubeconfig,
+    )
     kube.kubectl(
         "wait", "--for=condition=Established", "crd/sendgroups.sendgroups.io", "--timeout=60s"
     )
-    claim = {
-        "apiVersion": "v1",
-        "kind": "PersistentVolumeClaim",
-        "metadata": {"name": DUMPS_CLAIM, "namespace": namespace},
-        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
-    }
-    env = {
-        "SENDGROUP_WATCH_NAMESPACES": namespace,
-        "SENDGROUP_DEFAULT_REDIS_URL": redis_url,
-        "SENDGROUP_DEFAULT_IMAGE": WORKER_IMAGE,
-        "SENDGROUP_DEFAULT_SMTP_HOST": smtp_host,
-        "SENDGROUP_DEFAULT_SMTP_PORT": str(smtp_port),
-        "SENDGROUP_DUMPS_CLAIM_NAME": DUMPS_CLAIM,
-        "SENDGROUP_REAPER_INTERVAL": "2",
-        "SENDGROUP_STATUS_REFRESH": "5",
-        "SENDGROUP_STANDALONE": "true",
-        "SENDGROUP_PREFLIGHT_RETRY": "2",
-    }
-    objects = [*rbac_objects(namespace), claim, operator_deployment(namespace, env)]
-    kube.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(objects))
 
     def running_pod() -> str | None:
         pods = get_json(
-            kube, "-n", namespace, "pods", "-l", "app.kubernetes.io/name=sendgroup-operator"
+            kube,
+            "-n",
+            namespace,
+            "pods",
+            "-l",
+            f"app.kubernetes.io/instance={RELEASE},app.kubernetes.io/component=operator",
         )["items"]
         for p in pods:
             statuses = p["status"].get("containerStatuses", [])
@@ -145,20 +103,26 @@ def install_operator(
                 return str(p["metadata"]["name"])
         return None
 
-    pod = wait_for(
-        running_pod,
-        timeout,
-        "the operator pod Running",
-        describe=lambda: kube.kubectl("-n", namespace, "get", "pods,events", check=False).stdout,
-    )
+    try:
+        pod = wait_for(
+            running_pod,
+            timeout,
+            "the operator pod Running",
+            describe=lambda: (
+                kube.kubectl("-n", namespace, "get", "pods,pvc,events", check=False).stdout
+            ),
+        )
+    except AssertionError:
+        uninstall_operator(kube, namespace, check=False)  # no cluster-scoped leftovers
+        raise
     return InstalledOperator(kube=kube, namespace=namespace, pod=pod)
 
 
-def uninstall_cluster_rbac(kube: KubeCluster, namespace: str) -> None:
-    """Delete the cluster-scoped RBAC of an operator installed in ``namespace``."""
-    name = f"sendgroup-operator-{namespace}"
-    kube.kubectl("delete", "clusterrolebinding", name, "--ignore-not-found", check=False)
-    kube.kubectl("delete", "clusterrole", name, "--ignore-not-found", check=False)
+def uninstall_operator(kube: KubeCluster, namespace: str, check: bool = True) -> None:
+    """``helm uninstall`` the release in ``namespace``: its cluster-scoped RBAC (ClusterRole/
+    Binding named after the namespace) goes with it; the dumps claim stays (resource policy
+    keep) until the namespace is deleted. ``check``: raise AssertionError when helm fails."""
+    helm("uninstall", RELEASE, "--namespace", namespace, kubeconfig=kube.kubeconfig, check=check)
 
 
 # ---------------------------------------------------------------- campaigns
