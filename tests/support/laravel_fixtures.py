@@ -15,7 +15,9 @@ from typing import Any
 
 import redis
 
-DEFAULT_DIR = Path("/work/shared/fixtures/laravel-redis-queue")
+#: Byte-exact Redis state written by Laravel 11 / Horizon 5 (copied from the design's shared
+#: fixtures, with their README); ``SENDGROUP_LARAVEL_FIXTURES`` points elsewhere.
+DEFAULT_DIR = Path(__file__).resolve().parents[1] / "data" / "laravel-redis-queue"
 
 
 def fixtures_dir() -> Path:
