@@ -1,4 +1,4 @@
-"""Read the Laravel Redis queue fixtures (``/work/shared/fixtures/laravel-redis-queue``) and
+"""Read the Laravel Redis queue fixtures (``tests/data/laravel-redis-queue``) and
 write their byte-exact Redis snapshots into a real Redis.
 
 The directory can be moved with ``SENDGROUP_LARAVEL_FIXTURES``; a missing directory is an error

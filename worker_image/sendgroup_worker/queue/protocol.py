@@ -8,7 +8,7 @@ protocol is written once, here, and unit-testable without Redis.
 
 Scripts live in ``scripts/*.lua``; ``scripts/_lib.lua`` (local helper functions) is prepended
 to each one when loaded. Semantics follow Laravel 11's ``Illuminate/Queue/LuaScripts.php`` and
-``RedisQueue.php`` (see ``/work/shared/design/queue-protocol.md``), with these differences:
+``RedisQueue.php`` (see ``docs/queue-protocol.md``), with these differences:
 
 * pop keeps the payload's bytes and rewrites only the value of its top-level ``attempts``
   (Laravel re-encodes the whole payload with cjson, which reorders keys, escapes ``/``, rounds
