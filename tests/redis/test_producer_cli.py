@@ -123,3 +123,28 @@ def test_unreachable_redis_is_a_clear_error_without_the_password() -> None:
     assert code == 1
     assert "cannot reach Redis at redis://***@127.0.0.1:1/0" in err
     assert "s3cret" not in err
+
+
+def test_push_of_a_missing_file_is_a_usage_error_not_a_traceback(
+    tmp_path: Path, redis_url: str, redis_client: redis.Redis
+) -> None:
+    result = CliRunner().invoke(
+        main, ["push", str(tmp_path / "nosuch.csv"), "-q", "mail-x"], env={"REDIS_URL": redis_url}
+    )
+    assert result.exit_code == 2
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    assert "nosuch.csv' does not exist" in result.stderr
+    assert redis_client.dbsize() == 0
+
+
+def test_queue_has_the_same_short_option_as_the_dump_commands(
+    tmp_path: Path, redis_url: str
+) -> None:
+    path = tmp_path / "r.csv"
+    path.write_text("to,text\na@example.test,hi\n")
+    env = {"REDIS_URL": redis_url}
+    pushed = CliRunner().invoke(main, ["push", str(path), "-q", "mail-x"], env=env)
+    assert pushed.exit_code == 0, pushed.stderr
+    stats = CliRunner().invoke(main, ["stats", "-q", "mail-x", "--json"], env=env)
+    assert stats.exit_code == 0, stats.stderr
+    assert json.loads(stats.stdout)["ready"] == 1

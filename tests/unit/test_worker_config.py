@@ -73,6 +73,9 @@ def test_timeout_must_be_below_retry_after() -> None:
         ({"SENDGROUP_QUEUE": "q", "WORKER_BACKOFF": "soon"}, "WORKER_BACKOFF"),
         ({"SENDGROUP_QUEUE": "q", "WORKER_TRIES": "0"}, "WORKER_TRIES"),
         ({"SENDGROUP_QUEUE": "q", "BACKPRESSURE_PATTERNS": "(unclosed"}, "bad regex"),
+        ({"SENDGROUP_QUEUE": "q", "BACKPRESSURE_PATTERNS": "[unclosed"}, "not a JSON list"),
+        ({"SENDGROUP_QUEUE": "q", "REDIS_URL": "http://redis:6379"}, "REDIS_URL: .*redis://"),
+        ({"SENDGROUP_QUEUE": "q", "REDIS_URL_FILE": "/nonexistent/url"}, "REDIS_URL_FILE: cannot"),
     ],
 )
 def test_bad_settings_name_the_variable(env: dict[str, str], needle: str) -> None:
@@ -122,3 +125,11 @@ def test_tries_and_retry_until_follow_laravels_worker() -> None:
     assert not r.exceeded_before_run(5, 1000) and r.exceeded_before_run(1, 1001)
     e = _opts(maxTries=10, maxExceptions=2)
     assert not e.fails_after_temporary(1, 0) and e.fails_after_temporary(2, 0)
+
+
+def test_a_bad_redis_url_is_refused_without_printing_its_password() -> None:
+    with pytest.raises(ConfigError) as caught:
+        WorkerConfig.from_env({"SENDGROUP_QUEUE": "q", "REDIS_URL": "redis//:hunter2@redis:6379"})
+    assert "REDIS_URL" in str(caught.value) and "hunter2" not in str(caught.value)
+    for url in ("redis://:pw@h:6379/0", "rediss://h:6380", "unix:///run/redis.sock"):
+        assert WorkerConfig.from_env({"SENDGROUP_QUEUE": "q", "REDIS_URL": url}).redis_url == url

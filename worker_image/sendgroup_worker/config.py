@@ -143,6 +143,15 @@ class WorkerConfig(BaseModel):
     metrics_host: str = "0.0.0.0"
     log_level: str = "INFO"
 
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_url_scheme(cls, value: str) -> str:
+        # redis-py's from_url accepts these; the message never repeats the URL (password).
+        scheme = value.partition("://")[0].lower() if "://" in value else ""
+        if scheme not in ("redis", "rediss", "unix"):
+            raise ValueError("must start with redis://, rediss:// or unix://")
+        return value
+
     @field_validator("backpressure_patterns")
     @classmethod
     def _patterns_compile(cls, value: list[str]) -> list[str]:
@@ -191,7 +200,12 @@ class WorkerConfig(BaseModel):
         def get(name: str) -> str | None:
             file_name = env.get(f"{name}_FILE")
             if file_name:
-                return Path(file_name).read_text().strip()
+                try:
+                    return Path(file_name).read_text().strip()
+                except OSError as exc:
+                    raise ConfigError(
+                        f"{name}_FILE: cannot read {file_name}: {exc.strerror or exc}"
+                    ) from None
             value = env.get(name)
             return value if value not in (None, "") else None
 
@@ -279,7 +293,10 @@ def parse_time(value: str) -> datetime:
 def _parse_patterns(text: str) -> list[str]:
     stripped = text.strip()
     if stripped.startswith("["):
-        loaded = json.loads(stripped)
+        try:
+            loaded = json.loads(stripped)
+        except ValueError as exc:
+            raise ConfigError(f"BACKPRESSURE_PATTERNS: not a JSON list: {exc}") from None
         if not isinstance(loaded, list) or not all(isinstance(p, str) for p in loaded):
             raise ConfigError("BACKPRESSURE_PATTERNS: a JSON list of strings is expected")
         return list(loaded)

@@ -58,6 +58,7 @@ def queue_options(f: F) -> F:
         help="File holding the Redis URL (a mounted Secret key). Env REDIS_URL_FILE.",
     )
     @click.option(
+        "-q",
         "--queue",
         "queue_name",
         envvar="SENDGROUP_QUEUE",
@@ -130,7 +131,7 @@ def _open_rows(path: str, fmt: str | None) -> Iterator[tuple[IO[str], producer.R
 
 
 @click.command("push")
-@click.argument("file", type=click.Path(allow_dash=True))
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, allow_dash=True))
 @click.option(
     "--format",
     "fmt",
