@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import redis
 
+from sendgroup_worker import backpressure
 from sendgroup_worker.queue.keys import QueueKeys
 from tests.support.redis_server import free_port
 from tests.support.smtp_sink import SmtpSink
@@ -232,7 +233,16 @@ def test_provider_deferral_pattern_suspends_the_group(redis_url: str, smtp_sink:
         q.push(mail_payload("busy@x.example"))
         wait_for(lambda: smtp_sink.attempts["busy@x.example"] >= 1, 10, "the deferral")
         deferred_at = smtp_sink.rcpt_log[0][0]
-        time.sleep(0.3)
+        # Push the rest once the suspension is in Redis and every worker's cached reading has
+        # expired ("a suspension reaches every worker within CACHE_SECONDS"): a fixed 0.3 s
+        # sleep let the other worker send at once with its reading from before the deferral.
+        r = redis.Redis.from_url(redis_url)
+        wait_for(
+            lambda: r.hget(QueueKeys(Q).backpressure, "until") is not None,
+            10,
+            "the suspension in Redis",
+        )
+        time.sleep(backpressure.CACHE_SECONDS + 0.2)
         q.push_many([mail_payload(f"after{i}@x.example") for i in range(5)])
         wait_for(lambda: len(smtp_sink.snapshot()) == 6, 15, "all 6 delivered")
     finally:
