@@ -44,6 +44,7 @@ from sendgroup_worker.dumps.format import (
 )
 from sendgroup_worker.dumps.lock import QueueLock
 from sendgroup_worker.dumps.redisconn import Client, check_slot_rule, redis_version, script
+from sendgroup_worker.dumps.summary import QueueCounts
 from sendgroup_worker.queue.keys import QueueKeys
 
 #: Records per chunk: small enough that one LRANGE reply or one merge script stays around a
@@ -65,37 +66,19 @@ class DumpError(Exception):
 
 
 @dataclass(slots=True)
-class DumpResult:
+class DumpResult(QueueCounts):
     """Summary of one dump: counts in jobs (``jobs`` = ready + delayed + reserved), ``bytes``
     of the segment file, wall ``seconds``; ``segment`` is None when the queue was empty."""
 
-    queue: str
-    ready: int = 0
-    delayed: int = 0
-    reserved: int = 0
-    failed: int = 0
-    bytes: int = 0
-    seconds: float = 0.0
     segment: str | None = None
     created_at: str | None = None
     redis_version: str = ""
     resumed: bool = False
 
-    @property
-    def jobs(self) -> int:
-        return self.ready + self.delayed + self.reserved
-
     def as_json(self) -> dict[str, Any]:
         return {
             "command": "dump",
-            "queue": self.queue,
-            "jobs": self.jobs,
-            "ready": self.ready,
-            "delayed": self.delayed,
-            "reserved": self.reserved,
-            "failed": self.failed,
-            "bytes": self.bytes,
-            "seconds": round(self.seconds, 3),
+            **self.counts_json(),
             "segment": self.segment,
             "createdAt": self.created_at,
             "redisVersion": self.redis_version,

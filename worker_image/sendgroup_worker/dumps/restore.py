@@ -52,6 +52,7 @@ from sendgroup_worker.dumps.redisconn import (
     redis_version,
     script,
 )
+from sendgroup_worker.dumps.summary import QueueCounts
 from sendgroup_worker.queue.keys import QueueKeys
 
 _NOTIFY_STEP = 1000
@@ -61,37 +62,19 @@ PIPELINE_BYTES = 16 << 20
 
 
 @dataclass(slots=True)
-class RestoreResult:
+class RestoreResult(QueueCounts):
     """Summary of one restore: jobs merged (ready + delayed + reserved) per kind, failed
     entries, bytes of the segments applied, wall seconds, and the segments applied."""
 
-    queue: str
-    ready: int = 0
-    delayed: int = 0
-    reserved: int = 0
-    failed: int = 0
-    bytes: int = 0
-    seconds: float = 0.0
     segments: list[str] = field(default_factory=list)
     redis_version: str = ""
     unstaged: UnstageResult | None = None
     notify_fixed: int = 0
 
-    @property
-    def jobs(self) -> int:
-        return self.ready + self.delayed + self.reserved
-
     def as_json(self) -> dict[str, Any]:
         return {
             "command": "restore",
-            "queue": self.queue,
-            "jobs": self.jobs,
-            "ready": self.ready,
-            "delayed": self.delayed,
-            "reserved": self.reserved,
-            "failed": self.failed,
-            "bytes": self.bytes,
-            "seconds": round(self.seconds, 3),
+            **self.counts_json(),
             "segment": self.segments[-1] if self.segments else None,
             "segments": self.segments,
             "redisVersion": self.redis_version,
