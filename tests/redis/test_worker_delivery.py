@@ -224,7 +224,7 @@ def test_provider_deferral_pattern_suspends_the_group(redis_url: str, smtp_sink:
         redis_url,
         Q,
         smtp_sink.port,
-        WORKER_BACKOFF="0",
+        WORKER_BACKOFF="2",  # > CACHE_SECONDS: the retry cannot race a stale reading
         BACKPRESSURE_SUSPEND_FOR="3",
         BACKPRESSURE_PATTERNS='["4\\\\.7\\\\.28"]',
     )
