@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import redis
 
+from sendgroup_worker.queue.client import Queue
 from sendgroup_worker.queue.keys import QueueKeys
 from tests.support.dumps import (
     SGW,
@@ -299,6 +300,8 @@ def test_several_dumps_are_segments_restored_oldest_first(
         (a["segment"], 1_501),
         (b["segment"], 701),
     ]
+    # without --verify only the header and trailer were read: validity is not claimed
+    assert [(d["verified"], d["valid"]) for d in listed] == [(False, None), (False, None)]
     assert [d["createdAt"] for d in listed] == [a["createdAt"], b["createdAt"]]
     assert a["createdAt"] < b["createdAt"] and a["createdAt"].endswith("Z")
     empty = summary(
@@ -637,3 +640,25 @@ def test_lock_is_renewed_while_a_long_dump_runs(
     assert len(holders) == 1 and f"/{proc.pid}/".encode() in holders.pop()
     assert last - first > 2.5, f"the dump held the lock only {last - first:.2f}s: not a test"
     assert redis_client.exists(keys.lock) == 0
+
+
+def test_mistyped_dumps_dir_is_an_error_not_an_empty_answer(
+    tmp_path: Path, redis_url: str, redis_client: redis.Redis
+) -> None:
+    """``dumps`` and ``forget`` with a directory that does not exist exit 2 naming it (not
+    "0 segments"); ``restore`` still merges what Redis holds but says on stderr that the
+    directory is missing; ``dump`` creates its directory."""
+    missing = tmp_path / "dumsp"
+    for args in (("dumps", "-q", "mail-x"), ("forget", "-q", "mail-x")):
+        proc = run_cli(*args, "--dumps-dir", str(missing))
+        assert proc.returncode == 2, proc.stdout
+        assert str(missing) in proc.stderr and "does not exist" in proc.stderr
+        assert proc.stdout == ""
+    restored = run_cli("restore", "-q", "mail-x", "--dumps-dir", str(missing), redis_url=redis_url)
+    assert restored.returncode == 0, restored.stderr
+    assert f"no dump directory {missing / 'mail-x'}" in restored.stderr
+    assert json.loads(restored.stdout)["jobs"] == 0
+    Queue(redis_client, QueueKeys("mail-x")).push(b'{"uuid":"u1","attempts":0}')
+    dumped = run_cli("dump", "-q", "mail-x", "--dumps-dir", str(missing), redis_url=redis_url)
+    assert dumped.returncode == 0, dumped.stderr
+    assert json.loads(dumped.stdout)["jobs"] == 1 and (missing / "mail-x").is_dir()

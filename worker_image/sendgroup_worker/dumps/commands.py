@@ -65,15 +65,24 @@ def _queue_option(f: Callable[..., Any]) -> Callable[..., Any]:
     )(f)
 
 
-def _dir_option(f: Callable[..., Any]) -> Callable[..., Any]:
-    return click.option(
-        "--dumps-dir",
-        required=True,
-        envvar="SENDGROUP_DUMPS_DIR",
-        type=click.Path(file_okay=False),
-        help="Directory on the dumps volume (e.g. /dumps/<namespace>/<group>); segments go in "
-        "<dumps-dir>/<escaped queue>/. Env SENDGROUP_DUMPS_DIR.",
-    )(f)
+def _dir_option(*, must_exist: bool) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``--dumps-dir``. Commands that only read or delete segments (``dumps``, ``forget``) need
+    it to exist, so a mistyped path is a usage error (exit 2) rather than "0 segments"; ``dump``
+    creates it."""
+
+    def decorate(f: Callable[..., Any]) -> Callable[..., Any]:
+        return click.option(
+            "--dumps-dir",
+            required=True,
+            envvar="SENDGROUP_DUMPS_DIR",
+            type=click.Path(file_okay=False, exists=must_exist),
+            help="Directory on the dumps volume (e.g. /dumps/<namespace>/<group>); segments go "
+            "in <dumps-dir>/<escaped queue>/"
+            + ("" if must_exist else " (created if missing)")
+            + ". Env SENDGROUP_DUMPS_DIR.",
+        )(f)
+
+    return decorate
 
 
 def _redis_options(f: Callable[..., Any]) -> Callable[..., Any]:
@@ -165,7 +174,7 @@ def _run(ctx: _Ctx, command: str, ttl: float, wait: float, body: Callable[[Queue
 
 @click.command("dump")
 @_queue_option
-@_dir_option
+@_dir_option(must_exist=False)
 @_redis_options
 @click.option("--chunk-jobs", default=DEFAULT_CHUNK_JOBS, hidden=True, type=click.IntRange(1, 2000))
 def dump_command(
@@ -195,7 +204,7 @@ def dump_command(
 
 @click.command("restore")
 @_queue_option
-@_dir_option
+@_dir_option(must_exist=False)
 @_redis_options
 def restore_command(
     queue: str,
@@ -211,6 +220,11 @@ def restore_command(
     Idempotent: safe to re-run after a crash; jobs pushed meanwhile are kept.
     """
     ctx = _Ctx(queue, redis_url, redis_url_file, key_prefix)
+    try:
+        directory = paths.queue_dir(dumps_dir, queue)
+    except InvalidQueueName as e:
+        _fail(str(e), EXIT_RULE, None)
+    had_directory = directory.is_dir()
     result = _run(
         ctx,
         "restore",
@@ -218,6 +232,11 @@ def restore_command(
         wait_lock,
         lambda lock: restore_queue(ctx.client, ctx.keys, dumps_dir, lock),
     )
+    if not had_directory:
+        # Not an error: a dump that failed before writing its file leaves its jobs in Redis
+        # (staging keys), which restore still merged. But a mistyped path must not look like
+        # "nothing to restore" to a person. (After the run: a failure stays one stderr line.)
+        click.echo(f"restore: no dump directory {directory}: restored from Redis only", err=True)
     _emit(result.as_json())
 
 
@@ -254,7 +273,7 @@ def purge_command(
 
 @click.command("forget")
 @_queue_option
-@_dir_option
+@_dir_option(must_exist=True)
 def forget_command(queue: str, dumps_dir: str) -> None:
     """Delete a queue's dump segments (a cancelled group's dump must never be restored)."""
     try:
@@ -266,7 +285,7 @@ def forget_command(queue: str, dumps_dir: str) -> None:
 
 @click.command("dumps")
 @_queue_option
-@_dir_option
+@_dir_option(must_exist=True)
 @click.option("--verify", is_flag=True, help="Read every segment fully and check its checksums.")
 def dumps_command(queue: str, dumps_dir: str, verify: bool) -> None:
     """List a queue's dump segments, oldest first, one JSON line each."""
@@ -279,6 +298,8 @@ def dumps_command(queue: str, dumps_dir: str, verify: bool) -> None:
         try:
             info = verify_segment(p) if verify else read_info(p)
             h = info.header
+            # Without --verify only the header and trailer were read: the records' checksums
+            # were not, so "valid" is unknown (null) rather than a promise.
             _emit(
                 {
                     "segment": str(p),
@@ -292,7 +313,8 @@ def dumps_command(queue: str, dumps_dir: str, verify: bool) -> None:
                     "createdAt": h.created_at,
                     "redisVersion": h.redis_version,
                     "formatVersion": h.format_version,
-                    "valid": True,
+                    "verified": verify,
+                    "valid": True if verify else None,
                 }
             )
         except SegmentError as e:
@@ -302,6 +324,7 @@ def dumps_command(queue: str, dumps_dir: str, verify: bool) -> None:
                     "segment": str(p),
                     "queue": queue,
                     "bytes": p.stat().st_size,
+                    "verified": verify,
                     "valid": False,
                     "error": str(e),
                 }
