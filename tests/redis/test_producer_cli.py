@@ -71,6 +71,11 @@ def test_push_jsonl_refuses_a_bad_file_before_pushing(
     assert code == 1
     assert "line 2" in err and "nothing was pushed" in err
     assert redis_client.dbsize() == 0
+    path.write_text('{"to":"a@example.test","text":"hi"}\n{"to":"b@example","text":"hi"}\n')
+    code, _, err = run(redis_url, "push", str(path))
+    assert code == 1
+    assert "line 2" in err and "'b@example' is not a valid address" in err
+    assert redis_client.dbsize() == 0
     path.write_text(
         '{"to":"a@example.test","text":"hi"}\n{"to":["b@example.test"],"html":"<p>x</p>"}\n'
     )

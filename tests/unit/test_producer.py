@@ -50,12 +50,30 @@ def test_every_payload_is_unique() -> None:
 
 @pytest.mark.parametrize(
     ("kwargs", "error"),
-    [({"to": ""}, "recipient"), ({"to": "a@example.test", "text": None}, "body")],
+    [
+        ({"to": ""}, "recipient"),
+        ({"to": "a@example.test", "text": None}, "body"),
+        ({"to": "bob.example.test"}, "to: 'bob.example.test' is not a valid address: .*@-sign"),
+        ({"to": ["a@example.test", "c@@x.example"]}, "to: 'c@@x.example' is not a valid"),
+        ({"to": "a@example.test", "from_": "news@"}, "from: 'news@' is not a valid address"),
+        ({"to": "root@localhost"}, "to: 'root@localhost' is not a valid address"),
+    ],
 )
 def test_payload_needs_recipient_and_body(kwargs: dict[str, object], error: str) -> None:
     args = {"text": "x", **kwargs}
     with pytest.raises(ValueError, match=error):
         make_mail_payload(**args)  # type: ignore[arg-type]
+
+
+def test_addresses_with_display_names_unicode_and_test_domains_are_accepted() -> None:
+    raw = make_mail_payload(
+        ["Ann <ann@x.example>", "jörg@bücher.example", "z@big.gmail.test"], text="x"
+    )
+    assert json.loads(raw)["data"]["to"] == [
+        "Ann <ann@x.example>",
+        "jörg@bücher.example",
+        "z@big.gmail.test",
+    ]
 
 
 def test_backoff_forms() -> None:

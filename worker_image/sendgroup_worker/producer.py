@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Literal, Protocol
 
+from email_validator import EmailNotValidError, validate_email
 from tqdm import tqdm
 
 #: Handler name the worker registers for mail jobs.
@@ -58,6 +59,24 @@ def backoff_text(backoff: int | float | str | Sequence[int | float] | None) -> s
     return ",".join(parts) or None
 
 
+def check_address(address: str, field: str = "to") -> None:
+    """Refuse an address a relay would refuse anyway, before it is queued: RFC 5321/5322 syntax
+    (an optional display name, ``Ann <ann@x.example>``, is allowed) as checked by the
+    ``email-validator`` library, without DNS lookups. The special-use ``.test`` domain is
+    accepted (test campaigns use it); ``localhost`` and dotless domains are not.
+
+    Raises ValueError naming ``field``, the address and the reason."""
+    try:
+        validate_email(
+            address,
+            check_deliverability=False,
+            allow_display_name=True,
+            test_environment=True,
+        )
+    except EmailNotValidError as e:
+        raise ValueError(f"{field}: {address!r} is not a valid address: {e}") from None
+
+
 def make_mail_payload(
     to: str | Sequence[str],
     from_: str | None = None,
@@ -87,11 +106,16 @@ def make_mail_payload(
     ``max_exceptions``, ``backoff`` (seconds: ``5``, ``[5, 10]`` or ``"5,10"``), ``timeout``
     (seconds), ``retry_until`` (unix seconds) override the group's defaults, as in Laravel;
     None leaves them to the group. ``pushed_at`` defaults to now (unix seconds).
-    Raises ValueError on a missing recipient or body, or a malformed backoff.
+    Raises ValueError on a missing recipient or body, an invalid address (``to`` or ``from``,
+    see :func:`check_address`), or a malformed backoff.
     """
     recipients = [to] if isinstance(to, str) else list(to)
     if not recipients or not all(isinstance(r, str) and r.strip() for r in recipients):
         raise ValueError("a mail job needs a recipient ('to')")
+    for recipient in recipients:
+        check_address(recipient, "to")
+    if from_:
+        check_address(from_, "from")
     if not (text or html or template):
         raise ValueError("a mail job needs a body: 'text', 'html' or 'template'")
     data: dict[str, Any] = {"to": to if isinstance(to, str) else recipients}
@@ -329,6 +353,7 @@ __all__ = [
     "PushReport",
     "PushTarget",
     "backoff_text",
+    "check_address",
     "detect_format",
     "make_mail_payload",
     "payload_from_row",
