@@ -100,3 +100,19 @@ def test_process_variables_are_read_by_the_operator() -> None:
     for env, _, default, _ in settings.PROCESS_ENV:
         assert f'"{env}"' in source, f"{env} is documented but not read"
         assert default in source or default == "false", f"{env}: default {default} not in code"
+
+
+def test_api_md_names_every_spec_and_status_field() -> None:
+    """The contract (docs/api.md) names every top-level field and its direct children, so a
+    field added to the models without a word in the contract fails here. ``status.operation``'s
+    children are the operator's bookkeeping, named there only as a whole."""
+    api = (ROOT / "docs" / "api.md").read_text()
+    schema = crdgen.crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]
+    missing = []
+    for part in ("spec", "status"):
+        for name, node in schema[part]["properties"].items():
+            children = [] if name == "operation" else list(node.get("properties", {}))
+            for path in [name, *(f"{name}.{child}" for child in children)]:
+                if f"`{path}" not in api:
+                    missing.append(f"{part}.{path}")
+    assert not missing, f"docs/api.md does not mention: {missing}"
