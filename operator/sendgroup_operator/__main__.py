@@ -28,7 +28,7 @@ Settings come from the environment (the Helm chart sets them):
   SENDGROUP_DEFAULT_SMTP_HOST, _PORT, _TLS   relay for groups without spec.smtp
   SENDGROUP_METRICS_PORT, SENDGROUP_HEALTH_PORT (/healthz), SENDGROUP_LOG_LEVEL
   SENDGROUP_PEERING_PRIORITY, SENDGROUP_PEERING_NAME, SENDGROUP_STANDALONE   HA
-The full list and defaults: operator/sendgroup_operator/settings.py.
+The full list and defaults: docs/reference.md (generated from settings.py).
 """
 
 

@@ -75,7 +75,13 @@ class _Model(BaseModel):
     an older operator reading a newer object must not crash)."""
 
     model_config = ConfigDict(
-        alias_generator=to_camel, populate_by_name=True, extra="ignore", frozen=False
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="ignore",
+        frozen=False,
+        # Attribute docstrings become the schema's descriptions (CRD, `kubectl explain`,
+        # docs/reference.md): one text per field, next to the field.
+        use_attribute_docstrings=True,
     )
 
 
@@ -119,7 +125,9 @@ class SecretKeyRef(_Model):
     """A key of a Secret in the SendGroup's namespace."""
 
     name: str = Field(min_length=1, max_length=253)
+    """Name of the Secret."""
     key: str = Field(min_length=1, max_length=253)
+    """Key inside the Secret whose value is used."""
 
 
 class RedisSpec(_Model):
@@ -149,14 +157,20 @@ class RedisSpec(_Model):
             ),
         ),
     )
+    """Redis URL without password (redis:// or rediss://); default: the operator's
+    defaultRedisUrl."""
     secret_ref: SecretKeyRef | None = None
+    """Secret key holding the full Redis URL, password inside; never copied into spec, status,
+    events or logs."""
 
 
 class ResourceRequirements(_Model):
     """core/v1 ResourceRequirements (limits and requests only)."""
 
     limits: dict[str, Quantity] | None = None
+    """Maximum resources of the worker container (cpu, memory)."""
     requests: dict[str, Quantity] | None = None
+    """Resources reserved for the worker container (cpu, memory)."""
 
 
 class WorkerSpec(_Model):
@@ -173,60 +187,89 @@ class WorkerSpec(_Model):
     )
 
     image: str | None = Field(default=None, min_length=1, max_length=1024)
+    """Worker image; only honoured when the operator allows overrides (allowImageOverride), else
+    the operator's defaultImage."""
     tries: int = Field(default=3, ge=1, le=100)
+    """Maximum attempts per job (a payload's maxTries wins)."""
     backoff: list[Annotated[int, Field(ge=0, le=86400)]] = Field(
         default_factory=lambda: [10, 60, 300],
         min_length=1,
         max_length=20,
         json_schema_extra={"default": [10, 60, 300]},
     )
+    """Seconds to wait before retry n; the last value repeats (a payload's backoff wins)."""
     timeout: int = Field(default=60, ge=1, le=3600)
+    """One job's time limit, seconds (a payload's timeout wins, never past the reservation)."""
     retry_after: int = Field(default=90, ge=2, le=86400)
+    """Reservation lifetime, seconds: a reserved job whose worker vanished is handed out again
+    after this. Must be greater than timeout."""
     resources: ResourceRequirements | None = None
+    """Resources of each worker container; default requests cpu 50m, memory 64Mi, limit memory
+    256Mi."""
 
 
 class RateSpec(_Model):
     """Messages per minute for the whole group, shared by all its workers."""
 
     per_minute: int | None = Field(default=None, ge=1)
+    """Messages per minute for the whole group, shared by all its workers (GCRA in Redis); unset =
+    unlimited."""
     burst: int | None = Field(default=None, ge=1)
+    """Messages allowed at once; default perMinute/60 rounded up."""
 
 
 class WarmupSpec(_Model):
     """Ramp for a new sender domain: starts at ``startPerHour``, times ``growthPerDay`` a day."""
 
     start_per_hour: int | None = Field(default=None, ge=1)
+    """Messages per hour allowed on day 0 of the ramp; unset = no warm-up."""
     growth_per_day: float = Field(default=2.0, gt=1)
+    """Factor the allowed rate is multiplied by per day since `since`, never above
+    rate.perMinute."""
     since: datetime | None = None
+    """Start of the ramp (RFC 3339); default: the SendGroup's creation time."""
 
 
 class BackpressureSpec(_Model):
     """Suspend the group after a run of temporary failures from the provider."""
 
     suspend_after: int = Field(default=20, ge=1)
+    """Temporary failures (4xx, connection errors, timeouts) in a row that suspend the whole group
+    (condition Suspended; workers stay, stop sending)."""
     suspend_for: str = Field(
         default="10m", max_length=32, json_schema_extra=_duration_rule("backpressure.suspendFor")
     )
+    """How long a suspension lasts (duration)."""
     patterns: list[Annotated[str, Field(max_length=512)]] | None = Field(
         default=None, max_length=50
     )
+    """Regular expressions: a 4xx reply whose text matches one suspends the group at once
+    (providers' deferral codes)."""
 
 
 class SmtpSecretRef(_Model):
     """A Secret in the SendGroup's namespace with the relay's username and password."""
 
     name: str = Field(min_length=1, max_length=253)
+    """Name of the Secret."""
     username_key: str = Field(default="username", min_length=1, max_length=253)
+    """Key of the SMTP AUTH username in the Secret."""
     password_key: str = Field(default="password", min_length=1, max_length=253)
+    """Key of the SMTP AUTH password in the Secret."""
 
 
 class SmtpSpec(_Model):
     """The relay the workers send through; credentials only from a Secret."""
 
     host: str | None = Field(default=None, min_length=1, max_length=253)
+    """SMTP relay host; default: the operator's defaultSmtp.host."""
     port: int | None = Field(default=None, ge=1, le=65535)
+    """SMTP relay port; default: the operator's defaultSmtp.port."""
     tls: SmtpTls | None = None
+    """none, starttls (required, not opportunistic) or tls (implicit TLS); default: the operator's
+    defaultSmtp.tls."""
     secret_ref: SmtpSecretRef | None = None
+    """Secret with the relay's AUTH username and password (credentials only from a Secret)."""
 
 
 class ReaperSpec(_Model):
@@ -235,9 +278,13 @@ class ReaperSpec(_Model):
     idle_after: str = Field(
         default="30m", max_length=32, json_schema_extra=_duration_rule("reaper.idleAfter")
     )
+    """Queue empty this long: the worker Deployment is deleted (phase Idle); work arriving later
+    brings the workers back (duration)."""
     dump_after: str = Field(
         default="30m", max_length=32, json_schema_extra=_duration_rule("reaper.dumpAfter")
     )
+    """Paused and queue unchanged this long: a dump Job moves the queue to the dumps volume and
+    removes its Redis keys (duration)."""
 
 
 _QUEUE_RULES = _validations(
@@ -262,12 +309,14 @@ class SendGroupSpec(_Model):
     model_config = ConfigDict(json_schema_extra=_SPEC_RULES)
 
     campaign: str = Field(min_length=1, max_length=63)
+    """Campaign id; copied to the label sendgroups.io/campaign on every child object."""
     host: str = Field(
         min_length=1,
         max_length=253,
         pattern=r"^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
         r"(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$",
     )
+    """Receiving provider, a DNS name (gmail.com); label sendgroups.io/host."""
     queue: str | None = Field(
         default=None,
         min_length=1,
@@ -275,18 +324,38 @@ class SendGroupSpec(_Model):
         pattern=QUEUE_NAME_PATTERN,
         json_schema_extra=_QUEUE_RULES,
     )
+    """Queue name in the Laravel sense (keys queues:<queue>...); default mail-<metadata.name>. May
+    carry a Redis Cluster hash tag ({mail-x}). Immutable once set."""
     workers: int = Field(default=1, ge=0, le=MAX_WORKERS_PER_GROUP_DEFAULT)
+    """Desired worker pods while the group has work and is not paused; the operator clamps it to
+    maxWorkersPerGroup and shares maxTotalWorkers fairly."""
     paused: bool = False
+    """True: worker pods go to 0 at once; after reaper.dumpAfter of an unchanged queue the queue is
+    dumped to the volume. False again: the dump is restored, then workers start."""
     state: State = State.ACTIVE
+    """Active; Completed: no more jobs will be pushed, workers drain the queue and are removed
+    without waiting for idleAfter; Cancelled: workers stop, then the queue and any dump are
+    purged. Cancelled is final."""
     redis: RedisSpec | None = None
+    """Which Redis holds the queue; default: the operator's defaultRedisUrl."""
     worker: WorkerSpec = Field(default_factory=WorkerSpec)
+    """How each worker runs jobs (Laravel's tries, backoff, timeout, retry_after)."""
     rate: RateSpec | None = None
+    """The group's shared send rate; unset = unlimited."""
     warmup: WarmupSpec | None = None
+    """Rate ramp for a new sender domain; unset = none."""
     backpressure: BackpressureSpec = Field(default_factory=BackpressureSpec)
+    """When provider pushback suspends the whole group."""
     smtp: SmtpSpec | None = None
+    """The relay the workers send through; unset fields come from the operator's defaults."""
     reaper: ReaperSpec = Field(default_factory=ReaperSpec)
+    """The reaper's clocks: how long an empty queue keeps workers, a paused queue its Redis keys."""
     ttl_seconds_after_finished: int | None = Field(default=None, ge=0)
+    """Delete the SendGroup this many seconds after it became Completed (queue drained) or
+    Cancelled (purged); unset = keep."""
     deletion_policy: DeletionPolicy = DeletionPolicy.PURGE
+    """On delete: Purge removes the queue's keys and dump segments (after the workers are gone);
+    Retain leaves them."""
 
     def queue_name(self, name: str) -> str:
         """The effective queue: ``spec.queue`` or ``mail-<metadata.name>``."""
@@ -300,58 +369,86 @@ class Condition(_Model):
     """A Kubernetes condition (metav1.Condition)."""
 
     type: str = Field(max_length=316)
+    """Ready, Paused, Suspended, QueueReachable, Dumped, Throttled or Degraded."""
     status: Literal["True", "False", "Unknown"]
+    """True, False or Unknown."""
     reason: str = Field(max_length=1024)
+    """One CamelCase word for machines (e.g. WorkersReady, RedisUnreachable, GlobalCap)."""
     message: str = Field(default="", max_length=32768)
+    """Details for humans."""
     last_transition_time: datetime
+    """When status last changed."""
     observed_generation: int | None = Field(default=None, ge=0)
+    """metadata.generation the condition was computed for."""
 
 
 class WorkersStatus(_Model):
     """Worker pods: desired by spec, ready, allowed by the global cap, and "ready/desired"."""
 
     desired: int = 0
+    """Worker pods the spec asks for (spec.workers clamped to maxWorkersPerGroup)."""
     ready: int = 0
+    """Worker pods ready."""
     allowed: int = 0
+    """Worker pods the global cap (maxTotalWorkers) allows now."""
     summary: str = "0/0"
+    """ready/desired, for the WORKERS column."""
 
 
 class QueueStatus(_Model):
     """One atomic measurement of the queue (jobs; ages in seconds)."""
 
     ready: int = 0
+    """Jobs waiting to be sent (queues:<queue>)."""
     delayed: int = 0
+    """Jobs released with a backoff or pushed with a delay (queues:<queue>:delayed)."""
     reserved: int = 0
+    """Jobs a worker is sending now (queues:<queue>:reserved)."""
     failed: int = 0
+    """Jobs in the failed list (not counted in total)."""
     total: int = 0
+    """ready + delayed + reserved."""
     oldest_job_age_seconds: int | None = None
+    """Age of the oldest job in the queue, seconds (from its pushedAt)."""
     oldest_job_pushed_at: datetime | None = None
+    """When the oldest job in the queue was pushed (the OLDEST column)."""
     measured_at: datetime | None = None
+    """When these counts were measured (one atomic Redis call)."""
 
 
 class ProgressStatus(_Model):
     """From the workers' counters; ``percent = 100 * delivered / (delivered + failed + total)``."""
 
     delivered: int = 0
+    """Jobs delivered (2xx from the relay), from the workers' counter in Redis."""
     failed: int = 0
+    """Jobs that went to the failed list, from the workers' counter in Redis."""
     percent: float = 0.0
+    """100 * delivered / (delivered + failed + queue.total)."""
 
 
 class DumpSegment(_Model):
     """One dump segment on the volume."""
 
     path: str
+    """Segment file on the dumps volume."""
     bytes: int | None = None
+    """Size of the segment file."""
     jobs: int = 0
+    """Jobs in the segment (ready + delayed + reserved + failed records)."""
     created_at: datetime | None = None
+    """When the dump wrote the segment."""
     redis_version: str | None = None
+    """Version of the Redis server the jobs were dumped from."""
 
 
 class DumpStatus(_Model):
     """What lies on the dumps volume for this group."""
 
     segments: list[DumpSegment] = Field(default_factory=list)
+    """Segments on the volume, oldest first."""
     total_jobs: int = 0
+    """Jobs in all segments (the DUMPED column)."""
 
 
 class OperationStatus(_Model):
@@ -359,28 +456,49 @@ class OperationStatus(_Model):
     the measured queue total when it started (the baseline its outcome is judged against)."""
 
     kind: Literal["dump", "restore", "purge"]
+    """dump, restore or purge."""
     number: int = Field(ge=1)
+    """Sequence number (the Job is named sg-<name>-<kind>-<number>)."""
     job_name: str
+    """Name of the Job."""
     started_at: datetime
+    """When the operator created the Job."""
     baseline_total: int = 0
+    """queue.total when the Job started: the baseline its outcome is judged against."""
     attempts: int = 1
+    """Jobs started for this operation (a failed Job is retried up to 3 times)."""
 
 
 class SendGroupStatus(_Model):
     """``status`` of a SendGroup (api.md, table "status"), written only by the operator."""
 
     observed_generation: int | None = None
+    """metadata.generation the operator last acted on."""
     phase: Phase | None = None
+    """Summary for humans and kubectl get, derived from the conditions (automation reads
+    conditions)."""
     workers: WorkersStatus = Field(default_factory=WorkersStatus)
+    """Worker pods: desired, ready, allowed by the global cap."""
     queue: QueueStatus = Field(default_factory=QueueStatus)
+    """The queue, measured atomically in one Redis round trip."""
     progress: ProgressStatus = Field(default_factory=ProgressStatus)
+    """Delivery progress from the workers' counters."""
     idle_since: datetime | None = None
+    """Since when the queue is empty (reaper clock for idleAfter); kept across operator restarts."""
     unchanged_since: datetime | None = None
+    """Since when a paused queue is unchanged (reaper clock for dumpAfter); kept across operator
+    restarts."""
     dump: DumpStatus = Field(default_factory=DumpStatus)
+    """What lies on the dumps volume for this group."""
     operation: OperationStatus | None = None
+    """The dump, restore or purge Job in progress, if any."""
     operations_started: int = 0
+    """Dump/restore/purge Jobs started so far (numbers the Job names)."""
     finished_at: datetime | None = None
+    """When the group became Completed (queue drained) or Cancelled (purged);
+    ttlSecondsAfterFinished counts from here."""
     last_refresh: datetime | None = None
+    """Last status write for small count drifts (at most every statusRefresh seconds)."""
     conditions: list[Condition] = Field(
         default_factory=list,
         json_schema_extra={
@@ -388,6 +506,7 @@ class SendGroupStatus(_Model):
             "x-kubernetes-list-map-keys": ["type"],
         },
     )
+    """Kubernetes conditions, one per type (metav1.Condition semantics)."""
 
 
 class SendGroup(_Model):

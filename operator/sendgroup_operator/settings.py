@@ -1,42 +1,17 @@
 """Operator settings (api.md, "Operator settings"), read from the environment.
 
-Every setting is ``SENDGROUP_<NAME>`` (the Helm chart sets them from its values):
-
-=============================  ====================================  =======================
-env                            api.md name                           default
-=============================  ====================================  =======================
-SENDGROUP_DEFAULT_REDIS_URL    defaultRedisUrl                       redis://redis:6379/0
-SENDGROUP_DEFAULT_IMAGE        defaultImage                          sendgroup-worker:latest
-SENDGROUP_KEY_PREFIX           producers' client-side key prefix     "" (e.g. laravel_database_)
-SENDGROUP_IMAGE_PULL_POLICY    (image pull policy of children)       IfNotPresent
-SENDGROUP_ALLOW_IMAGE_OVERRIDE allowImageOverride                    false
-SENDGROUP_MAX_WORKERS_PER_GROUP maxWorkersPerGroup                   50
-SENDGROUP_MAX_TOTAL_WORKERS    maxTotalWorkers (empty = no cap)      none
-SENDGROUP_DUMPS_CLAIM_NAME     dumpsClaimName                        sendgroup-dumps
-SENDGROUP_REAPER_INTERVAL      reaperInterval (seconds)              10
-SENDGROUP_WATCH_NAMESPACES     watchNamespaces (comma list, ``*``)   own namespace
-SENDGROUP_METRICS_PORT         metrics port                          8080
-SENDGROUP_PEERING_PRIORITY     kopf peering priority of this replica 0
-SENDGROUP_PEERING_NAME         kopf peering object name              sendgroup-operator
-SENDGROUP_STATUS_REFRESH       min. seconds between status refreshes 60
-SENDGROUP_WORKER_SERVICE_ACCOUNT ServiceAccount of worker/Job pods   (namespace default)
-SENDGROUP_DEFAULT_SMTP_HOST/PORT/TLS  defaults for spec.smtp         localhost/25/none
-SENDGROUP_JOB_TTL              ttlSecondsAfterFinished of Jobs       3600
-SENDGROUP_JOB_DEADLINE         activeDeadlineSeconds of Jobs         3600
-SENDGROUP_PURGE_TIMEOUT        seconds a deletion waits for Redis    300
-SENDGROUP_ORPHAN_GRACE         seconds before "work, no workers"     120
-SENDGROUP_LIVENESS_STALL       seconds without a reaper pass -> dead 120
-SENDGROUP_PREFLIGHT_RETRY      seconds between preflight checks      10
-POD_NAMESPACE                  the operator's own namespace          default
-=============================  ====================================  =======================
+Every setting is ``SENDGROUP_<NAME>`` (the Helm chart sets them from its values). Each field of
+:class:`Settings` names its variable, its Helm value and its meaning in the field's metadata;
+``docs/reference.md`` is generated from them (``python -m sendgroup_operator.refgen``), and
+:data:`PROCESS_ENV` lists the few variables read outside :class:`Settings`.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Final
+from dataclasses import dataclass, field
+from typing import Any, Final
 
 from sendgroup_operator import models
 
@@ -77,36 +52,181 @@ def _req_int(env: Mapping[str, str], name: str, default: int) -> int:
     return value
 
 
+def _setting(default: Any, env: str, value: str, doc: str) -> Any:
+    """A :class:`Settings` field: its default, environment variable, Helm value (``""`` when
+    the chart has none) and meaning (the text of docs/reference.md)."""
+    return field(default=default, metadata={"env": env, "value": value, "doc": doc})
+
+
+#: Variables read outside :class:`Settings` (by ``__main__``/``startup``):
+#: (name, Helm value, default, meaning).
+PROCESS_ENV: Final[tuple[tuple[str, str, str, str], ...]] = (
+    ("SENDGROUP_HEALTH_PORT", "healthPort", "8081", "port of kopf's liveness endpoint /healthz"),
+    ("SENDGROUP_LOG_LEVEL", "logLevel", "INFO", "DEBUG, INFO, WARNING or ERROR"),
+    (
+        "SENDGROUP_LISTEN_HOST",
+        "",
+        "0.0.0.0",
+        "address the metrics and health endpoints bind",
+    ),
+    (
+        "SENDGROUP_STANDALONE",
+        "",
+        "false",
+        "true: no kopf peering (one instance, no KopfPeering object needed)",
+    ),
+)
+
+
 @dataclass(frozen=True)
 class Settings:
-    """The operator's settings (see the module docstring for the env names)."""
+    """The operator's settings; each field's metadata names its environment variable."""
 
-    default_redis_url: str = "redis://redis:6379/0"
-    default_image: str = "sendgroup-worker:latest"
-    key_prefix: str = ""
-    image_pull_policy: str = "IfNotPresent"
-    allow_image_override: bool = False
-    max_workers_per_group: int = models.MAX_WORKERS_PER_GROUP_DEFAULT
-    max_total_workers: int | None = None
-    dumps_claim_name: str = "sendgroup-dumps"
-    reaper_interval: float = 10.0
-    watch_namespaces: tuple[str, ...] = ()
-    metrics_port: int = 8080
-    peering_priority: int = 0
-    peering_name: str = "sendgroup-operator"
-    status_refresh: float = 60.0
-    worker_service_account: str | None = None
-    default_smtp_host: str = "localhost"
-    default_smtp_port: int = 25
-    default_smtp_tls: str = "none"
-    job_ttl: int = 3600
-    job_deadline: int = 3600
-    job_backoff_limit: int = 3
-    purge_timeout: float = 300.0
-    orphan_grace: float = 120.0
-    liveness_stall: float = 120.0
-    preflight_retry: float = 10.0
-    namespace: str = "default"
+    default_redis_url: str = _setting(
+        "redis://redis:6379/0",
+        "SENDGROUP_DEFAULT_REDIS_URL",
+        "defaultRedisUrl",
+        "Redis for groups without spec.redis",
+    )
+    default_image: str = _setting(
+        "sendgroup-worker:latest",
+        "SENDGROUP_DEFAULT_IMAGE",
+        "defaultImage",
+        "worker image of Deployments and Jobs",
+    )
+    key_prefix: str = _setting(
+        "",
+        "SENDGROUP_KEY_PREFIX",
+        "keyPrefix",
+        "producers' client-side key prefix (Laravel 11: laravel_database_)",
+    )
+    image_pull_policy: str = _setting(
+        "IfNotPresent",
+        "SENDGROUP_IMAGE_PULL_POLICY",
+        "workerImagePullPolicy",
+        "imagePullPolicy of worker and Job pods",
+    )
+    allow_image_override: bool = _setting(
+        False,
+        "SENDGROUP_ALLOW_IMAGE_OVERRIDE",
+        "allowImageOverride",
+        "honour spec.worker.image",
+    )
+    max_workers_per_group: int = _setting(
+        models.MAX_WORKERS_PER_GROUP_DEFAULT,
+        "SENDGROUP_MAX_WORKERS_PER_GROUP",
+        "maxWorkersPerGroup",
+        "clamp of spec.workers (the CRD's own maximum is 50)",
+    )
+    max_total_workers: int | None = _setting(
+        None,
+        "SENDGROUP_MAX_TOTAL_WORKERS",
+        "maxTotalWorkers",
+        "global worker cap shared max-min fairly by the groups with work (empty = no cap)",
+    )
+    dumps_claim_name: str = _setting(
+        "sendgroup-dumps",
+        "SENDGROUP_DUMPS_CLAIM_NAME",
+        "dumpsClaimName",
+        "PersistentVolumeClaim the dump/restore/purge Jobs mount at /dumps",
+    )
+    reaper_interval: float = _setting(
+        10.0,
+        "SENDGROUP_REAPER_INTERVAL",
+        "reaperInterval",
+        "seconds between reaper passes per group",
+    )
+    watch_namespaces: tuple[str, ...] = _setting(
+        (),
+        "SENDGROUP_WATCH_NAMESPACES",
+        "watchNamespaces",
+        "comma list of namespaces to watch; * = all; empty = POD_NAMESPACE",
+    )
+    metrics_port: int = _setting(
+        8080, "SENDGROUP_METRICS_PORT", "metrics.port", "Prometheus /metrics port"
+    )
+    peering_priority: int = _setting(
+        0,
+        "SENDGROUP_PEERING_PRIORITY",
+        "peering.priority",
+        "kopf peering priority of this instance (give each replica its own)",
+    )
+    peering_name: str = _setting(
+        "sendgroup-operator",
+        "SENDGROUP_PEERING_NAME",
+        "peering.name",
+        "KopfPeering object the instances meet in",
+    )
+    status_refresh: float = _setting(
+        60.0,
+        "SENDGROUP_STATUS_REFRESH",
+        "",
+        "minimum seconds between status writes for small count drifts",
+    )
+    worker_service_account: str | None = _setting(
+        None,
+        "SENDGROUP_WORKER_SERVICE_ACCOUNT",
+        "workerServiceAccount.*",
+        "ServiceAccount of worker and Job pods (empty = the namespace's default)",
+    )
+    default_smtp_host: str = _setting(
+        "localhost",
+        "SENDGROUP_DEFAULT_SMTP_HOST",
+        "defaultSmtp.host",
+        "relay host for groups without spec.smtp.host",
+    )
+    default_smtp_port: int = _setting(
+        25,
+        "SENDGROUP_DEFAULT_SMTP_PORT",
+        "defaultSmtp.port",
+        "relay port for groups without spec.smtp.port",
+    )
+    default_smtp_tls: str = _setting(
+        "none",
+        "SENDGROUP_DEFAULT_SMTP_TLS",
+        "defaultSmtp.tls",
+        "none, starttls or tls for groups without spec.smtp.tls",
+    )
+    job_ttl: int = _setting(
+        3600, "SENDGROUP_JOB_TTL", "", "ttlSecondsAfterFinished of dump/restore/purge Jobs"
+    )
+    job_deadline: int = _setting(
+        3600, "SENDGROUP_JOB_DEADLINE", "", "activeDeadlineSeconds of dump/restore/purge Jobs"
+    )
+    job_backoff_limit: int = _setting(
+        3, "SENDGROUP_JOB_BACKOFF_LIMIT", "", "backoffLimit of dump/restore/purge Jobs"
+    )
+    purge_timeout: float = _setting(
+        300.0,
+        "SENDGROUP_PURGE_TIMEOUT",
+        "",
+        "seconds a deletion waits for an unreachable Redis before it gives up the purge",
+    )
+    orphan_grace: float = _setting(
+        120.0,
+        "SENDGROUP_ORPHAN_GRACE",
+        "",
+        "seconds a group may have work but no ready worker before it counts as orphaned "
+        "(metric sendgroup_orphans); also the period of the orphan-Deployment count",
+    )
+    liveness_stall: float = _setting(
+        120.0,
+        "SENDGROUP_LIVENESS_STALL",
+        "",
+        "seconds without a reaper pass before /healthz fails",
+    )
+    preflight_retry: float = _setting(
+        10.0,
+        "SENDGROUP_PREFLIGHT_RETRY",
+        "",
+        "seconds between start-up checks for a missing CRD or permission",
+    )
+    namespace: str = _setting(
+        "default",
+        "POD_NAMESPACE",
+        "",
+        "the operator's own namespace (the chart sets it from the pod)",
+    )
 
     @property
     def clusterwide(self) -> bool:
