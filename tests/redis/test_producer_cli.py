@@ -41,9 +41,11 @@ def test_push_csv_in_batches_with_progress(
         for i in range(1050):
             w.writerow([f"user{i}@example.test", f"User {i}", "" if i % 2 else "Personal"])
     redis_client.config_resetstat()
+    template = tmp_path / "welcome.json"
+    template.write_text(json.dumps({"text": "Welcome, $name!"}))
 
     code, out, err = run(
-        redis_url, "push", str(path), "--subject", "Hello", "--template", "welcome",
+        redis_url, "push", str(path), "--subject", "Hello", "--template", str(template),
         "--from", "news@example.test", "--header", "X-Campaign: c1", "--progress",
     )  # fmt: skip
 
@@ -56,7 +58,8 @@ def test_push_csv_in_batches_with_progress(
     first, second = (json.loads(x) for x in redis_client.lrange(keys.ready, 0, 1))
     assert first["data"] == {
         "to": "user0@example.test", "from": "news@example.test", "subject": "Personal",
-        "template": "welcome", "vars": {"name": "User 0"}, "headers": {"X-Campaign": "c1"},
+        "template": {"text": "Welcome, $name!"}, "vars": {"name": "User 0"},
+        "headers": {"X-Campaign": "c1"},
     }  # fmt: skip
     assert second["data"]["subject"] == "Hello"
     assert first["uuid"] != second["uuid"] and first["attempts"] == 0

@@ -17,6 +17,7 @@ from sendgroup_worker.producer import (
     read_rows,
     validate_rows,
 )
+from sendgroup_worker.smtp import build_message
 
 LARAVEL_ORDER = [
     "uuid", "displayName", "job", "maxTries", "maxExceptions", "failOnTimeout", "backoff",
@@ -88,7 +89,7 @@ def test_row_unknown_columns_become_template_vars_and_defaults_fill_gaps() -> No
     defaults = MailDefaults(
         from_="d@example.test",
         subject="Default",
-        template="welcome",
+        template={"text": "Hi $name, your plan: ${plan}."},
         headers={"List-Unsubscribe": "<mailto:u@example.test>"},
     )
     raw = payload_from_row(
@@ -99,9 +100,44 @@ def test_row_unknown_columns_become_template_vars_and_defaults_fill_gaps() -> No
     data = json.loads(raw)["data"]
     assert data == {
         "to": "b@example.test", "from": "d@example.test", "subject": "Default",
-        "template": "welcome", "vars": {"name": "Bo", "plan": "pro"},
+        "template": {"text": "Hi $name, your plan: ${plan}."},
+        "vars": {"name": "Bo", "plan": "pro"},
         "headers": {"List-Unsubscribe": "<mailto:u@example.test>", "X-Campaign": "c1"},
     }  # fmt: skip
+
+
+def test_what_the_producer_queues_is_what_the_worker_renders() -> None:
+    """The producer's template rows and the worker's renderer agree (subject and body filled
+    from the row's columns), so a pushed template job is a deliverable mail."""
+    raw = payload_from_row(
+        {"to": "ann@example.test", "first_name": "Ann", "code": "X-42"},
+        MailDefaults(
+            from_="news@shop.example",
+            template={"subject": "$first_name, your code", "text": "Use ${code} (100$$ off)."},
+        ),
+    )
+    job = json.loads(raw)
+    mail = build_message(job["data"], job["uuid"])
+    assert mail.recipients == ["ann@example.test"]
+    assert b"Subject: Ann, your code" in mail.body
+    assert b"Use X-42 (100$ off)." in mail.body
+
+
+@pytest.mark.parametrize(
+    ("template", "error"),
+    [
+        ({"subject": "only a subject"}, "needs a 'text' or 'html' part"),
+        ({"text": "Hi $name and $city"}, r"template.text uses \$city but the row has no value"),
+        ({"text": "costs 5$"}, "a '\\$' that is not a placeholder"),
+        ({"body": "x"}, "unknown part"),
+        ({"text": 5}, "template.text must be text"),
+    ],
+)
+def test_templates_the_worker_could_not_render_are_refused(
+    template: dict[str, object], error: str
+) -> None:
+    with pytest.raises(ValueError, match=error):
+        make_mail_payload("a@example.test", template=template, vars={"name": "A"})  # type: ignore[arg-type]
 
 
 def test_csv_rows_with_line_numbers() -> None:

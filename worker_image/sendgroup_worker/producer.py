@@ -14,6 +14,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import string
 import time
 import uuid as uuidlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -77,13 +78,47 @@ def check_address(address: str, field: str = "to") -> None:
         raise ValueError(f"{field}: {address!r} is not a valid address: {e}") from None
 
 
+TEMPLATE_PARTS: Final = ("subject", "text", "html")
+
+
+def check_template(
+    template: Mapping[str, Any], variables: Mapping[str, Any], *, has_body: bool = False
+) -> None:
+    """Refuse a template the worker would fail on or render with holes, before it is queued.
+
+    ``template``: ``{"subject"?, "text"?, "html"?}`` strings with ``$name``/``${name}``
+    placeholders (Python's ``string.Template``, what the worker renders with: see
+    ``smtp.build_message``); ``text`` or ``html`` is required unless the job has its own body
+    (``has_body``). Every placeholder must have a value in ``variables`` (the row's extra
+    columns and ``vars``); ``$$`` is a literal dollar.
+
+    Raises ValueError naming the part and the missing or malformed placeholder."""
+    if not isinstance(template, Mapping):
+        raise ValueError("'template' must be an object with subject/text/html")
+    unknown = sorted(set(template) - set(TEMPLATE_PARTS))
+    if unknown:
+        raise ValueError(f"template: unknown part(s) {', '.join(unknown)} (use subject/text/html)")
+    if not has_body and not (template.get("text") or template.get("html")):
+        raise ValueError("template: needs a 'text' or 'html' part")
+    for part, source in template.items():
+        if not isinstance(source, str):
+            raise ValueError(f"template.{part} must be text")
+        tpl = string.Template(source)
+        if not tpl.is_valid():
+            raise ValueError(f"template.{part}: a '$' that is not a placeholder (write $$)")
+        missing = sorted(set(tpl.get_identifiers()) - set(variables))
+        if missing:
+            names = ", ".join(f"${m}" for m in missing)
+            raise ValueError(f"template.{part} uses {names} but the row has no value for it")
+
+
 def make_mail_payload(
     to: str | Sequence[str],
     from_: str | None = None,
     subject: str | None = None,
     text: str | None = None,
     html: str | None = None,
-    template: str | None = None,
+    template: Mapping[str, str] | None = None,
     vars: Mapping[str, Any] | None = None,
     headers: Mapping[str, str] | None = None,
     *,
@@ -102,12 +137,15 @@ def make_mail_payload(
     """One mail job as Laravel-compatible JSON bytes (UTF-8, compact, ``attempts`` 0).
 
     ``to``: recipient address or list of addresses; a body is required: ``text`` and/or
-    ``html``, or a ``template`` (rendered by the worker with ``vars``). ``max_tries``,
+    ``html``, or a ``template`` (an object with ``subject``/``text``/``html`` holding
+    ``$name`` placeholders, rendered by the worker with ``vars``: see :func:`check_template`).
+    ``max_tries``,
     ``max_exceptions``, ``backoff`` (seconds: ``5``, ``[5, 10]`` or ``"5,10"``), ``timeout``
     (seconds), ``retry_until`` (unix seconds) override the group's defaults, as in Laravel;
     None leaves them to the group. ``pushed_at`` defaults to now (unix seconds).
     Raises ValueError on a missing recipient or body, an invalid address (``to`` or ``from``,
-    see :func:`check_address`), or a malformed backoff.
+    see :func:`check_address`), a template the worker could not render, or a malformed
+    backoff.
     """
     recipients = [to] if isinstance(to, str) else list(to)
     if not recipients or not all(isinstance(r, str) and r.strip() for r in recipients):
@@ -116,7 +154,9 @@ def make_mail_payload(
         check_address(recipient, "to")
     if from_:
         check_address(from_, "from")
-    if not (text or html or template):
+    if template is not None:
+        check_template(template, vars or {}, has_body=bool(text or html))
+    elif not (text or html):
         raise ValueError("a mail job needs a body: 'text', 'html' or 'template'")
     data: dict[str, Any] = {"to": to if isinstance(to, str) else recipients}
     for name, value in (
@@ -124,7 +164,7 @@ def make_mail_payload(
         ("subject", subject),
         ("text", text),
         ("html", html),
-        ("template", template),
+        ("template", dict(template) if template else None),
     ):
         if value is not None and value != "":
             data[name] = value
@@ -162,7 +202,7 @@ class MailDefaults:
     subject: str | None = None
     text: str | None = None
     html: str | None = None
-    template: str | None = None
+    template: Mapping[str, str] | None = None
     headers: Mapping[str, str] = field(default_factory=dict)
     max_tries: int | None = None
     backoff: str | None = None
@@ -217,7 +257,7 @@ def payload_from_row(
         subject=_opt_str(row.get("subject")) or defaults.subject,
         text=_opt_str(row.get("text")) or defaults.text,
         html=_opt_str(row.get("html")) or defaults.html,
-        template=_opt_str(row.get("template")) or defaults.template,
+        template=_json_field(row.get("template"), "template") or defaults.template,
         vars=vars_,
         headers=headers,
         max_tries=defaults.max_tries,
@@ -354,6 +394,7 @@ __all__ = [
     "PushTarget",
     "backoff_text",
     "check_address",
+    "check_template",
     "detect_format",
     "make_mail_payload",
     "payload_from_row",

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, Any, TypeVar, cast
+from typing import IO, Any, TextIO, TypeVar, cast
 
 import click
 import redis
@@ -149,7 +149,14 @@ def _open_rows(path: str, fmt: str | None) -> Iterator[tuple[IO[str], producer.R
 @click.option("--subject", default=None, help="Subject, for rows without 'subject'.")
 @click.option("--text", default=None, help="Plain-text body, for rows without one.")
 @click.option("--html", default=None, help="HTML body, for rows without one.")
-@click.option("--template", default=None, help="Template name, for rows without one.")
+@click.option(
+    "--template",
+    "template_file",
+    type=click.File("r", encoding="utf-8"),
+    default=None,
+    help='JSON file {"subject": ..., "text": ..., "html": ...} with $name placeholders filled '
+    "from each row's other columns, for rows without a 'template'.",
+)
 @click.option(
     "--header",
     "headers",
@@ -190,7 +197,7 @@ def push_command(
     subject: str | None,
     text: str | None,
     html: str | None,
-    template: str | None,
+    template_file: TextIO | None,
     headers: tuple[str, ...],
     max_tries: int | None,
     backoff: str | None,
@@ -213,6 +220,14 @@ def push_command(
         backoff_text = producer.backoff_text(backoff)
     except ValueError as e:
         raise click.BadParameter(str(e), param_hint="--backoff") from None
+    template: dict[str, str] | None = None
+    if template_file is not None:
+        try:
+            template = json.load(template_file)
+        except ValueError as e:
+            raise click.BadParameter(f"not JSON: {e}", param_hint="--template") from None
+        if not isinstance(template, dict):
+            raise click.BadParameter("must be a JSON object", param_hint="--template")
     defaults = producer.MailDefaults(
         from_=from_,
         subject=subject,
