@@ -6,8 +6,10 @@ Run through ``hack/demo`` (which installs what is missing first). Steps:
    controller manager, scheduler, kubelet + containerd, the pod network, images built here);
 2. redis-server and an SMTP sink (aiosmtpd) listening on the pod network's gateway address;
 3. the Helm chart (CRDs, RBAC, the operator as a pod under its own ServiceAccount);
-4. the SendGroups in ``examples/demo/`` (two campaigns, three groups) and their mail jobs,
-   pushed with the producer client;
+4. the SendGroups in ``examples/demo/`` (two campaigns, three groups) and their mail jobs:
+   each campaign's recipients file (``*-recipients.csv``) is split by receiving provider
+   (a row goes to the group whose ``spec.host`` is its domain) and pushed with the producer
+   client, the mail rendered by the workers from the campaign's ``*.template.json``;
 5. ``kubectl get sendgroups`` and the mails the sink received, every few seconds, until every
    mail is delivered; then a summary (and the cluster is taken down unless ``--keep``).
 
@@ -17,17 +19,20 @@ Nothing leaves the machine: the sink accepts and counts mail, it relays nothing.
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import subprocess
 import sys
 import time
 from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import redis  # noqa: E402
+import yaml  # noqa: E402
 
 from sendgroup_worker import producer  # noqa: E402
 from sendgroup_worker.queue.client import Queue  # noqa: E402
@@ -38,40 +43,76 @@ from tests.support.redis_server import RedisServer  # noqa: E402
 from tests.support.smtp_sink import SmtpSink  # noqa: E402
 
 NAMESPACE = "sendgroups-demo"
-#: group name -> (recipient domain, jobs to push)
-GROUPS: dict[str, tuple[str, int]] = {
-    "spring-sale-gmail": ("gmail.com", 3000),
-    "spring-sale-outlook": ("outlook.com", 1000),
-    "password-reset-urgent": ("example.org", 100),
+DEMO_DIR = ROOT / "examples" / "demo"
+#: campaign -> (recipients file, template file), both in examples/demo/
+CAMPAIGNS: dict[str, tuple[str, str]] = {
+    "spring-sale": ("spring-sale-recipients.csv", "spring-sale.template.json"),
+    "password-reset": ("password-reset-recipients.csv", "password-reset.template.json"),
 }
+#: the SendGroups, in the order they are applied (the urgent one last)
+GROUP_ORDER = ("spring-sale-gmail", "spring-sale-outlook", "password-reset-urgent")
+
+
+@dataclass
+class DemoGroup:
+    """One SendGroup of examples/demo/ and the jobs the demo routed to it."""
+
+    name: str
+    campaign: str
+    host: str
+    queue: str
+    payloads: list[bytes] = field(default_factory=list)
 
 
 def say(text: str) -> None:
     print(f"[demo {time.strftime('%H:%M:%S')}] {text}", flush=True)
 
 
-def push_jobs(client: redis.Redis, group: str, domain: str, count: int) -> None:
-    """Push ``count`` mail jobs for ``group`` (queue ``mail-<group>``, the CRD's default)."""
-    queue = Queue(client, QueueKeys(f"mail-{group}"), retry_after=60)
-    rows = (
-        {
-            "to": f"user{i}@{domain}",
-            "from": "news@shop.example",
-            "subject": f"{group}: mail {i}",
-            "text": "Hello from the sendgroup-operator demo.",
-        }
-        for i in range(count)
-    )
-    producer.push_recipients(queue, rows, batch_size=100, progress=False, total=count)
+def load_groups() -> dict[str, DemoGroup]:
+    """The demo's SendGroups from their manifests (campaign, host, queue = ``mail-<name>``,
+    the CRD's default, unless the manifest sets ``spec.queue``)."""
+    groups = {}
+    for name in GROUP_ORDER:
+        spec = yaml.safe_load((DEMO_DIR / f"{name}.yaml").read_text())["spec"]
+        groups[name] = DemoGroup(
+            name, spec["campaign"], spec["host"], spec.get("queue", f"mail-{name}")
+        )
+    return groups
 
 
-def show_progress(node: NodeCluster, sink: SmtpSink, started: float) -> Counter[str]:
+def route_recipients(groups: dict[str, DemoGroup]) -> None:
+    """Split each campaign's recipients file by receiving provider, as a mailing platform does:
+    a row goes to the campaign's group whose ``spec.host`` is the recipient's domain. Rows are
+    read and turned into payloads by the producer (address and template checks included)."""
+    for campaign, (recipients, template_file) in CAMPAIGNS.items():
+        template = json.loads((DEMO_DIR / template_file).read_text())
+        defaults = producer.MailDefaults(from_="news@shop.example", template=template)
+        by_host = {g.host: g for g in groups.values() if g.campaign == campaign}
+        with (DEMO_DIR / recipients).open(newline="") as stream:
+            for line, row in producer.read_rows(stream, "csv"):
+                domain = row["to"].rsplit("@", 1)[-1].lower()
+                if domain not in by_host:
+                    raise SystemExit(f"{recipients}:{line}: no {campaign} group for {domain}")
+                by_host[domain].payloads.append(producer.payload_from_row(row, defaults))
+
+
+def push_jobs(client: redis.Redis, group: DemoGroup) -> None:
+    """Push the group's jobs into its queue, 100 per Redis round trip."""
+    queue = Queue(client, QueueKeys(group.queue), retry_after=60)
+    producer.push_recipients(queue, group.payloads, batch_size=100, progress=False)
+
+
+def show_progress(
+    node: NodeCluster, sink: SmtpSink, started: float, groups: dict[str, DemoGroup]
+) -> Counter[str]:
     """Print ``kubectl get sg`` and the sink's counts; return mails per recipient domain."""
     table = node.kube.kubectl("-n", NAMESPACE, "get", "sendgroups", check=False).stdout
     per_domain: Counter[str] = Counter()
     for rcpt, n in sink.per_recipient().items():
         per_domain[rcpt.rsplit("@", 1)[-1]] += n
-    received = ", ".join(f"{d} {per_domain[d]}/{n}" for d, n in GROUPS.values())
+    received = ", ".join(
+        f"{g.host} {per_domain[g.host]}/{len(g.payloads)}" for g in groups.values()
+    )
     print(f"\n--- {time.monotonic() - started:5.0f}s  mails at the SMTP sink: {received}")
     print(table.rstrip(), flush=True)
     return per_domain
@@ -109,35 +150,40 @@ def main() -> int:
         say("helm install the chart: CRDs, RBAC and the operator (a pod under its ServiceAccount)")
         install_operator(node.kube, NAMESPACE, server.url, node.host_address, sink.port)
 
-        say("pushing mail jobs: " + ", ".join(f"{g} {n}" for g, (_, n) in GROUPS.items()))
+        groups = load_groups()
+        route_recipients(groups)
+        say(
+            "pushing mail jobs from examples/demo/*-recipients.csv, split by provider: "
+            + ", ".join(f"{g.name} {len(g.payloads)}" for g in groups.values())
+        )
         client = server.client()
-        for group, (domain, count) in GROUPS.items():
-            push_jobs(client, group, domain, count)
+        for group in groups.values():
+            push_jobs(client, group)
         started = time.monotonic()
         say("kubectl apply -f examples/demo/  (the urgent group is created last)")
-        for group in GROUPS:
-            node.kube.kubectl(
-                "-n", NAMESPACE, "apply", "-f", str(ROOT / "examples" / "demo" / f"{group}.yaml")
-            )
+        for name in groups:
+            node.kube.kubectl("-n", NAMESPACE, "apply", "-f", str(DEMO_DIR / f"{name}.yaml"))
 
         done_at: dict[str, float] = {}
         deadline = started + args.timeout
         while True:
-            per_domain = show_progress(node, sink, started)
-            for group, (domain, count) in GROUPS.items():
-                if per_domain[domain] >= count and group not in done_at:
-                    done_at[group] = time.monotonic() - started
-            if len(done_at) == len(GROUPS) or time.monotonic() > deadline:
+            per_domain = show_progress(node, sink, started, groups)
+            for g in groups.values():
+                if per_domain[g.host] >= len(g.payloads) and g.name not in done_at:
+                    done_at[g.name] = time.monotonic() - started
+            if len(done_at) == len(groups) or time.monotonic() > deadline:
                 break
             time.sleep(3)
 
         dupes = sum(n - 1 for n in sink.per_recipient().values() if n > 1)
         say("summary:")
-        for group, (domain, count) in GROUPS.items():
-            when = f"all delivered after {done_at[group]:.0f}s" if group in done_at else "NOT done"
-            print(f"  {group:24} {per_domain[domain]:5}/{count} to {domain:12} {when}")
+        for g in groups.values():
+            when = (
+                f"all delivered after {done_at[g.name]:.0f}s" if g.name in done_at else "NOT done"
+            )
+            print(f"  {g.name:24} {per_domain[g.host]:5}/{len(g.payloads)} to {g.host:12} {when}")
         print(f"  recipients that got more than one mail: {dupes}")
-        ok = len(done_at) == len(GROUPS) and dupes == 0
+        ok = len(done_at) == len(groups) and dupes == 0
         say("demo finished: every recipient got exactly one mail" if ok else "demo FAILED")
         if args.keep:
             say(
