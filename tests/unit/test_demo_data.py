@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import sys
 from collections import Counter
 from pathlib import Path
 from types import ModuleType
@@ -19,6 +20,7 @@ def _demo() -> ModuleType:
     spec = importlib.util.spec_from_file_location("sg_demo", ROOT / "hack" / "demo.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 
