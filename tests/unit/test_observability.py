@@ -19,11 +19,13 @@ from tests.support.observability import (
     DOC,
     RULE_TESTS,
     RULES,
+    check_metrics,
     dashboard,
     dashboard_exprs,
     dashboard_panels,
     metric_names,
     promtool,
+    promtool_bin,
     rules,
     used_metric_names,
 )
@@ -127,6 +129,21 @@ def test_alerts_keep_the_labels_their_summary_names() -> None:
         elif named:
             assert re.search(r"by \((\w+, )*" + "|".join(named), rule["expr"]), rule["alert"]
     assert per_group >= 7
+
+
+def test_check_metrics_rejects_a_bad_exposition() -> None:
+    bad = "# HELP foo_count x\n# TYPE foo_count counter\nfoo_count 1\n"
+    with pytest.raises(AssertionError, match='should have "_total" suffix'):
+        check_metrics(bad)
+
+
+def test_missing_promtool_fails_with_the_command_that_fetches_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("SENDGROUP_PROMTOOL", raising=False)
+    monkeypatch.setenv("SENDGROUP_PROMTOOL_CACHE", str(tmp_path))
+    with pytest.raises(AssertionError, match="run hack/promtool/build"):
+        promtool_bin()
 
 
 # --- metric names -----------------------------------------------------------------------
