@@ -7,9 +7,9 @@ from __future__ import annotations
 import re
 import shutil
 from pathlib import Path
-from typing import Any
 
 import pytest
+import yaml
 from prometheus_client import CollectorRegistry
 
 from sendgroup_operator import metrics as operator_metrics
@@ -227,27 +227,16 @@ def test_dashboard_panels_do_not_overlap() -> None:
         cells |= mine
 
 
-def test_dashboard_expressions_are_valid_promql() -> None:
+def test_dashboard_expressions_are_valid_promql(tmp_path: Path) -> None:
     """promtool parses every dashboard expression (Grafana's $vars replaced) as part of a
     recording rule file."""
     exprs = [e.replace("$__rate_interval", "5m").replace("$", "") for e in dashboard_exprs()]
-    import yaml
-
-    body: dict[str, Any] = {
-        "groups": [
-            {
-                "name": "dashboard",
-                "rules": [{"record": f"r{i}", "expr": e} for i, e in enumerate(exprs)],
-            }
-        ]
-    }
-    path = Path(RULE_TESTS).parent / ".dashboard-exprs.yaml"
-    try:
-        path.write_text(yaml.safe_dump(body))
-        proc = promtool("check", "rules", str(path))
-    finally:
-        path.unlink(missing_ok=True)
+    records = [{"record": f"r{i}", "expr": e} for i, e in enumerate(exprs)]
+    path = tmp_path / "dashboard-exprs.yaml"
+    path.write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": records}]}))
+    proc = promtool("check", "rules", str(path))
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"SUCCESS: {len(exprs)} rules found" in proc.stdout
 
 
 # --- metrics reference ------------------------------------------------------------------
