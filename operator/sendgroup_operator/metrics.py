@@ -15,7 +15,14 @@ sendgroup_reconcile_errors_total           namespace
 sendgroup_reconcile_seconds                (histogram)
 sendgroup_kube_requests_total              (API requests of the reconciler)
 sendgroup_queue_unreachable                namespace, sendgroup (1 while Redis is unreachable)
+sendgroup_info                             namespace, sendgroup, campaign, host (always 1)
+sendgroup_operation_failed                 namespace, sendgroup, kind (dump, restore)
 =========================================  =====================================================
+
+Label cardinality is bounded by the number of SendGroups (a few series each) plus fixed sets
+(phases, states, kinds); ``campaign`` and ``host`` appear only on ``sendgroup_info``, which
+dashboards join on ``namespace, sendgroup``. docs/observability.md is the reference (a test
+checks it against this registry).
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ from typing import Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
-from sendgroup_operator import models
+from sendgroup_operator import conditions, models
 
 REGISTRY: Final = CollectorRegistry()
 
@@ -59,6 +66,22 @@ UNREACHABLE: Final = Gauge(
     "sendgroup_queue_unreachable",
     "1 while the group's Redis cannot be measured",
     ["namespace", "sendgroup"],
+    registry=REGISTRY,
+)
+INFO: Final = Gauge(
+    "sendgroup_info",
+    "Always 1 for every known SendGroup; carries its campaign and host (spec.campaign, "
+    "spec.host) for joins on namespace and sendgroup",
+    ["namespace", "sendgroup", "campaign", "host"],
+    registry=REGISTRY,
+)
+#: Values of ``sendgroup_operation_failed{kind}``.
+OPERATION_KINDS: Final = ("dump", "restore")
+OPERATION_FAILED: Final = Gauge(
+    "sendgroup_operation_failed",
+    "1 while the group's last dump or restore Job failed (condition Degraded=True, reason "
+    "DumpFailed or RestoreFailed) and no later one succeeded",
+    ["namespace", "sendgroup", "kind"],
     registry=REGISTRY,
 )
 GROUPS: Final = Gauge("sendgroup_groups", "SendGroups by phase", ["phase"], registry=REGISTRY)
@@ -124,8 +147,31 @@ class GroupTable:
         ORPHANS.labels("group_without_workers").set(starved)
 
 
-def observe(namespace: str, name: str, status: models.SendGroupStatus) -> None:
-    """Export one group's gauges from its (new) status."""
+_INFO_LABELS: dict[tuple[str, str], tuple[str, str]] = {}
+
+
+def observe(
+    namespace: str,
+    name: str,
+    status: models.SendGroupStatus,
+    campaign: str = "",
+    host: str = "",
+) -> None:
+    """Export one group's gauges from its (new) status; ``campaign`` and ``host`` (its spec)
+    go to ``sendgroup_info``. Also creates ``sendgroup_reconcile_errors_total{namespace}`` at 0,
+    so error rates are defined before the first error."""
+    ERRORS.labels(namespace)
+    info = (campaign, host)
+    old = _INFO_LABELS.get((namespace, name))
+    if old is not None and old != info:
+        _drop(INFO, namespace, name, *old)
+    _INFO_LABELS[(namespace, name)] = info
+    INFO.labels(namespace, name, campaign, host).set(1)
+    degraded = next((c for c in status.conditions if c.type == conditions.DEGRADED), None)
+    failed_reason = degraded.reason if degraded is not None and degraded.status == "True" else ""
+    for kind in OPERATION_KINDS:
+        failed = failed_reason == f"{kind.capitalize()}Failed"
+        OPERATION_FAILED.labels(namespace, name, kind).set(1 if failed else 0)
     q = status.queue
     for state, value in (
         ("ready", q.ready),
@@ -153,6 +199,11 @@ def remove(namespace: str, name: str) -> None:
         _drop(WORKERS, namespace, name, kind)
     for gauge in (OLDEST_AGE, DUMP_BYTES, UNREACHABLE):
         _drop(gauge, namespace, name)
+    for kind in OPERATION_KINDS:
+        _drop(OPERATION_FAILED, namespace, name, kind)
+    info = _INFO_LABELS.pop((namespace, name), None)
+    if info is not None:
+        _drop(INFO, namespace, name, *info)
 
 
 def _drop(gauge: Gauge, *labels: str) -> None:

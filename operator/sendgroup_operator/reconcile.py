@@ -412,7 +412,7 @@ async def reconcile(
             rt.granted[key] = observed.deployment.replicas
         elif observed.deployment is None and not result.actions:
             rt.granted[key] = 0
-    metrics.observe(group.namespace, group.name, result.status)
+    metrics.observe(group.namespace, group.name, result.status, spec.campaign, spec.host)
     rt.table.update(key, result.status, spec, now)
     rt.table.export(now, rt.settings.orphan_grace)
     metrics.DURATION.observe(time.monotonic() - started)

@@ -12,11 +12,25 @@
 * ``sendgroup_worker_suspended{queue}``: 1 while the group is suspended by backpressure.
 * ``sendgroup_worker_redis_up{queue}``: 0 during a Redis outage.
 * ``sendgroup_worker_jobs_in_flight{queue}``: jobs being handled now.
+
+Every ``outcome`` and ``reply_class`` series exists from the start with value 0 (Prometheus'
+advice for labelled counters), so ``rate()`` and ratios over them are defined before the first
+failure and dashboards/alerts never depend on a series that appears late. ``namespace`` and
+``sendgroup`` are not exported by the worker: the chart's PodMonitor adds them (and
+``campaign``) from the pod's namespace and ``sendgroups.io/*`` labels at scrape time
+(docs/observability.md).
 """
 
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+#: Values of ``sendgroup_worker_jobs_total{outcome}`` (see the module docstring).
+OUTCOMES = ("delivered", "released", "failed", "lost", "skipped")
+#: Values of ``sendgroup_worker_smtp_replies_total{reply_class}``: the first digit of the final
+#: SMTP reply (RFC 5321 section 4.2.1), ``connection`` (no reply: connect/TLS/timeout error) or
+#: ``fenced`` (not sent: the reservation was lost before DATA).
+REPLY_CLASSES = ("2xx", "4xx", "5xx", "connection", "fenced")
 
 SEND_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 
@@ -60,6 +74,12 @@ class WorkerMetrics:
             "sendgroup_worker_jobs_in_flight", "Jobs being handled now", ["queue"], registry=r
         )
         self.redis_up.labels(queue).set(1)
+        self.suspended.labels(queue).set(0)
+        self.in_flight.labels(queue).set(0)
+        for outcome in OUTCOMES:
+            self.jobs.labels(queue, outcome)
+        for reply_class in REPLY_CLASSES:
+            self.replies.labels(queue, reply_class)
 
     def job(self, outcome: str) -> None:
         """Count one finished job with ``outcome``."""
