@@ -174,3 +174,19 @@ def test_sample_applications_sync_the_chart_first_then_the_examples() -> None:
     synced = sorted((REPO / source["path"]).glob(directory["include"]))
     assert [p.name for p in synced] == ["sendgroup-basic.yaml", "sendgroup-full.yaml"]
     assert "SkipDryRunOnMissingResource=true" in groups["spec"]["syncPolicy"]["syncOptions"]
+
+
+def test_gitops_doc_names_the_files_the_key_and_every_health() -> None:
+    doc = (REPO / "docs" / "gitops.md").read_text()
+    for path in (
+        "gitops/argocd/argocd-cm.yaml",
+        "examples/argocd/sendgroup-operator.yaml",
+        "examples/argocd/sendgroups.yaml",
+        "hack/argocd/render-argocd-cm",
+        "SENDGROUP_ARGOCD_CAPTURE",
+    ):
+        assert path in doc, path
+    assert CM_KEY in doc
+    table = [line for line in doc.splitlines() if line.startswith("| ")]
+    documented = {line.split("|")[1].strip() for line in table}
+    assert {t["healthStatus"]["status"] for t in TESTS} <= documented
