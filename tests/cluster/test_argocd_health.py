@@ -8,7 +8,10 @@ and waits for the health each one must map to.
 ``SENDGROUP_ARGOCD_CAPTURE=1`` also writes the objects as seen to the health check's
 ``testdata/`` (the fixtures the unit test checks against health_test.yaml): that is how the
 captured testdata were made. Without a node no pod becomes ready, so "all workers ready" with
-work is not among them (tests/unit/test_argocd_health.py derives it)."""
+work is not among them (tests/unit/test_argocd_health.py derives it).
+
+The second test checks, at the API level, the field ownership docs/gitops.md promises ArgoCD
+users (no sync fights, ad hoc patches of fields Git leaves out)."""
 
 from __future__ import annotations
 
@@ -218,3 +221,63 @@ def test_health_of_groups_the_operator_drives_through_their_phases(
     # Every captured state is a fixture of the unit test (or was left out on purpose).
     committed = {p.stem for p in (HEALTH_DIR / "testdata").glob("*.yaml")}
     assert set(health.captured) <= committed, sorted(set(health.captured) - committed)
+
+
+def test_git_owned_fields_and_the_operator_never_collide(
+    operator: OperatorProcess,
+    objects: Objects,
+    redis_client: redis.Redis,
+    kube_cluster: KubeCluster,
+) -> None:
+    """What ArgoCD relies on, at the API level: the SendGroup applied server-side by ArgoCD's
+    field manager; the operator owns no field of spec (managedFields), re-applying the same
+    manifest changes nothing (no sync fight); a field Git leaves out can be patched ad hoc and
+    survives the next apply, while a field Git sets is taken back by a forced apply (what
+    ArgoCD's self-heal does)."""
+    ns = objects.namespace
+    git = {
+        "apiVersion": "sendgroups.io/v1alpha1",
+        "kind": "SendGroup",
+        "metadata": {"name": "git", "namespace": ns},
+        "spec": {"campaign": "spring-sale", "host": "gmail.com", "workers": 2},
+    }
+
+    def apply(manifest: dict[str, Any], *extra: str) -> None:
+        kube_cluster.kubectl(
+            "apply", "--server-side", "--field-manager=argocd-controller", *extra, "-f", "-",
+            input=json.dumps(manifest),
+        )  # fmt: skip
+
+    push(redis_client, "mail-git", 3)
+    apply(git)
+    health = Health(objects)
+    health.expect("git", "Progressing", "^0/2 workers ready; 3 jobs queued", None)
+    before = json.loads(
+        kube_cluster.kubectl(
+            "get", "sendgroup", "git", "-n", ns, "-o", "json", "--show-managed-fields"
+        ).stdout
+    )
+    assert before["metadata"]["finalizers"] == ["sendgroups.io/finalizer"]
+    spec_owners = {
+        entry["manager"]
+        for entry in before["metadata"]["managedFields"]
+        if "f:spec" in (entry.get("fieldsV1") or {})
+    }
+    assert spec_owners == {"argocd-controller"}, before["metadata"]["managedFields"]
+    assert git["spec"].items() <= before["spec"].items()  # ArgoCD's diff: in sync
+
+    apply(git)  # the next sync: no conflict, nothing changes
+    after = objects.get("sendgroup", "git")
+    assert after is not None
+    assert after["metadata"]["generation"] == before["metadata"]["generation"] == 1
+    assert after["spec"] == before["spec"]
+
+    # Ad hoc pause of a field Git leaves out: it stays through the next sync.
+    objects.patch_sg("git", {"paused": True})
+    apply(git)
+    assert (objects.get("sendgroup", "git") or {})["spec"]["paused"] is True
+    health.expect("git", "Suspended", r"^Paused \(spec.paused\): 3 jobs wait", None)
+    # Git sets the field: a forced apply (ArgoCD's self-heal) takes it back.
+    apply({**git, "spec": {**git["spec"], "paused": False}}, "--force-conflicts")
+    assert (objects.get("sendgroup", "git") or {})["spec"]["paused"] is False
+    health.expect("git", "Progressing", "^0/2 workers ready", None)
