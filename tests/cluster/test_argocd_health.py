@@ -235,7 +235,7 @@ def test_git_owned_fields_and_the_operator_never_collide(
     survives the next apply, while a field Git sets is taken back by a forced apply (what
     ArgoCD's self-heal does)."""
     ns = objects.namespace
-    git = {
+    git: dict[str, Any] = {
         "apiVersion": "sendgroups.io/v1alpha1",
         "kind": "SendGroup",
         "metadata": {"name": "git", "namespace": ns},
