@@ -1,4 +1,4 @@
--- ArgoCD health check of sendgroups.io/SendGroup (docs/gitops.md, "Health check").
+-- ArgoCD health check of sendgroups.io/SendGroup (docs/gitops.md, "Install the health check").
 -- Input: `obj`, the SendGroup as ArgoCD sees it. Output: hs = {status=..., message=...}.
 -- Reads only what the operator writes (status.observedGeneration, status.phase,
 -- status.conditions, status.finishedAt and the counts); docs/api.md and
