@@ -8,6 +8,7 @@ do nothing and the aggregated roles give namespace editors SendGroup rights."""
 from __future__ import annotations
 
 import json
+import re
 import secrets
 import time
 from collections.abc import Iterator
@@ -41,6 +42,7 @@ class Installed:
     namespace: str
     install_seconds: float
     crd_existed_before: bool
+    notes: str
 
     def get(self, kind: str, name: str, namespace: str | None = None) -> dict[str, Any] | None:
         ns = ["-n", namespace or self.namespace] if namespace != "" else []
@@ -94,7 +96,7 @@ def installed(kube_cluster: KubeCluster, pytestconfig: pytest.Config) -> Iterato
         kube_cluster.kubectl("get", "crd", "sendgroups.sendgroups.io", check=False).returncode == 0
     )
     started = time.monotonic()
-    helm(
+    out = helm(
         "install",
         RELEASE,
         str(CHART),
@@ -102,10 +104,11 @@ def installed(kube_cluster: KubeCluster, pytestconfig: pytest.Config) -> Iterato
         ns,
         *values_args(LOCAL_IMAGES),
         kubeconfig=kube_cluster.kubeconfig,
-    )
+    ).stdout
     seconds = time.monotonic() - started
     print(f"\nhelm install: {seconds:.1f}s (CRD existed before: {crd_before})")
-    yield Installed(kube_cluster, ns, seconds, crd_before)
+    notes = out.partition("NOTES:\n")[2]
+    yield Installed(kube_cluster, ns, seconds, crd_before, notes)
     helm("uninstall", RELEASE, "--namespace", ns, kubeconfig=kube_cluster.kubeconfig, check=False)
     kube_cluster.kubectl("delete", "namespace", ns, "--wait=false", "--ignore-not-found")
 
@@ -232,7 +235,8 @@ def test_operator_under_the_chart_account_reconciles_a_sendgroup(
     assert peering is not None
     assert [p["priority"] for p in (peering.get("status") or {}).values() if p] == [1000]
     log = chart_operator.log()
-    assert "RBAC: cannot" not in log and "403" not in log, log[-4000:]
+    # (\b: the API server's port, e.g. 127.0.0.1:40371, may contain "403")
+    assert "RBAC: cannot" not in log and not re.search(r"\b403\b", log), log[-4000:]
 
 
 def test_ha_instances_share_the_chart_peering_and_fail_over(
@@ -400,28 +404,71 @@ def test_worker_account_can_do_nothing_and_edit_users_manage_sendgroups(
 @pytest.mark.parametrize(
     "values",
     [
-        {"watchNamespaces": "*", "networkPolicy.enabled": True},
-        {"networkPolicy.enabled": True, "replicas": 2, "maxTotalWorkers": 100},
+        {},
+        {"watchNamespaces": "*"},
+        {"watchNamespaces": "*", "networkPolicy.enabled": True, "rbac.aggregatedRoles": False},
+        {
+            "networkPolicy.enabled": True,
+            "replicas": 2,
+            "maxTotalWorkers": 100,
+            "rbac.aggregatedRoles": False,
+            "podDisruptionBudget.maxUnavailable": "50%",
+        },
     ],
-    ids=["all-namespaces", "namespaced-ha"],
+    ids=["default", "all-namespaces", "all-namespaces-netpol", "namespaced-ha"],
 )
 def test_variants_are_accepted_by_the_api_server(
     installed: Installed, values: dict[str, Any]
 ) -> None:
-    """Server-side dry run of other renderings (schemas and admission of the real API server;
-    the ServiceMonitor variant is checked by the render tests only: its CRD is not here)."""
+    """Server-side dry run of the chart's renderings: the default values, cluster-wide mode,
+    and the optional objects (schemas and admission of the real API server; the ServiceMonitor
+    variant is checked by the render tests only: its CRD is not here). Each rendered object
+    must come back from the API server."""
     rendered = helm(
-        "template",
-        "sgdry",
-        str(CHART),
-        "--namespace",
-        installed.namespace,
-        *values_args({**LOCAL_IMAGES, "rbac.aggregatedRoles": False, **values}),
+        "template", "sgdry", str(CHART), "--namespace", installed.namespace, *values_args(values)
     ).stdout
+    objects = [d for d in yaml.safe_load_all(rendered) if d]
     proc = installed.cluster.kubectl(
         "apply", "--dry-run=server", "-f", "-", input=rendered, timeout=90
     )
-    assert "NetworkPolicy" in proc.stdout or "networkpolicy" in proc.stdout, proc.stdout
+    lines = [line for line in proc.stdout.splitlines() if line.endswith("(server dry run)")]
+    assert len(lines) == len(objects), proc.stdout
+    kinds = {o["kind"] for o in objects}
+    assert "PodDisruptionBudget" in kinds and "Deployment" in kinds
+    assert ("NetworkPolicy" in kinds) == bool(values.get("networkPolicy.enabled"))
+    assert ("ClusterKopfPeering" in kinds) == (values.get("watchNamespaces") == "*")
+
+
+def test_notes_name_the_release_and_their_commands_work(installed: Installed) -> None:
+    """NOTES.txt (printed by helm install) says where the operator runs and what to do next;
+    its `kubectl get pods` line finds the operator pod."""
+    notes, ns = installed.notes, installed.namespace
+    assert f"is installed in namespace {ns}" in notes
+    assert f"kubectl -n {ns} logs deploy/{FULLNAME}" in notes
+    assert f"kubectl -n {ns} apply -f examples/sendgroup-basic.yaml" in notes
+    assert "docs/gitops.md" in notes and f"svc/{FULLNAME}-metrics" in notes
+    [get_pods] = [line.split() for line in notes.splitlines() if " get pods " in line]
+    assert get_pods[:4] == ["kubectl", "-n", ns, "get"]
+    out = installed.cluster.kubectl(*get_pods[1:], "-o", "name").stdout.split()
+    assert len(out) == 1 and out[0].startswith(f"pod/{FULLNAME}-"), out
+
+
+def test_disruption_budget_covers_the_instance_and_never_blocks_its_eviction(
+    installed: Installed,
+) -> None:
+    """The disruption controller finds the operator's pod through the PDB's selector and its
+    Deployment, and budgets 0 pods that must stay: the single instance may always be evicted
+    (a node drain never waits on it)."""
+
+    def status() -> dict[str, Any] | None:
+        pdb = installed.get("poddisruptionbudget", FULLNAME)
+        st = (pdb or {}).get("status") or {}
+        return st if st.get("expectedPods") == 1 else None
+
+    st = wait_for(status, 60, "PDB status from the disruption controller")
+    assert st["desiredHealthy"] == 0
+    pdb = installed.get("poddisruptionbudget", FULLNAME)
+    assert pdb is not None and pdb["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
 
 
 def test_upgrade_changes_settings_and_uninstall_keeps_the_dumps_claim(

@@ -325,6 +325,47 @@ def test_rendered_pods_meet_restricted_pod_security(variant: str) -> None:
         assert restricted_violations(dep["spec"]["template"]["spec"]) == []
 
 
+# --- disruption budget ------------------------------------------------------------------
+
+
+def test_disruption_budget_lets_the_single_instance_go_and_covers_every_ha_instance() -> None:
+    [pdb] = find(render(), "PodDisruptionBudget")
+    assert pdb["spec"]["maxUnavailable"] == 1
+    assert "minAvailable" not in pdb["spec"]
+    assert pdb["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
+    objects = render({"replicas": 3})
+    [pdb] = find(objects, "PodDisruptionBudget")
+    selector = pdb["spec"]["selector"]["matchLabels"].items()
+    deps = operator_deployments(objects)
+    assert len(deps) == 3
+    for dep in deps:
+        assert selector <= dep["spec"]["template"]["metadata"]["labels"].items()
+    assert find(render({"podDisruptionBudget.enabled": False}), "PodDisruptionBudget") == []
+    [pdb] = find(render({"podDisruptionBudget.maxUnavailable": "50%"}), "PodDisruptionBudget")
+    assert pdb["spec"]["maxUnavailable"] == "50%"
+    [pdb] = find(
+        render({"podDisruptionBudget.unhealthyPodEvictionPolicy": ""}), "PodDisruptionBudget"
+    )
+    assert "unhealthyPodEvictionPolicy" not in pdb["spec"]
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"podDisruptionBudget.maxUnavailable": 0}, "/podDisruptionBudget/maxUnavailable"),
+        ({"podDisruptionBudget.maxUnavailable": "0%"}, "/podDisruptionBudget/maxUnavailable"),
+        ({"podDisruptionBudget.minAvailable": 1}, "minAvailable"),
+        ({"podDisruptionBudget.unhealthyPodEvictionPolicy": "Never"}, "unhealthyPodEviction"),
+    ],
+)
+def test_budgets_that_could_block_a_drain_forever_are_rejected(
+    values: dict[str, Any], message: str
+) -> None:
+    proc = helm("template", "sg", str(CHART), *values_args(values), check=False)
+    assert proc.returncode != 0
+    assert message in proc.stderr, proc.stderr
+
+
 # --- RBAC, ServiceAccounts, peering, dumps ----------------------------------------------
 
 
