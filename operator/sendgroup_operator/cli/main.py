@@ -102,10 +102,13 @@ def _target(kw: dict[str, Any]) -> Target:
     return target
 
 
-def _kind_name(obj: dict[str, Any], all_namespaces: bool) -> str:
-    meta = obj["metadata"]
-    name = f"sendgroup/{meta['name']}"
-    return f"{name} (namespace {meta.get('namespace')})" if all_namespaces else name
+def _kind_name(obj: dict[str, Any]) -> str:
+    return f"sendgroup/{obj['metadata']['name']}"
+
+
+def _where(obj: dict[str, Any], all_namespaces: bool) -> str:
+    """`` (namespace x)`` after a line about ``obj`` when several namespaces are in play."""
+    return f" (namespace {obj['metadata'].get('namespace')})" if all_namespaces else ""
 
 
 def _err(message: str) -> None:
@@ -143,15 +146,16 @@ def _change_one(
     """Set the field on one object (retrying a 409 with a fresh read); print the outcome."""
     meta = obj["metadata"]
     ns, name = meta["namespace"], meta["name"]
-    label = _kind_name(obj, all_ns)
+    label = _kind_name(obj)
+    where = _where(obj, all_ns)
     for attempt in range(3):
         current = (obj.get("spec") or {}).get(change.field, change.default)
         if current == change.value:
-            click.echo(f"{label} unchanged (spec.{change.field} is already {_js(current)})")
+            click.echo(f"{label} unchanged (spec.{change.field} is already {_js(current)}){where}")
             return api.EXIT_OK
         evidence = gitops.argocd_evidence(obj)
         if evidence and attempt == 0:
-            click.echo(gitops.warning(label, change.field, evidence), err=True)
+            click.echo(gitops.warning(label + where, change.field, evidence), err=True)
         try:
             client.set_spec_field(
                 ns, name, change.field, change.value, meta.get("resourceVersion"), dry_run
@@ -161,9 +165,9 @@ def _change_one(
             meta = obj["metadata"]
             continue
         suffix = " (server dry run)" if dry_run else ""
-        click.echo(f"{label} {change.done}{suffix}")
+        click.echo(f"{label} {change.done}{suffix}{where}")
         return api.EXIT_OK
-    raise api.Rejected(f"{label} kept changing under us; try again")
+    raise api.Rejected("it kept changing while being updated; try again")
 
 
 def _js(value: Any) -> str:
@@ -186,7 +190,7 @@ def _run_change(verb: str, t: Target, dry_run: bool, yes: bool) -> int:
     if verb == "cancel" and not yes and not dry_run:
         todo = [o for o in objs if (o.get("spec") or {}).get("state") != "Cancelled"]
         if todo:
-            names = ", ".join(_kind_name(o, t.all_namespaces) for o in todo)
+            names = ", ".join(_kind_name(o) + _where(o, t.all_namespaces) for o in todo)
             click.echo(
                 f"Cancelling stops the workers and purges the queued jobs and dumps of: {names}."
                 "\nCancelled is final (no way back to Active).",
@@ -199,7 +203,7 @@ def _run_change(verb: str, t: Target, dry_run: bool, yes: bool) -> int:
         try:
             code = max(code, _change_one(client, obj, change, dry_run, t.all_namespaces))
         except api.CliError as exc:
-            _err(f"{_kind_name(obj, t.all_namespaces)}: {exc}")
+            _err(f"{_kind_name(obj)}{_where(obj, t.all_namespaces)}: {exc}")
             code = max(code, exc.exit_code)
     return code
 
