@@ -387,6 +387,7 @@ def test_status_table_shows_what_the_operator_measured(
     statuses = wait_for(measured, 40, "statuses measured", describe=lambda: objects.list("sg"))
     proc = plugin(kube_cluster, "status", "-n", namespace)
     assert proc.returncode == 0, proc.stderr
+    print(proc.stdout)
     table = {row["NAME"]: row for row in parse_table(proc.stdout)}
     assert list(table) == ["gmail", "outlook", "yahoo"]
 
