@@ -291,13 +291,12 @@ def _run_status(t: Target, output: str, watch: bool, interval: float, timeout: f
         if not watch:
             click.echo(text)
             return code
-        if text != last:
-            if tty:
-                click.clear()
+        if tty:  # redraw in place every time: the clock shows it is alive
+            click.clear()
             stamp = datetime.now(UTC).strftime("%H:%M:%S UTC")
-            click.echo(f"{text}\n({stamp}, every {interval:g}s until done)\n" if tty else text)
-            if not tty:
-                click.echo()
+            click.echo(f"{text}\n({stamp}, every {interval:g}s until done)")
+        elif text != last:  # a log: a new table only when something changed
+            click.echo(f"{text}\n")
             last = text
         if all(r.done() for r in rows):
             return code
