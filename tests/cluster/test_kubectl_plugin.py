@@ -21,7 +21,13 @@ import redis
 
 from sendgroup_worker.queue.keys import QueueKeys
 from tests.cluster.conftest import Objects
-from tests.support.cluster import KubeCluster, service_account_kubeconfig, wait_for
+from tests.support.cluster import (
+    KubeCluster,
+    service_account_kubeconfig,
+    start_cluster,
+    stop_cluster,
+    wait_for,
+)
 from tests.support.operator_proc import OperatorProcess, apply_objects
 from tests.support.redis_server import free_port
 
@@ -302,6 +308,24 @@ def test_errors_are_one_line_with_exit_codes(
     proc = plugin(kube_cluster, "status", "--kubeconfig", str(tmp_path / "missing"))
     assert proc.returncode == 5 and "does not exist" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_missing_crd_says_what_to_install(kube_cluster: KubeCluster, tmp_path: Path) -> None:
+    """On a control plane without the CRD (a second, bare one: the session's has the CRD
+    installed for good), every verb says the API is missing and how to install it."""
+    if not kube_cluster.managed:
+        pytest.skip("needs a second local control plane; the session uses an existing cluster")
+    bare = start_cluster(tmp_path / "bare", timeout=300)
+    try:
+        for args in (["status"], ["status", "-A"], ["pause", "x"], ["cancel", "--all", "-y"]):
+            proc = plugin(bare, *args)
+            assert proc.returncode == 3, (args, proc)
+            assert proc.stderr == (
+                "error: the SendGroup API (sendgroups.io/v1alpha1) is not installed on "
+                f"{bare.server()[0]}: apply crds/sendgroups.yaml or install the Helm chart\n"
+            )
+    finally:
+        stop_cluster(tmp_path / "bare")
 
 
 def test_argocd_managed_group_gets_a_warning(
