@@ -166,6 +166,12 @@ def test_cancel_asks_dry_run_saves_nothing_and_cel_keeps_cancelled_final(
     proc = plugin(kube_cluster, "cancel", "outlook", "-n", namespace, input="n\n")
     assert proc.returncode == 1, proc
     assert "Cancelled is final" in proc.stderr and "aborted: nothing changed" in proc.stderr
+    # No answer at all (stdin at its end): no traceback, no "Aborted!", nothing written.
+    proc = plugin(kube_cluster, "cancel", "outlook", "-n", namespace, input="")
+    assert proc.returncode == 1, proc
+    assert proc.stderr.splitlines()[-1] == (
+        "error: aborted: nothing changed (pass --yes to cancel without the question)"
+    )
     # Server dry run: validated and answered, not saved (no confirmation needed).
     proc = plugin(kube_cluster, "cancel", "outlook", "-n", namespace, "--dry-run=server")
     assert (proc.returncode, proc.stdout) == (0, "sendgroup/outlook cancelled (server dry run)\n")

@@ -196,8 +196,13 @@ def _run_change(verb: str, t: Target, dry_run: bool, yes: bool) -> int:
                 "\nCancelled is final (no way back to Active).",
                 err=True,
             )
-            if not click.confirm("Cancel?", default=False, err=True):
-                _err("aborted: nothing changed")
+            try:
+                confirmed = click.confirm("Cancel?", default=False, err=True)
+            except click.Abort:  # end of input (no terminal, nothing piped in)
+                click.echo("", err=True)
+                confirmed = False
+            if not confirmed:
+                _err("aborted: nothing changed (pass --yes to cancel without the question)")
                 return api.EXIT_REJECTED
     for obj in objs:
         try:
