@@ -451,8 +451,9 @@ def test_status_table_shows_what_the_operator_measured(
 
     # JSON for scripts carries the same numbers.
     rows = json.loads(plugin(kube_cluster, "status", "-n", namespace, "-o", "json").stdout)
-    assert [(r["name"], r["ready"], r["total"], r["percent"]) for r in rows] == [
-        ("gmail", 7, 10, 71.4), ("outlook", 4, 4, 0.0), ("yahoo", 0, 0, 0.0),
+    assert [(r["name"], r["queue"]["ready"], r["queue"]["total"], r["progress"]["percent"],
+             r["done"]) for r in rows] == [
+        ("gmail", 7, 10, 71.4, False), ("outlook", 4, 4, 0.0, False), ("yahoo", 0, 0, 0.0, True),
     ]  # fmt: skip
 
     # --watch refreshes until every group is done: drain gmail's queue, cancel outlook.

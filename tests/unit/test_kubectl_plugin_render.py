@@ -106,6 +106,14 @@ def test_row_from_object_and_done() -> None:
         "[" + "#" * 9 + " " * 11 + "]  45.0%", "2m5s", "Ready=False(Scaling)",
     ]  # fmt: skip
     assert not row.done()
+    assert row.to_json() == {
+        "namespace": "mail", "name": "gmail", "campaign": "spring", "host": "gmail.com",
+        "phase": "Running", "workers": {"ready": 1, "desired": 3},
+        "queue": {"ready": 5, "delayed": 2, "reserved": 1, "failed": 4, "total": 8,
+                  "oldestJobAgeSeconds": 125},
+        "progress": {"delivered": 9, "percent": 45.0},
+        "conditionsNotOk": ["Ready=False(Scaling)"], "done": False,
+    }  # fmt: skip
     # No status yet (no operator): dashes and zeros, not done.
     empty = render.Row.from_object(sendgroup())
     assert (empty.phase, empty.total, empty.oldest_seconds, empty.done()) == ("-", 0, None, False)

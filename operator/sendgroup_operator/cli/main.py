@@ -274,7 +274,7 @@ _change_command(
 
 def _render(rows: list[render.Row], t: Target, output: str, ascii_only: bool) -> str:
     if output == "json":
-        return json.dumps([asdict(r) for r in rows], indent=2)
+        return json.dumps([r.to_json() for r in rows], indent=2)
     if not rows:
         where = "any namespace" if t.all_namespaces else f"namespace {t.namespace or 'default'}"
         return f"No sendgroups found in {where}."

@@ -152,6 +152,29 @@ class Row:
             and self.phase not in ("Paused", "Dumping", "Dumped", "Restoring")
         )
 
+    def to_json(self) -> dict[str, Any]:
+        """The row for ``-o json``: camelCase keys as in the SendGroup's status, plus
+        ``conditionsNotOk`` and ``done``."""
+        return {
+            "namespace": self.namespace,
+            "name": self.name,
+            "campaign": self.campaign,
+            "host": self.host,
+            "phase": self.phase,
+            "workers": {"ready": self.workers_ready, "desired": self.workers_desired},
+            "queue": {
+                "ready": self.ready,
+                "delayed": self.delayed,
+                "reserved": self.reserved,
+                "failed": self.failed,
+                "total": self.total,
+                "oldestJobAgeSeconds": self.oldest_seconds,
+            },
+            "progress": {"delivered": self.delivered, "percent": self.percent},
+            "conditionsNotOk": list(self.problems),
+            "done": self.done(),
+        }
+
     def cells(self, ascii_only: bool = False) -> list[str]:
         """The row's cells in :data:`COLUMNS` order."""
         return [
