@@ -37,6 +37,16 @@ BIN = Path(sys.executable).parent
 PLUGIN = BIN / "kubectl-sendgroup"
 
 
+@pytest.fixture(autouse=True)
+def _plugin_installed() -> None:
+    if not PLUGIN.exists():
+        pytest.fail(
+            f"{PLUGIN} is missing: the console script comes with the package, rerun "
+            "hack/bootstrap (pip install -e .) after pulling pyproject.toml",
+            pytrace=False,
+        )
+
+
 def plugin(
     cluster: KubeCluster, *args: str, input: str | None = None, kubeconfig: Path | None = None
 ) -> subprocess.CompletedProcess[str]:
