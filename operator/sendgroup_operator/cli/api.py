@@ -238,8 +238,13 @@ def connect(kubeconfig: str | None, context: str | None) -> Client:
 
     Raises :class:`Unreachable` when no configuration is usable (the message says which file
     and what is wrong)."""
-    from kubernetes import client as k8s
-    from kubernetes import config as k8s_config
+    try:
+        from kubernetes import client as k8s
+        from kubernetes import config as k8s_config
+    except ImportError:
+        raise Unreachable(
+            "the kubernetes client is not installed: pip install 'sendgroup-operator[operator]'"
+        ) from None
 
     files = kubeconfig or os.environ.get("KUBECONFIG") or str(Path("~/.kube/config").expanduser())
     paths = [p for p in files.split(os.pathsep) if p]
