@@ -532,7 +532,8 @@ def test_two_replicas_peer_and_only_the_higher_priority_acts(
     push(redis_client, "mail-ha", 2)
     objects.apply(sendgroup("ha", workers=2))
     wait_for(lambda: replicas(objects, "ha") == 2, 30, "workers from the active replica")
-    assert "deployment sg-ha" in high.log()
+    # the active replica logs the create after the API call returned: poll for the line
+    wait_for(lambda: "deployment sg-ha" in high.log(), 15, "the active replica logs the create")
     assert "deployment sg-ha" not in low.log()
     high.stop()  # graceful: it leaves the peering, the other one takes over
     wait_for(lambda: "Resuming operations" in low.log(), 60, "the standby resumes")
