@@ -181,6 +181,12 @@ def redis_pid(client: redis.Redis[bytes]) -> int:
     return int(client.info("server")["process_id"])
 
 
+def redis_cpu_seconds(client: redis.Redis[bytes]) -> float:
+    """redis-server's own user+system CPU seconds (INFO cpu, microsecond resolution)."""
+    info = client.info("cpu")
+    return float(info["used_cpu_sys"]) + float(info["used_cpu_user"])
+
+
 def redis_counters(client: redis.Redis[bytes]) -> tuple[int, dict[str, int]]:
     """(``total_commands_processed``, calls per command name) from INFO. Commands run inside
     Lua scripts count in both, as their own command."""
@@ -223,6 +229,7 @@ __all__ = [
     "child_env",
     "cpu_seconds",
     "redis_counters",
+    "redis_cpu_seconds",
     "redis_pid",
     "slowest_command",
     "stop_process",

@@ -12,13 +12,15 @@
   released and spread over the 60 s delay, as after the first minute).
 
 Over each window: CPU seconds per second of the processes involved and of redis-server
-(psutil), Redis commands per second (INFO ``total_commands_processed``, commands inside Lua
+(psutil for the workers; ``time.process_time`` inside the operator-measure process; INFO cpu
+for redis-server), Redis commands per second (INFO ``total_commands_processed``, commands inside Lua
 scripts included, the benchmark's own INFO calls excluded), client round trips per second
 (top-level EVAL/GET/EXEC calls from INFO commandstats) and releases per second.
 """
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -31,7 +33,7 @@ from bench.harness import (
     child_env,
     cpu_seconds,
     redis_counters,
-    redis_pid,
+    redis_cpu_seconds,
     stop_process,
 )
 from bench.report import Context, Plot, Result, Scenario, Table
@@ -64,13 +66,13 @@ def _start(args: list[str], log: Any) -> subprocess.Popen[str]:
     return proc
 
 
-def _window(c: redis.Redis[bytes], pids: list[int], rpid: int, seconds: float) -> dict[str, float]:
+def _window(c: redis.Redis[bytes], pids: list[int], seconds: float) -> dict[str, float]:
     """Deltas over ``seconds`` of CPU (processes, redis-server), commands and round trips."""
-    cpu0, rcpu0 = cpu_seconds(pids), cpu_seconds([rpid])
+    cpu0, rcpu0 = cpu_seconds(pids), redis_cpu_seconds(c)
     tot0, calls0 = redis_counters(c)
     t0 = time.monotonic()
     time.sleep(seconds)
-    cpu1, rcpu1 = cpu_seconds(pids), cpu_seconds([rpid])
+    cpu1, rcpu1 = cpu_seconds(pids), redis_cpu_seconds(c)
     tot1, calls1 = redis_counters(c)
     dt = time.monotonic() - t0
 
@@ -118,21 +120,24 @@ def run(ctx: Context) -> Result:
     log = ctx.work_dir.joinpath("pause.log").open("w")
     with RedisServer() as server:
         c = server.client()
-        rpid = redis_pid(c)
         ctx.log(f"filling {jobs:,} x 1.5 KB jobs")
         _fill_ready(c, keys, jobs)
 
         ctx.log("redis-server alone (no client), baseline")
-        res["idle"] = _window(c, [], rpid, min(window, 10.0))
+        res["idle"] = _window(c, [], min(window, 10.0))
 
         # Whole reaper periods (the window opens right after a measurement): 3 (1 if quick).
         ours_window = (1 if ctx.quick else 3) * interval + 0.5
         ctx.log(f"ours: operator measure every {interval:g} s, {ours_window:g} s window")
         meas = _start(["bench.operator_measure", server.url, QUEUE, str(interval)], log)
         try:
-            res["ours"] = _window(c, [meas.pid], rpid, ours_window)
+            res["ours"] = _window(c, [], ours_window)
         finally:
-            stop_process(meas)
+            meas.terminate()
+            out, _ = meas.communicate(timeout=30)
+        own = json.loads(out.strip().splitlines()[-1])
+        res["ours"]["process_cpu_per_s"] = own["cpu"] / res["ours"]["seconds"]
+        res["ours"]["measures"] = own["measures"]
         assert c.llen(keys.ready) == jobs
 
         c.set(FLAG, "1")
@@ -154,7 +159,7 @@ def run(ctx: Context) -> Result:
                 for _ in range(WORKERS)
             ]
             try:
-                res[f"classic_{phase}"] = _window(c, [w.pid for w in workers], rpid, seconds)
+                res[f"classic_{phase}"] = _window(c, [w.pid for w in workers], seconds)
             finally:
                 for w in workers:
                     stop_process(w)
@@ -200,11 +205,12 @@ def run(ctx: Context) -> Result:
         f"({steady['releases_per_s']:,.0f} releases/s for {jobs:,} jobs released for "
         f"{RELEASE_DELAY} s: the rate is jobs / delay until the workers saturate), and "
         f"{extra_cpu(burst):.3f} CPU s/s, {burst['commands_per_s']:,.0f} commands/s right after "
-        f"the pause ({burst['releases_per_s']:,.0f} releases/s, the {WORKERS} workers flat "
-        "out): that CPU and those worker slots are taken from the groups that are not paused, "
-        "and grow with every paused job; a longer release delay lowers it but delays the resume "
-        "by as much. In Laravel each release also counts as an attempt, so paused jobs fail "
-        "after `tries` releases unless the job sets `$tries = 0` or `retryUntil`.",
+        f"the pause ({burst['releases_per_s']:,.0f} releases/s, the {WORKERS} workers "
+        "looping back to back): that CPU and those worker slots are taken from the groups "
+        "that are not paused, and grow with every paused job; a longer release delay lowers "
+        "it but delays the resume by as much. In Laravel each release also counts as an "
+        "attempt, so paused jobs fail after `tries` releases unless the job sets "
+        "`$tries = 0` or `retryUntil`.",
     ]
     if ours["commands_per_s"] > 0:
         findings.append(
@@ -224,7 +230,8 @@ def run(ctx: Context) -> Result:
         ],
         rows=rows,
         note=(
-            "CPU: user+system milliseconds per wall second (psutil; 1000 = one core busy). "
+            "CPU: user+system milliseconds per wall second (1000 = one core busy; psutil for the "
+            "workers, process_time in the measuring process, INFO cpu for redis-server). "
             "Commands include those run inside Lua scripts (INFO total_commands_processed, the "
             f"benchmark's INFO calls excluded). Classic: {WORKERS} processes of Laravel 11's "
             "worker loop (EVAL migrate x2, EVAL pop, GET restart flag, GET paused flag, "
