@@ -187,6 +187,19 @@ def redis_cpu_seconds(client: redis.Redis[bytes]) -> float:
     return float(info["used_cpu_sys"]) + float(info["used_cpu_user"])
 
 
+def redis_busy_seconds(client: redis.Redis[bytes]) -> float:
+    """Seconds redis-server has spent executing commands so far (INFO commandstats ``usec``),
+    leaving out the benchmark's own probes (PING, INFO, SLOWLOG)."""
+    return (
+        sum(
+            int(v["usec"])
+            for name, v in client.info("commandstats").items()
+            if name not in ("cmdstat_ping", "cmdstat_info", "cmdstat_slowlog")
+        )
+        / 1e6
+    )
+
+
 def redis_counters(client: redis.Redis[bytes]) -> tuple[int, dict[str, int]]:
     """(``total_commands_processed``, calls per command name) from INFO. Commands run inside
     Lua scripts count in both, as their own command."""
@@ -228,6 +241,7 @@ __all__ = [
     "SmtpSink",
     "child_env",
     "cpu_seconds",
+    "redis_busy_seconds",
     "redis_counters",
     "redis_cpu_seconds",
     "redis_pid",
