@@ -363,12 +363,14 @@ def run(ctx: Context) -> Result:
             )
             if phase == "restore" and inside > 1.5 * peer[f"{phase}_busy_s"]:
                 findings.append(
-                    f"Inside Redis the {phase} costs {inside / peer[f'{phase}_busy_s']:.1f}x "
-                    f"{phase.upper()}'s own serialization ({inside:.2f} s vs "
-                    f"{peer[f'{phase}_busy_s']:.2f} s): every job goes through a Lua argument "
-                    "table and its own list push plus a notify token instead of a "
-                    "bulk (de)serialization in C; applying a chunk with plain RPUSH/HINCRBY in "
-                    "one MULTI/EXEC (still atomic, no Lua) would cut that share."
+                    f"Inside Redis the restore costs {inside / peer[f'{phase}_busy_s']:.1f}x "
+                    f"RESTORE ({inside:.2f} s vs {peer[f'{phase}_busy_s']:.2f} s): RESTORE "
+                    "rebuilds each list from its serialized form in C, while each merge script "
+                    "copies its 1,000 payloads through Lua's ARGV and unpack() into one RPUSH and "
+                    "builds the notify tokens in Lua. Sending the chunk as a plain RPUSH + "
+                    "HSET progress in MULTI/EXEC, with WATCH on the progress hash for the "
+                    "idempotence check (the queue lock already excludes a second restorer), "
+                    "would likely remove most of that copy."
                 )
     return Result(tables=[t1, t2], plots=[plot], findings=findings, raw=raw)
 
