@@ -1,7 +1,7 @@
 """The ArgoCD health check of SendGroups (gitops/argocd/resource_customizations/sendgroups.io/
 SendGroup/health.lua) run by Debian's Lua interpreters against the testdata, compared with
 health_test.yaml (argo-cd's own layout and format for resource customizations). Most testdata
-were captured from a real operator run (tests/cluster/test_argocd_health.py); the few states
+were captured from a real operator run (tests/cluster/test_argocd_health_capture.py); the few states
 the cluster tier cannot reach say so in their first line. Every testdata object must fit the
 CRD's schema, so the fixtures cannot drift from what the operator can write. Also: the argocd-cm
 snippet is the script, and the sample Applications sync what they claim to."""

@@ -39,7 +39,7 @@ pytestmark = pytest.mark.cluster
 
 CAPTURE_ENV = "SENDGROUP_ARGOCD_CAPTURE"
 CAPTURE_HEADER = (
-    "# Captured from a real operator run by tests/cluster/test_argocd_health.py\n"
+    "# Captured from a real operator run by tests/cluster/test_argocd_health_capture.py\n"
     f"# ({CAPTURE_ENV}=1); managedFields, uid, resourceVersion and annotations removed,\n"
     "# the test's namespace renamed to mail.\n"
 )
