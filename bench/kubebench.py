@@ -15,7 +15,6 @@ import ssl
 import statistics
 import time
 from collections.abc import Callable
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -67,12 +66,6 @@ def redis_calls_delta(before: dict[str, int], after: dict[str, int]) -> dict[str
     calls of the readings themselves; zero entries dropped."""
     out = {k: after.get(k, 0) - before.get(k, 0) for k in after if k != "info"}
     return {k: v for k, v in sorted(out.items(), key=lambda kv: -kv[1]) if v}
-
-
-def ts(text: str) -> float:
-    """An RFC 3339 timestamp from the API (``2026-11-30T05:00:01Z`` or with micro seconds)
-    as unix seconds."""
-    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
 
 def median_max(values: list[float]) -> tuple[float, float]:
