@@ -237,8 +237,9 @@ def _run_mix(
 
 
 def _changed_fields(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    """What differs between two versions of a SendGroup: status fields by name, conditions
-    as ``conditions.<type>.<field>``, other parts as ``metadata``/``spec``."""
+    """What differs between two versions of a SendGroup: ``spec``, status fields by name
+    (``queue.ready``), conditions as ``conditions.<type>.<field>``, metadata as
+    ``metadata.<field>`` (annotations and labels by key; resourceVersion ignored)."""
     out = ["spec"] if old.get("spec") != new.get("spec") else []
     a, b = old.get("status") or {}, new.get("status") or {}
     for key in sorted(set(a) | set(b)):
@@ -260,8 +261,15 @@ def _changed_fields(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
                 ]
             else:
                 out.append(key)
-    if not out and old.get("metadata") != new.get("metadata"):
-        out.append("metadata")
+    ma, mb = old.get("metadata") or {}, new.get("metadata") or {}
+    for key in sorted((set(ma) | set(mb)) - {"resourceVersion"}):
+        if ma.get(key) == mb.get(key):
+            continue
+        if key in ("annotations", "labels"):
+            x, y = ma.get(key) or {}, mb.get(key) or {}
+            out += [f"metadata.{key}.{k}" for k in sorted(set(x) | set(y)) if x.get(k) != y.get(k)]
+        else:
+            out.append(f"metadata.{key}")
     return out
 
 
