@@ -192,8 +192,11 @@ def _with_queue(spec: dict[str, Any], queue: str, name: str) -> dict[str, Any]:
 
 
 def _images_daemons_running() -> bool:
+    """Whether ``hack/images/build``'s own dockerd or containerd runs (the node start may
+    start them to import the images; the scenario stops them again if it did)."""
     proc = subprocess.run([IMAGES_SCRIPT, "status"], capture_output=True, text=True, check=False)
-    return "dockerd: running" in proc.stdout + proc.stderr
+    out = proc.stdout + proc.stderr
+    return "dockerd: running" in out or "containerd: running" in out
 
 
 def run(ctx: Context) -> Result:
@@ -289,6 +292,10 @@ def run(ctx: Context) -> Result:
     finally:
         if watcher is not None:
             watcher.stop()
+        logs = node.kube.kubectl(
+            "-n", NS, "logs", "-l", "app.kubernetes.io/component=operator", "--tail=-1", check=False
+        )
+        ctx.artifact("first-mail-operator.log").write_text(logs.stdout + logs.stderr)
         if sink is not None:
             sink.stop()
         if server is not None:
