@@ -4,7 +4,7 @@ A worker is started with one end of a pipe (``--stamp-fd``); its task body write
 ``time.time()`` stamp there per job (``bench.peer_workers``, ``bench.our_worker``). This module
 reads the stamps and, at the first and the last stamp, snapshots:
 
-* the worker process's CPU seconds (user + system, psutil);
+* the worker process's CPU seconds (user + system, psutil), and redis-server's (INFO cpu);
 * Redis's ``total_commands_processed`` (INFO stats: counts commands run inside Lua scripts too);
 * the request segments Redis received: the sum of ``data_segs_in`` over Redis's established
   TCP sockets (``ss -ti``). With TCP_NODELAY on loopback every client write is one segment, so
@@ -56,12 +56,15 @@ class Snapshot:
     cpu: float
     commands: int
     segments: int
+    redis_cpu: float
 
 
 def snapshot(proc: psutil.Process, client: redis.Redis, port: int) -> Snapshot:
     times = proc.cpu_times()
-    commands = int(client.info("stats")["total_commands_processed"])
-    return Snapshot(times.user + times.system, commands, redis_segments_in(port))
+    info = client.info()  # one command: stats and cpu sections
+    redis_cpu = float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+    commands = int(info["total_commands_processed"])
+    return Snapshot(times.user + times.system, commands, redis_segments_in(port), redis_cpu)
 
 
 @dataclass
@@ -73,6 +76,7 @@ class Drain:
     cpu_per_1000: float
     commands_per_job: float | None
     trips_per_job: float | None
+    redis_cpu_per_1000: float | None = None
     latencies_ms: list[float] = field(default_factory=list)
 
     @property
@@ -170,15 +174,16 @@ def measure(
     its first one (``Drain.jobs`` says how many); the rest stay queued."""
     first = worker.stamps(1, timeout)[0]
     start = snapshot(worker.ps, client, port) if client is not None else None
+    cpu0 = start.cpu if start else sum(worker.ps.cpu_times()[:2])
     rest = worker.stamps(jobs - 1, cap if cap else timeout, partial=cap is not None)
     end = snapshot(worker.ps, client, port) if client is not None else None
-    cpu0 = start.cpu if start else 0.0
-    cpu1 = end.cpu if end else 0.0
+    cpu1 = end.cpu if end else sum(worker.ps.cpu_times()[:2])
     done = len(rest)
     if done == 0:
         raise RuntimeError("only one job finished in the timed window")
-    commands = trips = None
+    commands = trips = redis_cpu = None
     if start is not None and end is not None:
+        redis_cpu = (end.redis_cpu - start.redis_cpu) / done * 1000
         # our own INFO (1 command, 1 segment) between the two snapshots is taken off
         commands = (end.commands - start.commands - 1) / done
         trips = (end.segments - start.segments - 1) / done
@@ -188,6 +193,7 @@ def measure(
         cpu_per_1000=(cpu1 - cpu0) / done * 1000,
         commands_per_job=commands,
         trips_per_job=trips,
+        redis_cpu_per_1000=redis_cpu,
     )
 
 

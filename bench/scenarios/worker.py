@@ -174,7 +174,7 @@ def run(ctx: Context) -> Result:
     for key, label, _ in PEERS:
         d = drains.get(key)
         if d is None:
-            rows.append([label, "FAILED", None, None, None, None, None, None, None])
+            rows.append([label, "FAILED", None, None, None, None, None, None, None, None])
             continue
         rows.append(
             [
@@ -183,6 +183,7 @@ def run(ctx: Context) -> Result:
                 d.rate,
                 d.rate / ours.rate if ours else None,
                 d.cpu_per_1000,
+                d.redis_cpu_per_1000,
                 d.trips_per_job,
                 d.commands_per_job,
                 d.latency(0.5),
@@ -198,6 +199,7 @@ def run(ctx: Context) -> Result:
                 limit,
                 limit / ours.rate,
                 None,
+                None,
                 ours.trips_per_job,
                 None,
                 None,
@@ -212,7 +214,8 @@ def run(ctx: Context) -> Result:
             "jobs timed",
             "jobs/s",
             "vs ours",
-            "CPU s / 1000 jobs",
+            "worker CPU s / 1000 jobs",
+            "Redis CPU s / 1000 jobs",
             "round trips / job",
             "commands / job",
             "idle pickup p50 ms",
@@ -223,7 +226,8 @@ def run(ctx: Context) -> Result:
             "jobs/s between the first and the last job (start-up and enqueueing not timed; "
             f"a worker still busy {cap:g} s after its first job is timed over the jobs done by "
             "then: 'jobs timed'); "
-            "CPU = the worker process (user+system, psutil); round trips = request segments "
+            "worker CPU = the worker process (user+system, psutil), Redis CPU = redis-server "
+            "(INFO cpu); round trips = request segments "
             "Redis received (ss data_segs_in; a pipeline/MULTI batch is one); commands = INFO "
             "total_commands_processed (includes the commands inside Lua scripts); idle pickup = "
             f"{samples} single jobs pushed with the peer's API to the idle worker, time from just "
@@ -252,6 +256,7 @@ def run(ctx: Context) -> Result:
             k: {
                 "rate": d.rate,
                 "cpu_per_1000": d.cpu_per_1000,
+                "redis_cpu_per_1000": d.redis_cpu_per_1000,
                 "trips_per_job": d.trips_per_job,
                 "commands_per_job": d.commands_per_job,
                 "latencies_ms": d.latencies_ms,
@@ -277,7 +282,9 @@ def findings_for(drains: dict[str, db.Drain], rtt: float) -> list[str]:
         ratio = d.rate / ours.rate
         why = (
             f"{d.trips_per_job:.2f} vs our {ours.trips_per_job:.2f} round trips/job, "
-            f"{d.cpu_per_1000:.2f} vs our {ours.cpu_per_1000:.2f} CPU s/1000 jobs"
+            f"worker CPU {d.cpu_per_1000 * 1000:.0f} vs our {ours.cpu_per_1000 * 1000:.0f} us/job, "
+            f"Redis CPU {(d.redis_cpu_per_1000 or 0) * 1000:.0f} vs our "
+            f"{(ours.redis_cpu_per_1000 or 0) * 1000:.0f} us/job"
         )
         if ratio > 1.05:
             out.append(f"{label} is {ratio:.2f}x our rate: {why}.")
