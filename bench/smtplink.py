@@ -88,6 +88,16 @@ class SmtpTargets:
     rtt: dict[str, float] = field(default_factory=dict)
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
     netns: str = ""
+    relay_pid: int = 0
+
+    def relay_cpu(self) -> float | None:
+        """CPU seconds the delay relay used so far (None without a relay)."""
+        if not self.relay_pid:
+            return None
+        import psutil
+
+        times = psutil.Process(self.relay_pid).cpu_times()
+        return float(times.user + times.system)
 
 
 def _sink(argv_prefix: list[str], listen: str) -> subprocess.Popen[bytes]:
@@ -143,6 +153,7 @@ def start(delay: float = 0.0005, log: object = print) -> SmtpTargets:
                 env={**os.environ, "PYTHONPATH": str(ROOT)},
             )  # fmt: skip
             t.procs.append(relay)
+            t.relay_pid = relay.pid
             assert relay.stdout is not None
             if relay.stdout.readline().strip() != b"READY":
                 raise RuntimeError("delay relay did not start")

@@ -109,6 +109,7 @@ def run(ctx: Context) -> Result:
                     continue
                 results[(key, conc, link)] = d
                 ctx.log(f"{link}: {label} c={conc}: {d.rate:,.0f} mails/s")
+        relay_cpu = targets.relay_cpu()
     finally:
         smtplink.stop(targets)
         server.cleanup()
@@ -120,6 +121,8 @@ def run(ctx: Context) -> Result:
             row += [d.rate if d else None, d.cpu_per_1000 if d else None]
         rows.append(row)
     rtt_text = ", ".join(f"{k} {v * 1e3:.3f} ms" for k, v in targets.rtt.items())
+    if relay_cpu is not None:
+        rtt_text += f"; the relay process used {relay_cpu:.1f} CPU s in all"
     table = Table(
         title="One process sending each job as a mail to Postfix's smtp-sink",
         columns=[
@@ -161,6 +164,7 @@ def run(ctx: Context) -> Result:
     raw = {
         "rtt_ms": {k: v * 1e3 for k, v in targets.rtt.items()},
         "latency_how": targets.how,
+        "relay_cpu_s": relay_cpu,
         "best_peer": best,
         "rates": {f"{k}/c{c}/{link}": d.rate for (k, c, link), d in results.items()},
         "cpu_per_1000": {f"{k}/c{c}/{link}": d.cpu_per_1000 for (k, c, link), d in results.items()},
