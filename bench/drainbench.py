@@ -10,7 +10,9 @@ reads the stamps and, at the first and the last stamp, snapshots:
   TCP sockets (``ss -ti``). With TCP_NODELAY on loopback every client write is one segment, so
   this counts round trips: a pipeline or MULTI/EXEC batch sent in one write is one.
 
-Jobs/s is ``(N - 1) / (last stamp - first stamp)``: start-up and enqueueing are not timed.
+Jobs/s is ``(N - 1) / (last stamp - first stamp)``: start-up and enqueueing are not timed. The
+counters are divided by the number of jobs stamped between the two snapshots. The stamps are
+read every 20 ms, not as they come, so the reader does not wake (and preempt) the worker.
 """
 
 from __future__ import annotations
@@ -117,10 +119,13 @@ class StampedWorker:
         self.ps = psutil.Process(self.proc.pid)
         self._buf = b""
 
-    def stamps(self, count: int, timeout: float, partial: bool = False) -> list[float]:
+    def stamps(
+        self, count: int, timeout: float, partial: bool = False, lazy: bool = False
+    ) -> list[float]:
         """Read ``count`` stamps. After ``timeout`` seconds: the stamps read so far when
         ``partial``, else RuntimeError (with the log tail); RuntimeError when the worker
-        exits."""
+        exits. ``lazy`` reads every 20 ms instead of blocking on the pipe: a blocked reader
+        would be woken (a context switch, often preempting the worker) by every job's stamp."""
         need = count * STAMP.size
         deadline = time.monotonic() + timeout
         while len(self._buf) < need:
@@ -132,9 +137,13 @@ class StampedWorker:
                     f"worker gave {len(self._buf) // STAMP.size}/{count} stamps in {timeout:g}s"
                     + self._tail()
                 )
-            ready, _, _ = select.select([self.rfd], [], [], min(left, 1.0))
+            if lazy:
+                time.sleep(min(left, 0.02))
+                ready, _, _ = select.select([self.rfd], [], [], 0)
+            else:
+                ready, _, _ = select.select([self.rfd], [], [], min(left, 1.0))
             if ready:
-                chunk = os.read(self.rfd, 1 << 16)
+                chunk = os.read(self.rfd, 1 << 20)
                 if not chunk:
                     raise RuntimeError(f"worker exited ({self.proc.poll()})" + self._tail())
                 self._buf += chunk
@@ -172,15 +181,20 @@ def measure(
     """Time ``jobs`` jobs already queued for ``worker`` (see the module docstring). With
     ``cap`` seconds, a slow worker is timed over the jobs it finished within ``cap`` seconds of
     its first one (``Drain.jobs`` says how many); the rest stay queued."""
-    first = worker.stamps(1, timeout)[0]
+    first = worker.stamps(1, timeout, lazy=True)[0]
+    t0 = time.time()
     start = snapshot(worker.ps, client, port) if client is not None else None
     cpu0 = start.cpu if start else sum(worker.ps.cpu_times()[:2])
-    rest = worker.stamps(jobs - 1, cap if cap else timeout, partial=cap is not None)
+    rest = worker.stamps(jobs - 1, cap if cap else timeout, partial=cap is not None, lazy=True)
+    t1 = time.time()
     end = snapshot(worker.ps, client, port) if client is not None else None
     cpu1 = end.cpu if end else sum(worker.ps.cpu_times()[:2])
-    done = len(rest)
-    if done == 0:
+    if len(rest) < jobs - 1:  # capped: the jobs stamped before the end snapshot count too
+        rest += worker.stamps(jobs - 1 - len(rest), 0.05, partial=True)
+    if not rest:
         raise RuntimeError("only one job finished in the timed window")
+    # the counters cover (t0, t1]: divide by the jobs stamped in that window
+    done = sum(1 for t in rest if t0 < t <= t1) or 1
     commands = trips = redis_cpu = None
     if start is not None and end is not None:
         redis_cpu = (end.redis_cpu - start.redis_cpu) / done * 1000
@@ -188,7 +202,7 @@ def measure(
         commands = (end.commands - start.commands - 1) / done
         trips = (end.segments - start.segments - 1) / done
     return Drain(
-        jobs=done + 1,
+        jobs=len(rest) + 1,
         seconds=rest[-1] - first,
         cpu_per_1000=(cpu1 - cpu0) / done * 1000,
         commands_per_job=commands,

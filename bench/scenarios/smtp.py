@@ -51,8 +51,8 @@ def run_loop(
 
 
 def run(ctx: Context) -> Result:
-    mails = {"loopback": 300 if ctx.quick else 4_000, "+1 ms link": 200 if ctx.quick else 1_500}
-    cap = 8.0 if ctx.quick else 15.0
+    mails = {"loopback": 200 if ctx.quick else 4_000, "+1 ms link": 100 if ctx.quick else 1_500}
+    cap = 5.0 if ctx.quick else 15.0
     logs = ctx.work_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     server = RedisServer().start()
