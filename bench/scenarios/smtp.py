@@ -51,8 +51,9 @@ def run_loop(
 
 
 def run(ctx: Context) -> Result:
-    mails = {"loopback": 200 if ctx.quick else 4_000, "+1 ms link": 100 if ctx.quick else 1_500}
-    cap = 5.0 if ctx.quick else 15.0
+    mails = {"loopback": 200 if ctx.quick else 2_000, "+1 ms link": 100 if ctx.quick else 1_000}
+    cap = 5.0 if ctx.quick else 10.0
+    rounds = 1 if ctx.quick else 2
     logs = ctx.work_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     server = RedisServer().start()
@@ -85,30 +86,36 @@ def run(ctx: Context) -> Result:
         links = {"loopback": targets.loopback, "+1 ms link": targets.delayed}
         results: dict[tuple[str, int, str], db.Drain] = {}
         errors: list[str] = []
-        for link, target in links.items():
-            n = mails[link]
-            for key, label, conc, _ in rows_spec:
-                try:
-                    if key.startswith("loop-"):
-                        d = run_loop(key, setup, n, target, cap)
-                    else:
-                        d = w.run_peer(
-                            key,
-                            setup,
-                            n,
-                            0,
-                            cap=cap,
-                            concurrency=conc,
-                            smtp=f"{target[0]}:{target[1]}",
-                            smtp_host=target[0],
-                            smtp_port=target[1],
+        for rnd in range(rounds):
+            for link, target in links.items():
+                n = mails[link]
+                for key, label, conc, _ in rows_spec:
+                    try:
+                        if key.startswith("loop-"):
+                            d = run_loop(key, setup, n, target, cap)
+                        else:
+                            d = w.run_peer(
+                                key,
+                                setup,
+                                n,
+                                0,
+                                cap=cap,
+                                concurrency=conc,
+                                smtp=f"{target[0]}:{target[1]}",
+                                smtp_host=target[0],
+                                smtp_port=target[1],
+                            )
+                    except Exception as exc:
+                        errors.append(
+                            f"{label} c={conc} on {link}, round {rnd + 1}: "
+                            f"{type(exc).__name__}: {exc}"[:400]
                         )
-                except Exception as exc:
-                    errors.append(f"{label} c={conc} on {link}: {type(exc).__name__}: {exc}"[:400])
-                    ctx.log(f"FAILED {errors[-1]}")
-                    continue
-                results[(key, conc, link)] = d
-                ctx.log(f"{link}: {label} c={conc}: {d.rate:,.0f} mails/s")
+                        ctx.log(f"FAILED {errors[-1]}")
+                        continue
+                    ctx.log(f"round {rnd + 1}, {link}: {label} c={conc}: {d.rate:,.0f} mails/s")
+                    prev = results.get((key, conc, link))
+                    if prev is None or d.rate > prev.rate:  # best of the rounds
+                        results[(key, conc, link)] = d
         relay_cpu = targets.relay_cpu()
     finally:
         smtplink.stop(targets)
@@ -136,12 +143,14 @@ def run(ctx: Context) -> Result:
         ],
         rows=rows,  # type: ignore[arg-type]
         note=(
+            f"Best of {rounds} round(s), rows interleaved; "
             f"{mails['loopback']:,} mails on loopback, {mails['+1 ms link']:,} across the link "
             f"(a sender still busy {cap:g} s after its first mail is timed over the mails sent "
             "by then); mails/s between the first and the last mail; CPU = the sending process "
-            "(psutil). Loops send from memory (no queue); the worker rows drain the same "
-            f"{w.PAYLOAD_BYTES}-byte jobs from a local Redis. Link: a veth pair into a network "
-            f"namespace made by the benchmark, sink inside it; latency: {targets.how}. "
+            "(psutil), from the best round. Loops send from memory (no queue); the worker rows "
+            f"drain the same {w.PAYLOAD_BYTES}-byte jobs from a local Redis. Link: a veth pair "
+            f"into a network namespace made by the benchmark, sink inside it; latency: "
+            f"{targets.how}. "
             f"Measured SMTP NOOP round trip (median): {rtt_text}. The peer is the fastest of "
             f"scenario 1 ({best_label}, its scenario 1 settings) with the loops' send code."
         ),
