@@ -51,6 +51,11 @@ class Setup:
     logs: Path
 
 
+def load_after() -> list[str]:
+    """The 1/5/15-minute load averages now (the machine's cores: os.cpu_count())."""
+    return Path("/proc/loadavg").read_text().split()[:3]
+
+
 def worker_argv(peer: str, setup: Setup, concurrency: int, smtp: str = "") -> list[str]:
     """The command of one worker process for ``peer`` (``--stamp-fd`` is added later)."""
     if peer == "ours":
@@ -146,6 +151,7 @@ def run(ctx: Context) -> Result:
     cap = 10.0 if ctx.quick else 20.0
     logs = ctx.work_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
+    load_before = load_after()
     server = RedisServer().start()
     try:
         setup = Setup(server, ctx.peers_python, logs)
@@ -240,7 +246,8 @@ def run(ctx: Context) -> Result:
             "(.venv-bench-arq: it pins redis-py < 6)."
         ),
     )
-    findings = findings_for(drains, rtt)
+    load = f" (load average {' '.join(load_before)} before, {' '.join(load_after())} after)"
+    findings = findings_for(drains, rtt, load)
     peers_only = {k: v for k, v in drains.items() if k not in ("ours", "ours16", "laravel")}
     if peers_only:
         LAST_BEST = max(peers_only, key=lambda k: peers_only[k].rate)
@@ -273,56 +280,77 @@ def run(ctx: Context) -> Result:
     return Result(tables=[table], plots=[plot], findings=findings, raw=raw)
 
 
-def findings_for(drains: dict[str, db.Drain], rtt: float) -> list[str]:
-    """Where we win or lose, from the measured figures (round trips, CPU per job)."""
+def findings_for(drains: dict[str, db.Drain], rtt: float, load: str = "") -> list[str]:
+    """Where we win or lose, from the measured figures (rate, round trips, CPU per job)."""
     ours = drains.get("ours")
     if ours is None:
         return ["our worker failed: no comparison"]
     out: list[str] = []
+    our_redis = ours.redis_cpu_per_1000 or 0.0
     for key, label, _ in PEERS[2:]:
         d = drains.get(key)
         if d is None:
             continue
         ratio = d.rate / ours.rate
+        peer_redis = d.redis_cpu_per_1000 or 0.0
         why = (
             f"{d.trips_per_job:.2f} vs our {ours.trips_per_job:.2f} round trips/job, "
             f"worker CPU {d.cpu_per_1000 * 1000:.0f} vs our {ours.cpu_per_1000 * 1000:.0f} us/job, "
-            f"Redis CPU {(d.redis_cpu_per_1000 or 0) * 1000:.0f} vs our "
-            f"{(ours.redis_cpu_per_1000 or 0) * 1000:.0f} us/job"
+            f"Redis CPU {peer_redis * 1000:.0f} vs our {our_redis * 1000:.0f} us/job"
         )
         if ratio > 1.05:
-            fixes = []
-            if d.cpu_per_1000 < ours.cpu_per_1000:
-                fixes.append(
-                    "less Python per job in our lanes (timeout wrapper, metrics, JobOptions, "
-                    "asyncio task switches): the worker CPU above bounds one process"
-                )
-            if (d.trips_per_job or 9) < (ours.trips_per_job or 0):
-                fixes.append("fewer round trips per job")
-            if (d.redis_cpu_per_1000 or 0) < (ours.redis_cpu_per_1000 or 0):
-                fixes.append(
-                    "a lighter reserve script (ours also checks/records the exactly-once "
-                    "marker and the stats hash in it)"
-                )
-            fixes.append(
-                "reserving several jobs per round trip (Queue.reserve(count=10), 'fused-10' in "
-                "bench/queue_throughput.py) to spread the fixed cost"
-            )
-            out.append(
-                f"{label} is {ratio:.2f}x our rate: {why}. What would close it: "
-                + "; ".join(fixes)
-                + "."
-            )
+            out.append(f"{label} is {ratio:.2f}x our rate: {why}.")
         elif ratio < 0.95:
             out.append(f"We are {1 / ratio:.2f}x {label}: {why}.")
         else:
             out.append(f"{label} is level with us ({ratio:.2f}x): {why}.")
+        fixes = []
+        if d.cpu_per_1000 < ours.cpu_per_1000 * 0.95:
+            fixes.append(
+                "less Python per job in the worker: redis-py packs ~22 arguments per reserve "
+                "call (keys and constant settings could be bound once), per-job metric label "
+                "look-ups, the asyncio timeout and lane hand-offs"
+            )
+        if peer_redis < our_redis * 0.95:
+            fixes.append(
+                "a lighter reserve script: ours also writes the exactly-once marker (ZADD sent) "
+                "and the stats hash per job, and checks delayed and reserved each call"
+            )
+        if fixes:
+            fixes.append(
+                "reserving several jobs per call (Queue.reserve(count=10), 'fused-10' in "
+                "bench/queue_throughput.py) to spread the fixed per-call cost"
+            )
+            out.append(
+                f"On CPU per job {label} is ahead of us ({1000 / d.cpu_per_1000:,.0f} vs our "
+                f"{1000 / ours.cpu_per_1000:,.0f} jobs per worker CPU second: the ceiling of "
+                "one busy core). What would close it: " + "; ".join(fixes) + "."
+            )
+    lat = {k: d.latency(0.5) for k, d in drains.items() if d.latencies_ms}
+    if lat.get("ours") is not None:
+        faster = [k for k, v in lat.items() if v is not None and v < lat["ours"] * 0.9]
+        labels = {k: label for k, label, _ in PEERS}
+        text = ", ".join(f"{labels[k]} {lat[k]:.1f} ms" for k in lat if k != "ours")
+        out.append(
+            f"Idle pickup p50: ours {lat['ours']:.1f} ms; {text}. Workers that poll (arq's "
+            "poll_delay, Dramatiq's Redis consumer) sit at tens of ms; "
+            + (
+                "faster than ours: " + ", ".join(labels[k] for k in faster) + " (our wake-up "
+                "path after BLPOP returns is not profiled yet; the ack and reserve are one "
+                "round trip, so the gap is client-side)."
+                if faster
+                else "none of the blocking peers is faster than ours."
+            )
+        )
     if ours.trips_per_job:
         limit = 1 / (rtt * ours.trips_per_job)
+        busy = (ours.cpu_per_1000 + our_redis) / 1000 + rtt * ours.trips_per_job
         out.append(
             f"We reach {ours.rate / limit:.0%} of the physical limit of our round trips "
-            f"({limit:,.0f} jobs/s); the rest is client CPU: {ours.cpu_per_1000:.2f} s per "
-            f"1000 jobs = {ours.cpu_per_1000 * 1000:.0f} us per job in the worker process."
+            f"({limit:,.0f} jobs/s). Per job we spend {ours.cpu_per_1000 * 1000:.0f} us of worker "
+            f"CPU, {our_redis * 1000:.0f} us of Redis CPU and {rtt * ours.trips_per_job * 1e6:.0f}"
+            f" us on the wire: {1 / busy:,.0f} jobs/s if nothing overlapped and nothing else "
+            f"ran; the rest of the measured time is waiting for a CPU{load}."
         )
     return out
 
