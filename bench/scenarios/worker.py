@@ -305,13 +305,22 @@ def findings_for(drains: dict[str, db.Drain], rtt: float, load: str = "") -> lis
         else:
             out.append(f"{label} is level with us ({ratio:.2f}x): {why}.")
         fixes = []
+        ahead = []
         if d.cpu_per_1000 < ours.cpu_per_1000 * 0.95:
+            ahead.append(
+                f"worker CPU ({1000 / d.cpu_per_1000:,.0f} vs our "
+                f"{1000 / ours.cpu_per_1000:,.0f} jobs per CPU second, the ceiling of one busy "
+                "core)"
+            )
             fixes.append(
                 "less Python per job in the worker: redis-py packs ~22 arguments per reserve "
                 "call (keys and constant settings could be bound once), per-job metric label "
                 "look-ups, the asyncio timeout and lane hand-offs"
             )
         if peer_redis < our_redis * 0.95:
+            ahead.append(
+                f"Redis CPU ({peer_redis * 1000:.0f} vs our {our_redis * 1000:.0f} us/job)"
+            )
             fixes.append(
                 "a lighter reserve script: ours also writes the exactly-once marker (ZADD sent) "
                 "and the stats hash per job, and checks delayed and reserved each call"
@@ -322,9 +331,11 @@ def findings_for(drains: dict[str, db.Drain], rtt: float, load: str = "") -> lis
                 "bench/queue_throughput.py) to spread the fixed per-call cost"
             )
             out.append(
-                f"On CPU per job {label} is ahead of us ({1000 / d.cpu_per_1000:,.0f} vs our "
-                f"{1000 / ours.cpu_per_1000:,.0f} jobs per worker CPU second: the ceiling of "
-                "one busy core). What would close it: " + "; ".join(fixes) + "."
+                f"{label} is ahead of us on "
+                + " and ".join(ahead)
+                + ". What would close it: "
+                + "; ".join(fixes)
+                + "."
             )
     lat = {k: d.latency(0.5) for k, d in drains.items() if d.latencies_ms}
     if lat.get("ours") is not None:
