@@ -29,9 +29,12 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import psutil
 import redis
+
+if TYPE_CHECKING:  # psutil is in .venv-bench only: imported when a worker is measured
+    import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
 STAMP = struct.Struct("d")
@@ -116,6 +119,8 @@ class StampedWorker:
         os.close(wfd)
         if log:
             out.close()  # type: ignore[union-attr]
+        import psutil
+
         self.ps = psutil.Process(self.proc.pid)
         self._buf = b""
 
