@@ -10,12 +10,13 @@ causes no writes, and no handler reacts to our own status patches (kopf's diff b
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import kopf
 import pydantic
 
-from sendgroup_operator import metrics, models, plan, reconcile, startup
+from sendgroup_operator import builders, metrics, models, plan, reconcile, startup
 from sendgroup_operator.settings import Settings
 
 _SETTINGS = Settings.from_env()
@@ -47,6 +48,27 @@ def on_probe(memo: Any, **_: Any) -> dict[str, Any]:
     return startup.liveness(memo)
 
 
+@kopf.index(
+    "apps",
+    "v1",
+    "deployments",
+    labels={builders.LABEL_MANAGED_BY: builders.MANAGED_BY, builders.LABEL_COMPONENT: "worker"},
+)
+def worker_deployments(
+    namespace: str | None, name: str, body: kopf.Body, **_: Any
+) -> dict[tuple[str | None, str], plan.DeploymentObs | None]:
+    """The worker Deployments, fed by a watch: ``(namespace, name) -> DeploymentObs`` (None
+    while deleting). kopf fills it before any SendGroup handler runs; the passes read it
+    instead of a GET per group per reaper tick (see ``reconcile._deployment``)."""
+    return {(namespace, name): reconcile.deployment_obs(body)}
+
+
+def _index(kwargs: Mapping[str, Any]) -> reconcile.DeploymentIndex | None:
+    """The index above, as kopf passes it to every handler (by its function's name)."""
+    index: reconcile.DeploymentIndex | None = kwargs.get("worker_deployments")
+    return index
+
+
 def _write(result: plan.Plan, body: kopf.Body, patch: kopf.Patch) -> None:
     for event in result.events:
         kopf.event(body, type=event.type, reason=event.reason, message=event.message)
@@ -55,11 +77,15 @@ def _write(result: plan.Plan, body: kopf.Body, patch: kopf.Patch) -> None:
 
 
 async def _pass(
-    body: kopf.Body, patch: kopf.Patch, memo: Any, logger: startup.Logger
+    body: kopf.Body,
+    patch: kopf.Patch,
+    memo: Any,
+    logger: startup.Logger,
+    deployments: reconcile.DeploymentIndex | None,
 ) -> plan.Plan | None:
     rt: reconcile.Runtime = memo.runtime
     try:
-        result = await reconcile.reconcile(rt, body, logger)
+        result = await reconcile.reconcile(rt, body, logger, deployments=deployments)
     except pydantic.ValidationError as exc:
         # Only possible for an object stored before the CRD's rules: say so, do not retry.
         kopf.event(body, type="Warning", reason="InvalidSpec", message=str(exc)[:1000])
@@ -75,20 +101,28 @@ async def _pass(
 @kopf.on.update(*RESOURCE, field="spec")
 @kopf.on.resume(*RESOURCE)
 async def on_change(
-    body: kopf.Body, patch: kopf.Patch, memo: Any, logger: startup.Logger, **_: Any
+    body: kopf.Body,
+    patch: kopf.Patch,
+    memo: Any,
+    logger: startup.Logger,
+    **kwargs: Any,
 ) -> None:
     """Spec created or changed, or operator (re)started: one reconciliation pass."""
-    await _pass(body, patch, memo, logger)
+    await _pass(body, patch, memo, logger, _index(kwargs))
 
 
 @kopf.timer(*RESOURCE, interval=_SETTINGS.reaper_interval, initial_delay=1.0)
 async def reaper(
-    body: kopf.Body, patch: kopf.Patch, memo: Any, logger: startup.Logger, **_: Any
+    body: kopf.Body,
+    patch: kopf.Patch,
+    memo: Any,
+    logger: startup.Logger,
+    **kwargs: Any,
 ) -> None:
     """The reaper: measure the queue, move the clocks, act on deadlines. A failed API call
     is logged and counted; the timer keeps running."""
     try:
-        await _pass(body, patch, memo, logger)
+        await _pass(body, patch, memo, logger, _index(kwargs))
     except Exception as exc:  # never let one failure stop the timer
         logger.warning("reaper pass failed: %s: %s", type(exc).__name__, exc)
     finally:
@@ -97,11 +131,15 @@ async def reaper(
 
 @kopf.on.delete(*RESOURCE)
 async def on_delete(
-    body: kopf.Body, patch: kopf.Patch, memo: Any, logger: startup.Logger, **_: Any
+    body: kopf.Body,
+    patch: kopf.Patch,
+    memo: Any,
+    logger: startup.Logger,
+    **kwargs: Any,
 ) -> None:
     """Deletion: workers gone, then purge or retain per ``deletionPolicy``; the finalizer
     stays until then (bounded when Redis is unreachable, see ``purgeTimeout``)."""
-    result = await _pass(body, patch, memo, logger)
+    result = await _pass(body, patch, memo, logger, _index(kwargs))
     if result is not None and not result.finalized:
         raise kopf.TemporaryError("waiting for workers to stop and the purge", delay=2)
     rt: reconcile.Runtime = memo.runtime

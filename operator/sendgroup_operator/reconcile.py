@@ -28,6 +28,13 @@ from sendgroup_operator.settings import Settings
 
 #: Seconds a Secret's value is cached (it is read again after this, so rotation works).
 SECRET_TTL = 60.0
+#: Seconds after this process wrote a group's Deployment during which its passes GET the
+#: Deployment instead of trusting the watch-fed index (which may not have seen the write yet).
+DEPLOYMENT_WRITE_GRACE = 15.0
+
+#: The watch-fed index of worker Deployments (kopf's ``@kopf.index``, see handlers.py):
+#: ``(namespace, deployment name) -> a collection holding its DeploymentObs``.
+DeploymentIndex = Mapping[tuple[str, str], Any]
 
 
 @dataclass
@@ -46,6 +53,9 @@ class Runtime:
     #: The status this process last wrote per group (uid, status): the operator is the only
     #: writer of status, and a timer's body can predate the previous pass's patch.
     written: dict[str, tuple[str, models.SendGroupStatus]] = field(default_factory=dict)
+    #: When this process last created, patched or deleted each group's Deployment (monotonic
+    #: seconds), so the next passes read it from the API server, not from a lagging index.
+    deployment_writes: dict[str, float] = field(default_factory=dict)
 
     def allowed(self, key: str, demand: int) -> int:
         """Workers the global cap grants ``key`` now: its water-filling share, and never so
@@ -65,6 +75,7 @@ class Runtime:
         self.granted.pop(key, None)
         self.locks.pop(key, None)
         self.written.pop(key, None)
+        self.deployment_writes.pop(key, None)
         self.table.forget(key)
 
 
@@ -188,21 +199,50 @@ def _known_without_children(
     return ready is not None and ready.reason in _NO_DEPLOYMENT_REASONS
 
 
+def deployment_obs(raw: Mapping[str, Any]) -> plan.DeploymentObs | None:
+    """What the planner needs of a worker Deployment (replicas, ready replicas, template
+    hash); None while it is being deleted."""
+    meta = raw.get("metadata") or {}
+    if meta.get("deletionTimestamp"):
+        return None
+    annotations = meta.get("annotations") or {}
+    return plan.DeploymentObs(
+        replicas=int((raw.get("spec") or {}).get("replicas") or 0),
+        ready_replicas=int((raw.get("status") or {}).get("readyReplicas") or 0),
+        template_hash=annotations.get(builders.ANNOTATION_TEMPLATE_HASH),
+    )
+
+
+async def _deployment(
+    rt: Runtime, group: plan.Group, index: DeploymentIndex | None
+) -> plan.DeploymentObs | None:
+    """The group's Deployment: from the watch-fed index when there is one and this process has
+    not written the Deployment in the last :data:`DEPLOYMENT_WRITE_GRACE` seconds (a steady
+    busy group then costs no API request per pass); else one GET."""
+    key = f"{group.namespace}/{group.name}"
+    name = builders.deployment_name(group.name)
+    written = rt.deployment_writes.get(key)
+    if index is not None and (
+        written is None or time.monotonic() - written > DEPLOYMENT_WRITE_GRACE
+    ):
+        store = index.get((group.namespace, name))
+        found: list[plan.DeploymentObs | None] = list(store) if store else []
+        return found[0] if found else None
+    raw = await rt.kube.get_deployment(group.namespace, name)
+    return None if raw is None else deployment_obs(raw)
+
+
 async def observe(
-    rt: Runtime, group: plan.Group, spec: models.SendGroupSpec, st: models.SendGroupStatus
+    rt: Runtime,
+    group: plan.Group,
+    spec: models.SendGroupSpec,
+    st: models.SendGroupStatus,
+    index: DeploymentIndex | None = None,
 ) -> plan.Observed:
-    """Read the children: the Deployment; Jobs and pods only when the plan can need them
-    (paused, finishing, a Job in flight)."""
+    """Read the children: the Deployment (see :func:`_deployment`); Jobs and pods only when
+    the plan can need them (paused, finishing, a Job in flight)."""
     ref = group.ref(spec)
-    raw = await rt.kube.get_deployment(group.namespace, builders.deployment_name(group.name))
-    dep = None
-    if raw is not None and not raw["metadata"].get("deletionTimestamp"):
-        annotations = raw["metadata"].get("annotations") or {}
-        dep = plan.DeploymentObs(
-            replicas=int((raw.get("spec") or {}).get("replicas") or 0),
-            ready_replicas=int((raw.get("status") or {}).get("readyReplicas") or 0),
-            template_hash=annotations.get(builders.ANNOTATION_TEMPLATE_HASH),
-        )
+    dep = await _deployment(rt, group, index)
     if not _needs_children(group, spec, st):
         return plan.Observed(deployment=dep)
     selector = builders.group_selector(ref)
@@ -281,11 +321,15 @@ async def _apply_one(
     settings = rt.settings
     if isinstance(action, plan.EnsureDeployment):
         body = builders.deployment(ref, spec, settings, action.replicas)
+        rt.deployment_writes[key] = time.monotonic()
         await rt.kube.apply_deployment(body, exists=observed.deployment is not None)
+        rt.deployment_writes[key] = time.monotonic()
         rt.granted[key] = action.replicas
         logger.info("deployment %s replicas=%d", body["metadata"]["name"], action.replicas)
     elif isinstance(action, plan.DeleteDeployment):
+        rt.deployment_writes[key] = time.monotonic()
         await rt.kube.delete_deployment(group.namespace, builders.deployment_name(group.name))
+        rt.deployment_writes[key] = time.monotonic()
         rt.granted[key] = 0
         logger.info("deployment deleted")
     elif isinstance(action, plan.CreateJob):
@@ -372,10 +416,12 @@ async def reconcile(
     body: Mapping[str, Any],
     logger: logging.Logger | logging.LoggerAdapter[Any],
     now: datetime | None = None,
+    deployments: DeploymentIndex | None = None,
 ) -> plan.Plan:
     """One pass for one group: observe, measure, plan, apply. Returns the plan (the caller
     writes ``plan.status`` through kopf's ``patch.status`` when ``plan.write_status``, and
-    posts ``plan.events``). Kubernetes API errors propagate (kopf retries the handler)."""
+    posts ``plan.events``). ``deployments``: the watch-fed Deployment index (None: GET the
+    Deployment every pass). Kubernetes API errors propagate (kopf retries the handler)."""
     group, spec, status = parse(body)
     key = f"{group.namespace}/{group.name}"
     started = time.monotonic()
@@ -387,7 +433,7 @@ async def reconcile(
         if _known_without_children(group, spec, status, measured):
             observed = plan.Observed()  # idle: no API request at all in this pass
         else:
-            observed = await observe(rt, group, spec, status)
+            observed = await observe(rt, group, spec, status, deployments)
         want = plan.demand(spec, status, measured, group.deleting)
         allowed = rt.allowed(key, min(want, plan.desired_workers(spec, rt.settings)))
         now = now or datetime.now(UTC).replace(microsecond=0)

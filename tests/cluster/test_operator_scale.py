@@ -1,5 +1,7 @@
 """200 SendGroups: the operator reconciles them all; an idle group costs no API request and
-no write per minute. Prints the measured figures (requests/minute/idle group, RSS)."""
+no write per minute; a busy group with a steady Deployment costs none either (the Deployment is
+read from a watch-fed index, not fetched per reaper pass). Prints the measured figures
+(requests/minute/group, RSS)."""
 
 from __future__ import annotations
 
@@ -9,8 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 
 from tests.cluster.conftest import Objects
+from tests.cluster.test_operator import push, replicas
 from tests.support.cluster import KubeCluster, wait_for
 
 pytestmark = pytest.mark.cluster
@@ -82,3 +86,61 @@ def test_two_hundred_idle_groups(
     assert writes == 0, "a steady idle group must cause no writes"
     assert per_group_minute <= 0.1
     assert op.running() and rss < 400
+
+
+BUSY = 30
+
+
+def _versions(objects: Objects) -> dict[str, str]:
+    return {
+        i["metadata"]["name"]: i["metadata"]["resourceVersion"] for i in objects.list("sendgroups")
+    }
+
+
+def test_busy_groups_with_steady_deployments_cost_no_api_request(
+    operator_factory: Any, objects: Objects, redis_client: redis.Redis
+) -> None:
+    """30 groups with work (Deployments created; no node, so pods stay Pending): once their
+    Deployments are steady, reaper passes read them from the watch-fed index: no GET per group
+    per pass, no write. A spec change is still acted on at once."""
+    op = operator_factory(SENDGROUP_REAPER_INTERVAL="5", SENDGROUP_STATUS_REFRESH="600")
+    for i in range(BUSY):
+        push(redis_client, f"mail-busy-{i:02d}", 3)
+    manifests = [
+        {
+            "apiVersion": "sendgroups.io/v1alpha1",
+            "kind": "SendGroup",
+            "metadata": {"name": f"busy-{i:02d}"},
+            "spec": {"campaign": "bulk", "host": f"h{i}.example.com", "workers": 2},
+        }
+        for i in range(BUSY)
+    ]
+    objects.cluster.kubectl(
+        "apply", "-n", objects.namespace, "-f", "-",
+        input="\n---\n".join(json.dumps(m) for m in manifests), timeout=120,
+    )  # fmt: skip
+
+    def all_running() -> bool:
+        items = objects.list("sendgroups")
+        running = [i for i in items if (i.get("status") or {}).get("phase") == "Running"]
+        deployments = objects.list("deployments")
+        return len(running) == BUSY and len(deployments) == BUSY
+
+    wait_for(all_running, 120, f"{BUSY} busy groups Running with a Deployment", interval=2)
+    time.sleep(17)  # past the write grace (15 s) after the operator's last Deployment write
+    versions = _versions(objects)
+    before = _counter(op.metrics(), "sendgroup_kube_requests_total")
+    time.sleep(WINDOW)
+    after = _counter(op.metrics(), "sendgroup_kube_requests_total")
+    writes = sum(1 for name, rv in _versions(objects).items() if versions.get(name) != rv)
+    passes = BUSY * WINDOW / 5
+    print(
+        f"\n{BUSY} busy SendGroups at rest: {after - before:.0f} reconciler API requests in "
+        f"{WINDOW:.0f}s (~{passes:.0f} reaper passes); SendGroup writes: {writes}"
+    )
+    assert after - before <= 2, "a steady busy group must not GET its Deployment every pass"
+    assert writes == 0
+    objects.patch_sg("busy-07", {"workers": 1})
+    wait_for(
+        lambda: replicas(objects, "busy-07") == 1, 20, "the spec change reaches the Deployment"
+    )
