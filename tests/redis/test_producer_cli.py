@@ -70,19 +70,20 @@ def test_push_jsonl_refuses_a_bad_file_before_pushing(
 ) -> None:
     path = tmp_path / "r.jsonl"
     path.write_text('{"to":"a@example.test","text":"hi"}\n{"to":"b@example.test"}\n')
-    code, _, err = run(redis_url, "push", str(path))
+    code, _, err = run(redis_url, "push", str(path), "--from", "n@example.test")
     assert code == 1
     assert "line 2" in err and "nothing was pushed" in err
     assert redis_client.dbsize() == 0
     path.write_text('{"to":"a@example.test","text":"hi"}\n{"to":"b@example","text":"hi"}\n')
-    code, _, err = run(redis_url, "push", str(path))
+    code, _, err = run(redis_url, "push", str(path), "--from", "n@example.test")
     assert code == 1
     assert "line 2" in err and "'b@example' is not a valid address" in err
     assert redis_client.dbsize() == 0
     path.write_text(
         '{"to":"a@example.test","text":"hi"}\n{"to":["b@example.test"],"html":"<p>x</p>"}\n'
     )
-    code, out, err = run(redis_url, "push", str(path), "--batch-size", "1", "--no-progress")
+    code, out, err = run(redis_url, "push", str(path), "--batch-size", "1", "--no-progress",
+                         "--from", "n@example.test")  # fmt: skip
     assert code == 0, err
     assert "pushed 2 jobs" in out and "in 2 batches" in out
 
@@ -151,7 +152,9 @@ def test_queue_has_the_same_short_option_as_the_dump_commands(
     path = tmp_path / "r.csv"
     path.write_text("to,text\na@example.test,hi\n")
     env = {"REDIS_URL": redis_url}
-    pushed = CliRunner().invoke(main, ["push", str(path), "-q", "mail-x"], env=env)
+    pushed = CliRunner().invoke(
+        main, ["push", str(path), "-q", "mail-x", "--from", "n@example.test"], env=env
+    )
     assert pushed.exit_code == 0, pushed.stderr
     stats = CliRunner().invoke(main, ["stats", "-q", "mail-x", "--json"], env=env)
     assert stats.exit_code == 0, stats.stderr

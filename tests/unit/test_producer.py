@@ -145,7 +145,29 @@ def test_csv_rows_with_line_numbers() -> None:
     rows = list(read_rows(io.StringIO(text), "csv"))
     assert [(n, r["to"]) for n, r in rows] == [(2, "a@example.test"), (4, "b@example.test")]
     assert rows[0][1]["text"] == "multi\nline"
-    assert validate_rows(rows) == 2
+    assert validate_rows(rows, MailDefaults(from_="news@example.test")) == 2
+
+
+def test_csv_row_with_more_fields_than_the_header_is_refused() -> None:
+    # an unquoted comma shifts the columns: refuse the row instead of dropping a value
+    text = "to,name,city\nalice@example.test,Smith, John,Lisbon\n"
+    with pytest.raises(InvalidRow, match="line 2: 4 fields but the header has 3"):
+        list(read_rows(io.StringIO(text), "csv"))
+
+
+@pytest.mark.parametrize(
+    ("row", "error"),
+    [
+        ({"subject": "Hi\r\nBcc: x@evil.example"}, "subject: contains a line break"),
+        ({"headers": '{"X-Tag":"a\\nBcc: x@evil.example"}'}, "header X-Tag: contains a line"),
+        ({"name": "A\r\nBcc: x@evil.example", "template": '{"subject":"Hi $name","text":"x"}'},
+         "subject: contains a line break"),
+    ],
+)  # fmt: skip
+def test_line_breaks_that_would_end_a_header_are_refused(row: dict[str, str], error: str) -> None:
+    full = {"to": "a@example.test", "from": "n@example.test", "text": "x", **row}
+    with pytest.raises(ValueError, match=error):
+        payload_from_row(full)
 
 
 def test_csv_without_to_column_is_refused() -> None:
@@ -161,6 +183,9 @@ def test_jsonl_bad_line_is_reported_with_its_number() -> None:
     rows = read_rows(io.StringIO('{"to":"a@example.test","text":"x"}\n{"to":"b@example.test"}\n'),
                      "jsonl")  # fmt: skip
     with pytest.raises(InvalidRow, match=r"line 2: .*body"):
+        validate_rows(rows, MailDefaults(from_="news@example.test"))
+    rows = read_rows(io.StringIO('{"to":"a@example.test","text":"x"}\n'), "jsonl")
+    with pytest.raises(InvalidRow, match=r"line 1: no sender: give a 'from' column or --from"):
         validate_rows(rows)
 
 
@@ -179,7 +204,9 @@ class FakeTarget:
 def test_push_recipients_batches() -> None:
     target = FakeTarget()
     rows = [{"to": f"u{i}@example.test", "text": "x"} for i in range(250)]
-    report = push_recipients(target, rows, batch_size=100, progress=False)
+    report = push_recipients(
+        target, rows, batch_size=100, progress=False, defaults=MailDefaults(from_="n@x.example")
+    )
     assert (report.pushed, report.batches) == (250, 3)
     assert [len(b) for b in target.batches] == [100, 100, 50]
     assert json.loads(target.batches[2][-1])["data"]["to"] == "u249@example.test"

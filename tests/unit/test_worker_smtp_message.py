@@ -114,3 +114,22 @@ def test_long_or_non_ascii_bodies_are_quoted_printable_and_lines_stay_short() ->
     content = msg.get_content().replace("\r\n", "\n").rstrip("\n")
     assert content == "x" * 5000 + "\nüber"
     assert msg["Date"] and msg["Message-ID"] == "<u@sendgroup>"
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        {"subject": "Hi\r\nBcc: x@evil.example"},
+        {"headers": {"X-Tag": "a\nBcc: x@evil.example"}},
+        {
+            "template": {"subject": "Hi $name", "text": "x"},
+            "vars": {"name": "A\r\nBcc: y@e.example"},
+        },
+    ],
+)
+def test_a_line_break_in_a_header_is_invalid_mail_data_not_a_crash(data: dict[str, object]) -> None:
+    """A job whose subject or header would carry a line break is a permanent failure (the
+    failed list), never an exception the worker would retry and count as provider pushback."""
+    full = {"to": "a@example.test", "from": "n@example.test", "text": "x", **data}
+    with pytest.raises(InvalidMailData, match="contains a line break"):
+        build_message(full, "u-1")

@@ -38,12 +38,16 @@ class Outcome(enum.StrEnum):
 @dataclass(frozen=True, slots=True)
 class HandlerResult:
     """``outcome``; ``exception``: class name for the failed record; ``message``: the reason
-    (the SMTP reply for mail); ``reply_text``: a temporary reply's text for backpressure."""
+    (the SMTP reply for mail); ``reply_text``: a temporary reply's text for backpressure;
+    ``from_provider``: whether a temporary outcome came from the provider (a 4xx reply, a
+    connection or time-out) and so counts towards the group's backpressure suspension; False for
+    the worker's own trouble (a handler that raised), which is retried but suspends nothing."""
 
     outcome: Outcome
     exception: str = ""
     message: str = ""
     reply_text: str = ""
+    from_provider: bool = True
 
 
 @dataclass(frozen=True, slots=True)

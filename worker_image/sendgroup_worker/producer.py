@@ -143,7 +143,8 @@ def make_mail_payload(
     ``max_exceptions``, ``backoff`` (seconds: ``5``, ``[5, 10]`` or ``"5,10"``), ``timeout``
     (seconds), ``retry_until`` (unix seconds) override the group's defaults, as in Laravel;
     None leaves them to the group. ``pushed_at`` defaults to now (unix seconds).
-    Raises ValueError on a missing recipient or body, an invalid address (``to`` or ``from``,
+    Raises ValueError on a missing recipient, sender or body, a line break in the subject
+    (as given or rendered) or a header value, an invalid address (``to`` or ``from``,
     see :func:`check_address`), a template the worker could not render, or a malformed
     backoff.
     """
@@ -158,6 +159,16 @@ def make_mail_payload(
         check_template(template, vars or {}, has_body=bool(text or html))
     elif not (text or html):
         raise ValueError("a mail job needs a body: 'text', 'html' or 'template'")
+    rendered_subject = subject
+    if rendered_subject is None and template is not None and template.get("subject"):
+        values = {k: str(v) for k, v in (vars or {}).items()}
+        rendered_subject = string.Template(template["subject"]).safe_substitute(values)
+    for field_name, line in (
+        ("subject", rendered_subject or ""),
+        *((f"header {name}", str(v)) for name, v in (headers or {}).items()),
+    ):
+        if "\r" in line or "\n" in line:
+            raise ValueError(f"{field_name}: contains a line break (not allowed in a header)")
     data: dict[str, Any] = {"to": to if isinstance(to, str) else recipients}
     for name, value in (
         ("from", from_),
@@ -251,9 +262,13 @@ def payload_from_row(
         raise ValueError("no recipient ('to')")
     if not isinstance(to, str | list):
         raise ValueError("'to' must be an address or a list of addresses")
+    sender = _opt_str(row.get("from")) or defaults.from_
+    if not sender:
+        # the worker fails a mail without one; refuse it before it is queued
+        raise ValueError("no sender: give a 'from' column or --from")
     return make_mail_payload(
         to,
-        from_=_opt_str(row.get("from")) or defaults.from_,
+        from_=sender,
         subject=_opt_str(row.get("subject")) or defaults.subject,
         text=_opt_str(row.get("text")) or defaults.text,
         html=_opt_str(row.get("html")) or defaults.html,
@@ -284,14 +299,22 @@ def read_rows(
     """Yield ``(line, row)`` from a CSV (header line required) or JSON-lines text stream.
 
     ``line`` is the 1-based line where the row starts. Blank JSON lines are skipped.
-    Raises :class:`InvalidRow` for a line that is not a JSON object or a CSV without ``to``.
+    Raises :class:`InvalidRow` for a line that is not a JSON object, a CSV without ``to``, or a
+    CSV row with more fields than its header.
     """
     if fmt == "csv":
         reader = csv.DictReader(stream)
         if reader.fieldnames is None or "to" not in reader.fieldnames:
             raise InvalidRow(1, "the CSV header has no 'to' column")
         line = reader.line_num
+        width = len(reader.fieldnames)
         for row in reader:
+            extra = row.get(None)
+            if extra:
+                # an unquoted comma shifted the columns: refuse, rather than drop a value
+                raise InvalidRow(
+                    line + 1, f"{width + len(extra)} fields but the header has {width}"
+                )
             yield line + 1, {k: v for k, v in row.items() if k is not None}
             line = reader.line_num
         return

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import email.errors
 import email.policy
 import enum
 import re
@@ -175,6 +176,10 @@ def build_message(data: Mapping[str, Any], job_uuid: str) -> OutgoingMail:
         if name.lower() in {"bcc", JOB_HEADER.lower()} or not _HEADER_NAME.match(name):
             continue
         extra.append((name, str(value)))
+    for name, value in (("subject", subject or ""), *((f"headers.{n}", v) for n, v in extra)):
+        if "\r" in value or "\n" in value:
+            # a header line break would end the header (or inject another): refuse, permanently
+            raise InvalidMailData(f"data.{name}: contains a line break")
     parts = _Parts(
         sender=senders[0],
         to=to,
@@ -191,7 +196,7 @@ def build_message(data: Mapping[str, Any], job_uuid: str) -> OutgoingMail:
     needs_utf8 = not all(a.isascii() for a in (sender, *recipients))
     try:
         body = _build_utf8(parts) if needs_utf8 else _build(parts)
-    except (ValueError, TypeError, IndexError, UnicodeError) as exc:
+    except (ValueError, TypeError, IndexError, UnicodeError, email.errors.MessageError) as exc:
         raise InvalidMailData(f"cannot build the message: {exc}") from exc
     return OutgoingMail(sender=sender, recipients=recipients, body=body, needs_utf8=needs_utf8)
 

@@ -430,7 +430,9 @@ class Worker:
                 )
         except Exception as exc:
             log.exception("job %s: handler raised", job.uuid)
-            result = h.HandlerResult(h.Outcome.TEMPORARY, type(exc).__name__, str(exc))
+            result = h.HandlerResult(
+                h.Outcome.TEMPORARY, type(exc).__name__, str(exc), from_provider=False
+            )
         await self._settle(lane, job, opts, result)
 
     async def _settle(
@@ -450,10 +452,13 @@ class Worker:
         if result.outcome is h.Outcome.PERMANENT:
             await self._fail(job, result.exception, result.message)
             return
-        # temporary: 4xx, connection trouble, timeout
-        suspended = await self._best_effort(self.backpressure.record_temporary(result.reply_text))
-        if suspended:
-            self.metrics.suspended.labels(self.config.queue).set(1)
+        # temporary: 4xx, connection trouble, timeout (the provider's), or a handler that raised
+        if result.from_provider:
+            suspended = await self._best_effort(
+                self.backpressure.record_temporary(result.reply_text)
+            )
+            if suspended:
+                self.metrics.suspended.labels(self.config.queue).set(1)
         if opts.fails_after_temporary(job.attempts, self.clock.now()):
             await self._fail(
                 job,
