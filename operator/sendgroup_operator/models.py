@@ -12,11 +12,12 @@ other time is integer seconds; counts are jobs.
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
 from pydantic.alias_generators import to_camel
 
 from sendgroup_worker.queue.keys import QUEUE_NAME_PATTERN
@@ -151,9 +152,10 @@ class RedisSpec(_Model):
                 "redis.url must start with redis:// or rediss://",
             ),
             _cel(
-                "!self.matches('^rediss?://[^/@]*:[^/@]*@')",
-                "redis.url must not contain a password: put the full URL in a Secret and "
-                "reference it with redis.secretRef (rule: no password in redis.url)",
+                "!self.matches('^rediss?://[^/@]*:[^/@]*@') && !self.matches('[?&](?i:password)=')",
+                "redis.url must not contain a password (user:password@ or ?password=): put the "
+                "full URL in a Secret and reference it with redis.secretRef "
+                "(rule: no password in redis.url)",
             ),
         ),
     )
@@ -243,8 +245,22 @@ class BackpressureSpec(_Model):
     patterns: list[Annotated[str, Field(max_length=512)]] | None = Field(
         default=None, max_length=50
     )
-    """Regular expressions: a 4xx reply whose text matches one suspends the group at once
-    (providers' deferral codes)."""
+    """Regular expressions (Python's ``re`` syntax, as the workers use them): a 4xx reply whose
+    text matches one suspends the group at once (providers' deferral codes). The operator
+    refuses a group whose pattern does not compile (event InvalidSpec) instead of starting
+    workers that would exit on it."""
+
+    @field_validator("patterns")
+    @classmethod
+    def _patterns_compile(cls, value: list[str] | None) -> list[str] | None:
+        for i, pattern in enumerate(value or []):
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(
+                    f"backpressure.patterns[{i}] {pattern!r} is not a regular expression: {exc}"
+                ) from None
+        return value
 
 
 class SmtpSecretRef(_Model):

@@ -202,6 +202,7 @@ BAD_SPECS = [
     ({"state": "Paused"}, 'Unsupported value: "Paused"'),
     ({"reaper": {"idleAfter": "30 minutes"}}, "duration well-formed"),
     ({"redis": {"url": "redis://:hunter2@redis:6379/0"}}, "redis.secretRef"),
+    ({"redis": {"url": "redis://redis:6379/0?Password=hunter2"}}, "no password in redis.url"),
 ]
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pydantic
+import pytest
 import yaml
 
 from sendgroup_operator import crdgen, models
@@ -117,3 +119,15 @@ def test_structural_schema_has_no_refs_or_unions() -> None:
                 walk(v, f"{path}[{i}]")
 
     walk(_crd()["spec"]["versions"][0]["schema"], "schema")
+
+
+def test_a_backpressure_pattern_that_does_not_compile_is_refused_by_the_model() -> None:
+    """Kubernetes' CEL cannot check Python regex syntax, so the operator's model does: the
+    group gets an InvalidSpec event instead of workers exiting on the pattern."""
+    base = {"campaign": "c", "host": "gmail.com"}
+    ok = models.SendGroupSpec.model_validate({**base, "backpressure": {"patterns": [r"^421 .*"]}})
+    assert ok.backpressure is not None and ok.backpressure.patterns == [r"^421 .*"]
+    with pytest.raises(pydantic.ValidationError, match=r"patterns\[1\] '\(unclosed' is not a"):
+        models.SendGroupSpec.model_validate(
+            {**base, "backpressure": {"patterns": ["fine", "(unclosed"]}}
+        )

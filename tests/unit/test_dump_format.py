@@ -162,6 +162,8 @@ def test_password_is_redacted_and_url_sources(tmp_path: Path) -> None:
     text = f"cannot connect to {url} (auth p%40ss-w0rd)"
     out = redact(text, url)
     assert "p%40ss-w0rd" not in out and "redis://***@redis.example:6379/0" in out
+    query_url = "redis://redis.example:6379/0?password=s3cr3t"  # redis-py honours it too
+    assert "s3cr3t" not in redact(f"cannot connect to {query_url}", query_url)
     f = tmp_path / "url"
     f.write_text("rediss://:x@h:1/0\n")
     assert resolve_url(None, str(f)) == "rediss://:x@h:1/0"

@@ -33,12 +33,15 @@ DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 
 
 def _redacted(url: str) -> str:
-    """``url`` without user info (``redis://***@host:port/db``)."""
+    """``url`` without user info or query (``redis://***@host:port/db?***``): either can hold
+    the password."""
     scheme, sep, rest = url.partition("://")
     if not sep:
         return "<redis url>"
+    rest, query, _ = rest.partition("?")
     host = rest.rsplit("@", 1)[-1]
-    return f"{scheme}://***@{host}" if "@" in rest else f"{scheme}://{host}"
+    shown = f"{scheme}://***@{host}" if "@" in rest else f"{scheme}://{host}"
+    return shown + ("?***" if query else "")
 
 
 def queue_options(f: F) -> F:

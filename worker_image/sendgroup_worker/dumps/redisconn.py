@@ -12,7 +12,7 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final, TypeAlias, cast
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 import redis
 import redis.cluster
@@ -52,13 +52,15 @@ def resolve_url(url: str | None, url_file: str | None) -> str:
 
 
 def redact(text: str, url: str) -> str:
-    """``text`` with the password (and user:password) of ``url`` replaced by ``***``."""
+    """``text`` with the password of ``url`` (``user:password@`` or a ``?password=`` query
+    parameter, both honoured by redis-py) replaced by ``***``."""
     try:
         parts = urlsplit(url)
-        password = parts.password
+        passwords = [parts.password or ""]
+        passwords += parse_qs(parts.query).get("password", [])
     except ValueError:
         return re.sub(r"//[^@/]*@", "//***@", text)
-    if password:
+    for password in filter(None, passwords):
         text = text.replace(password, "***")
     return re.sub(r"(rediss?://)[^@/\s]*@", r"\1***@", text)
 
