@@ -133,15 +133,15 @@ def main() -> int:
         stop_node(state_dir)
     shutil.rmtree(state_dir, ignore_errors=True)
 
-    say("starting the local cluster with a node (a cold machine builds images first)")
-    t0 = time.monotonic()
-    node = start_node(state_dir)
-    say(
-        f"cluster + node ready in {time.monotonic() - t0:.0f}s; pods reach the host at "
-        f"{node.host_address}"
-    )
     server = sink = None
     try:
+        say("starting the local cluster with a node (a cold machine builds images first)")
+        t0 = time.monotonic()
+        node = start_node(state_dir)  # inside the try: Ctrl-C here still takes it down
+        say(
+            f"cluster + node ready in {time.monotonic() - t0:.0f}s; pods reach the host at "
+            f"{node.host_address}"
+        )
         server = RedisServer(host=node.host_address, config={"appendonly": "yes"}).start()
         sink = SmtpSink(host=node.host_address, keep_data=False).start()
         say(f"redis-server at {server.url}, SMTP sink at {node.host_address}:{sink.port}")
@@ -209,3 +209,6 @@ if __name__ == "__main__":
     except subprocess.CalledProcessError as exc:
         print(f"demo: {exc}\n{exc.stderr or ''}", file=sys.stderr)
         sys.exit(1)
+    except KeyboardInterrupt:
+        print("demo: interrupted; everything it started was taken down", file=sys.stderr)
+        sys.exit(130)
