@@ -433,14 +433,16 @@ class QueueStatus(_Model):
 
 
 class ProgressStatus(_Model):
-    """From the workers' counters; ``percent = 100 * delivered / (delivered + failed + total)``."""
+    """From the workers' counters;
+    ``percent = 100 * delivered / (delivered + failed + total + dump.totalJobs)``."""
 
     delivered: int = 0
     """Jobs delivered (2xx from the relay), from the workers' counter in Redis."""
     failed: int = 0
     """Jobs that went to the failed list, from the workers' counter in Redis."""
     percent: float = 0.0
-    """100 * delivered / (delivered + failed + queue.total)."""
+    """100 * delivered / (delivered + failed + queue.total + dump.totalJobs): jobs dumped to
+    the volume are still to be sent."""
 
 
 class DumpSegment(_Model):

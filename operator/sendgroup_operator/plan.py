@@ -414,6 +414,7 @@ def plan(
         b.act(DeleteGroup())
         b.event("Normal", "Expired", "ttlSecondsAfterFinished passed: deleting the group")
 
+    _progress_percent(st)
     b.plan.write_status = meaningful_change(status, st, now, settings.status_refresh)
     if b.plan.write_status:
         st.last_refresh = now
@@ -422,6 +423,15 @@ def plan(
     if b.busy:
         b.plan.requeue_after = BUSY_REQUEUE
     return b.plan
+
+
+def _progress_percent(st: models.SendGroupStatus) -> None:
+    """``progress.percent = 100 * delivered / (delivered + failed + queue.total +
+    dump.totalJobs)``, once this pass settled the queue and the dump (jobs dumped to the
+    volume are still to be sent: without them a Dumped group read 100 %)."""
+    p = st.progress
+    denominator = p.delivered + p.failed + st.queue.total + st.dump.total_jobs
+    p.percent = round(100.0 * p.delivered / denominator, 1) if denominator else 0.0
 
 
 def _record_measure(b: _Builder, m: QueueMeasure) -> None:
@@ -441,10 +451,8 @@ def _record_measure(b: _Builder, m: QueueMeasure) -> None:
     q.oldest_job_age_seconds = (
         max(0, int((now - pushed).total_seconds())) if pushed is not None else None
     )
-    denominator = m.delivered + m.failed_total + m.total
     st.progress.delivered = m.delivered
     st.progress.failed = m.failed_total
-    st.progress.percent = round(100.0 * m.delivered / denominator, 1) if denominator else 0.0
     # idleSince: first pass that saw the queue empty; cleared by work.
     if m.total == 0:
         if st.idle_since is None:

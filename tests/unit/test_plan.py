@@ -373,3 +373,14 @@ def test_restore_that_keeps_failing_ends_failed_until_the_spec_changes() -> None
     retry_group = p.Group("mail", "g1", "uid-1", 2, T0)
     retried = run(s, current.status, dep(0), q(0), at(110), group=retry_group)
     assert [type(a) for a in retried.actions] == [p.CreateJob]
+
+
+def test_progress_counts_dumped_jobs_as_still_to_send() -> None:
+    """A Dumped group with 30 delivered and 10 on the volume is 75 % done, not 100 %."""
+    s = spec(paused=True, reaper={"dumpAfter": "30s"})
+    paused = run(s, run(spec(), measure=q(10, delivered=30)).status, dep(3), q(10, delivered=30))
+    dumping = run(s, paused.status, dep(0), q(10, delivered=30), at(60))
+    assert dumping.actions == [p.CreateJob("dump", 1)]
+    dumped = run(s, dumping.status, dep(0), q(0, delivered=30), at(70))
+    assert dumped.status.phase is Phase.DUMPED and dumped.status.dump.total_jobs == 10
+    assert dumped.status.progress.percent == 75.0
