@@ -4,6 +4,7 @@ must come before any connection."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -180,3 +181,23 @@ def test_usage_errors_exit_2_before_connecting(args: list[str], message: str) ->
     )
     assert result.exit_code == 2
     assert message in result.output
+
+
+def test_oldest_counts_from_the_push_time_like_kubectl_get() -> None:
+    """OLDEST agrees with ``kubectl get sg`` (age of ``oldestJobPushedAt`` now), not the age
+    frozen at the last measurement."""
+    obj = {
+        "metadata": {"namespace": "m", "name": "g"},
+        "spec": {"campaign": "c", "host": "h"},
+        "status": {
+            "queue": {
+                "oldestJobAgeSeconds": 5,
+                "oldestJobPushedAt": "2026-11-30T06:00:00Z",
+                "measuredAt": "2026-11-30T06:00:05Z",
+            }
+        },
+    }
+    row = render.Row.from_object(obj, now=datetime(2026, 11, 30, 6, 0, 25, tzinfo=UTC))
+    assert row.oldest_seconds == 25
+    del obj["status"]["queue"]["oldestJobPushedAt"]  # type: ignore[index]
+    assert render.Row.from_object(obj).oldest_seconds == 5

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, Final
 
 from tqdm import tqdm
@@ -111,8 +112,12 @@ class Row:
     measured: bool
 
     @classmethod
-    def from_object(cls, obj: Mapping[str, Any]) -> Row:
-        """From a SendGroup as the API server returns it (missing status: zeros, ``-``)."""
+    def from_object(cls, obj: Mapping[str, Any], now: datetime | None = None) -> Row:
+        """From a SendGroup as the API server returns it (missing status: zeros, ``-``).
+
+        The oldest job's age is counted up to ``now`` (default: this moment) from
+        ``status.queue.oldestJobPushedAt``, as ``kubectl get sg``'s OLDEST column does, so both
+        agree; ``oldestJobAgeSeconds`` (the age when the queue was measured) is the fallback."""
         meta = obj.get("metadata", {})
         spec = obj.get("spec", {})
         status = obj.get("status") or {}
@@ -121,6 +126,13 @@ class Row:
         progress = status.get("progress") or {}
         phase = status.get("phase") or ("Pending" if status else "-")
         oldest = queue.get("oldestJobAgeSeconds")
+        pushed = queue.get("oldestJobPushedAt")
+        if isinstance(pushed, str) and pushed:
+            try:
+                at = datetime.fromisoformat(pushed.replace("Z", "+00:00"))
+                oldest = max(0, int(((now or datetime.now(UTC)) - at).total_seconds()))
+            except ValueError:
+                pass
         return cls(
             namespace=str(meta.get("namespace", "")),
             name=str(meta.get("name", "")),
