@@ -466,7 +466,8 @@ def _result(raw: dict[str, Any]) -> Result:
         f"(busy) API requests per group against the peer's {idle['peer']['requests'] / n:.0f} "
         f"and {busy['peer']['requests'] / n:.0f} (kopf's own bookkeeping patches - "
         "finalizer, progress and handled-spec annotations - besides the status patch; busy: "
-        "also the reaper's Deployment GETs), and used "
+        "also the Deployment create, and a GET of it in passes within 15 s of that write), "
+        "and used "
         f"{idle['cold_cpu_s']:.0f} and {busy['cold_cpu_s']:.0f} CPU seconds "
         f"({idle_cpu:.0f}% and {busy_cpu:.0f}% of one core: {cpu_verdict}). Fewer requests "
         "per group (finalizer, annotations and status in one patch) and "
@@ -487,20 +488,38 @@ def _result(raw: dict[str, Any]) -> Result:
     )
     kept = "kept" if busy["rest_reaper_passes_per_group_min"] >= 0.8 * want else "managed only"
     changed = ", ".join(f"{k} ({v})" for k, v in list(busy["rest_changed_fields"].items())[:4])
-    findings.append(
-        f"Busy groups at rest: the reaper {kept} {busy['rest_reaper_passes_per_group_min']:.2f} "
-        f"passes per group per minute of the {want:.0f} its timer asks for (idle: "
-        f"{idle['rest_reaper_passes_per_group_min']:.2f}); every busy pass GETs the group's "
-        f"Deployment ({busy['rest_reconciler_per_min']:,.0f} reconciler requests/min, "
-        f"{busy['rest_api_per_min']:,.0f}/min from the process in all) through the synchronous "
-        "kubernetes client in threads, whose connection pool (10) overflowed "
-        f"{busy['pool_full_warnings']} times ('Connection pool is full': connections dropped "
-        "and re-opened). Reading Deployments from a watch (a kopf index or an informer cache) "
-        "instead of a GET per pass would remove those requests (and the pass rate's "
-        "dependence on API latency). "
-        f"SendGroup writes in the window: {busy['rest_writes']} (fields that changed: "
-        f"{changed or 'none'})."
-    )
+    if busy["rest_reconciler_per_min"] == 0:
+        findings.append(
+            f"Busy groups at rest: the reaper {kept} "
+            f"{busy['rest_reaper_passes_per_group_min']:.2f} passes per group per minute of the "
+            f"{want:.0f} its timer asks for (idle: "
+            f"{idle['rest_reaper_passes_per_group_min']:.2f}) and they cost no API requests "
+            f"either ({busy['rest_reconciler_per_min']:,.0f} reconciler requests/min, "
+            f"{busy['rest_api_per_min']:,.0f}/min from the process in all): a pass reads the "
+            "group's Deployment from the operator's watch-fed index (@kopf.index over the worker "
+            "Deployments), not from the API server. The synchronous kubernetes client's "
+            f"connection pool (10) overflowed {busy['pool_full_warnings']} times during the run "
+            "(the cold start's burst of writes; 'Connection pool is full': connections dropped "
+            "and re-opened): a bigger pool or an async client would avoid it. "
+            f"SendGroup writes in the window: {busy['rest_writes']} (fields that changed: "
+            f"{changed or 'none'})."
+        )
+    else:
+        findings.append(
+            f"Busy groups at rest: the reaper {kept} "
+            f"{busy['rest_reaper_passes_per_group_min']:.2f} "
+            f"passes per group per minute of the {want:.0f} its timer asks for (idle: "
+            f"{idle['rest_reaper_passes_per_group_min']:.2f}); every busy pass GETs the group's "
+            f"Deployment ({busy['rest_reconciler_per_min']:,.0f} reconciler requests/min, "
+            f"{busy['rest_api_per_min']:,.0f}/min from the process in all) through the synchronous "
+            "kubernetes client in threads, whose connection pool (10) overflowed "
+            f"{busy['pool_full_warnings']} times ('Connection pool is full': connections dropped "
+            "and re-opened). Reading Deployments from a watch (a kopf index or an informer cache) "
+            "instead of a GET per pass would remove those requests (and the pass rate's "
+            "dependence on API latency). "
+            f"SendGroup writes in the window: {busy['rest_writes']} (fields that changed: "
+            f"{changed or 'none'})."
+        )
     return Result(
         tables=[
             Table(
