@@ -26,36 +26,11 @@ import time
 
 import redis
 
+from bench.queue_throughput import LARAVEL_MIGRATE, LARAVEL_POP
 from sendgroup_worker.queue.keys import QueueKeys
 
-# LuaScripts::migrateExpiredJobs() (Laravel 11).
-MIGRATE = """
-local val = redis.call('zrangebyscore', KEYS[1], '-inf', ARGV[1], 'limit', 0, ARGV[2])
-if(next(val) ~= nil) then
-    redis.call('zremrangebyrank', KEYS[1], 0, #val - 1)
-    for i = 1, #val, 100 do
-        redis.call('rpush', KEYS[2], unpack(val, i, math.min(i+99, #val)))
-        for j = i, math.min(i+99, #val) do
-            redis.call('rpush', KEYS[3], 1)
-        end
-    end
-end
-return val
-"""
-
-# LuaScripts::pop() (Laravel 11).
-POP = """
-local job = redis.call('lpop', KEYS[1])
-local reserved = false
-if(job ~= false) then
-    reserved = cjson.decode(job)
-    reserved['attempts'] = reserved['attempts'] + 1
-    reserved = cjson.encode(reserved)
-    redis.call('zadd', KEYS[2], ARGV[1], reserved)
-    redis.call('lpop', KEYS[3])
-end
-return {job, reserved}
-"""
+# Laravel 11's LuaScripts::migrateExpiredJobs() and ::pop(), as the throughput bench has them.
+MIGRATE, POP = LARAVEL_MIGRATE, LARAVEL_POP
 
 # LuaScripts::release() (Laravel 11).
 RELEASE = """
