@@ -34,7 +34,7 @@ from bench.harness import (
     slowest_command,
     used_memory,
 )
-from bench.report import Context, Plot, Result, Scenario, Table
+from bench.report import Cell, Context, Plot, Result, Scenario, Table
 from sendgroup_worker.queue.keys import QueueKeys
 from tests.support.dumps import push
 from tests.support.redis_server import RedisServer
@@ -232,6 +232,21 @@ def run(ctx: Context) -> Result:
     def ms(v: float) -> float:
         return round(v * 1000, 1)
 
+    def round_trip_row(label: str, r: dict[str, Any]) -> list[Cell]:
+        """A method that moves the groups out and back: its row of the table below."""
+        return [
+            label,
+            mb(before),
+            mb(r["after"]),
+            round(r["dump_s"], 2),
+            ms(r["dump_worst_ping"]),
+            mb(r["bytes"]),
+            round(r["restore_s"], 2),
+            ms(r["restore_worst_ping"]),
+            f"{_cmd(r['dump_slowest'])} / {_cmd(r['restore_slowest'])}",
+            f"{r['dump_busy_s']:.2f} / {r['restore_busy_s']:.2f}",
+        ]
+
     freed = before - empty
     t2 = Table(
         title=f"{GROUPS} paused groups x {jobs:,} jobs: memory, move-out/in time, worst stall",
@@ -248,30 +263,8 @@ def run(ctx: Context) -> Result:
             "Redis busy out / back s",
         ],
         rows=[
-            [
-                "ours: sendgroup-worker dump / restore",
-                mb(before),
-                mb(ours["after"]),
-                round(ours["dump_s"], 2),
-                ms(ours["dump_worst_ping"]),
-                mb(ours["bytes"]),
-                round(ours["restore_s"], 2),
-                ms(ours["restore_worst_ping"]),
-                f"{_cmd(ours['dump_slowest'])} / {_cmd(ours['restore_slowest'])}",
-                f"{ours['dump_busy_s']:.2f} / {ours['restore_busy_s']:.2f}",
-            ],
-            [
-                "Redis DUMP + DEL / RESTORE",
-                mb(before),
-                mb(peer["after"]),
-                round(peer["dump_s"], 2),
-                ms(peer["dump_worst_ping"]),
-                mb(peer["bytes"]),
-                round(peer["restore_s"], 2),
-                ms(peer["restore_worst_ping"]),
-                f"{_cmd(peer['dump_slowest'])} / {_cmd(peer['restore_slowest'])}",
-                f"{peer['dump_busy_s']:.2f} / {peer['restore_busy_s']:.2f}",
-            ],
+            round_trip_row("ours: sendgroup-worker dump / restore", ours),
+            round_trip_row("Redis DUMP + DEL / RESTORE", peer),
             [
                 "BGSAVE (data stays in Redis)",
                 mb(before),
