@@ -29,7 +29,13 @@ import yaml
 
 from sendgroup_worker.queue.keys import QueueKeys
 from tests.cluster.conftest import Objects
-from tests.cluster.test_operator import push, remove_job, run_job_locally, sendgroup
+from tests.cluster.test_operator import (
+    foreign_deployment,
+    push,
+    remove_job,
+    run_job_locally,
+    sendgroup,
+)
 from tests.support.argocd import HEALTH_DIR, run_health
 from tests.support.cluster import KubeCluster, wait_for
 from tests.support.operator_proc import OperatorProcess
@@ -192,20 +198,7 @@ def test_health_of_groups_the_operator_drives_through_their_phases(
                   "degraded_queue_unreachable")  # fmt: skip
 
     # A foreign Deployment under the workers' name (immutable selector): every apply fails.
-    foreign = {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": "sg-clash"},
-        "spec": {
-            "replicas": 0,
-            "selector": {"matchLabels": {"app": "someone-else"}},
-            "template": {
-                "metadata": {"labels": {"app": "someone-else"}},
-                "spec": {"containers": [{"name": "x", "image": "registry.invalid/x:1"}]},
-            },
-        },
-    }
-    objects.apply(json.dumps(foreign))
+    objects.apply(foreign_deployment("sg-clash"))
     push(redis_client, "mail-clash", 1)
     objects.apply(sendgroup("clash", reaper=long))
     health.expect("clash", "Degraded", "^ApplyFailed: .*HTTP 422", "degraded_apply_failed")

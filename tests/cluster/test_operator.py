@@ -68,6 +68,55 @@ def replicas(objects: Objects, name: str) -> int | None:
     return None if dep is None else int(dep["spec"].get("replicas", 0))
 
 
+def ghost_worker_deployment() -> str:
+    """A worker Deployment of ours (our labels) for group "ghost", which has no SendGroup:
+    what the orphan count must find."""
+    labels = {"sendgroups.io/group": "ghost"}
+    return json.dumps(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {
+                "name": "sg-ghost",
+                "labels": {
+                    "app.kubernetes.io/managed-by": "sendgroup-operator",
+                    "app.kubernetes.io/component": "worker",
+                    **labels,
+                },
+            },
+            "spec": {
+                "replicas": 0,
+                "selector": {"matchLabels": labels},
+                "template": {
+                    "metadata": {"labels": labels},
+                    "spec": {"containers": [{"name": "w", "image": "registry.invalid/w:1"}]},
+                },
+            },
+        }
+    )
+
+
+def foreign_deployment(name: str) -> str:
+    """Someone else's Deployment under ``name`` with its own (immutable) selector: adopting it
+    as a group's workers fails with 422 on every attempt."""
+    labels = {"app": "someone-else"}
+    return json.dumps(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": name},
+            "spec": {
+                "replicas": 0,
+                "selector": {"matchLabels": labels},
+                "template": {
+                    "metadata": {"labels": labels},
+                    "spec": {"containers": [{"name": "x", "image": "registry.invalid/x:1"}]},
+                },
+            },
+        }
+    )
+
+
 def run_job_locally(job: dict[str, Any], dumps_root: Path) -> dict[str, Any]:
     """Run a dump/restore/forget Job's container command here (no node to run the pod):
     same command, same env, the PVC mount ``/dumps`` replaced by ``dumps_root``."""
@@ -562,27 +611,7 @@ def test_orphans_are_counted_by_name(
     op = operator_factory(SENDGROUP_ORPHAN_GRACE="2")
     push(redis_client, "mail-o", 2)
     objects.apply(sendgroup("o"))  # work, and (no node) never a ready worker
-    ghost = {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {
-            "name": "sg-ghost",
-            "labels": {
-                "app.kubernetes.io/managed-by": "sendgroup-operator",
-                "app.kubernetes.io/component": "worker",
-                "sendgroups.io/group": "ghost",
-            },
-        },
-        "spec": {
-            "replicas": 0,
-            "selector": {"matchLabels": {"sendgroups.io/group": "ghost"}},
-            "template": {
-                "metadata": {"labels": {"sendgroups.io/group": "ghost"}},
-                "spec": {"containers": [{"name": "w", "image": "registry.invalid/w:1"}]},
-            },
-        },
-    }
-    objects.apply(json.dumps(ghost))
+    objects.apply(ghost_worker_deployment())
 
     def gauge(kind: str) -> float | None:
         for line in op.metrics().splitlines():
@@ -648,20 +677,7 @@ def test_a_failing_api_call_does_not_stop_the_reaper(
 ) -> None:
     # A foreign Deployment under the worker's name with another (immutable) selector: every
     # attempt to adopt it fails with 422. The group says so; the others carry on.
-    foreign = {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": "sg-clash"},
-        "spec": {
-            "replicas": 0,
-            "selector": {"matchLabels": {"app": "someone-else"}},
-            "template": {
-                "metadata": {"labels": {"app": "someone-else"}},
-                "spec": {"containers": [{"name": "x", "image": "registry.invalid/x:1"}]},
-            },
-        },
-    }
-    objects.apply(json.dumps(foreign))
+    objects.apply(foreign_deployment("sg-clash"))
     push(redis_client, "mail-clash", 1)
     push(redis_client, "mail-fine", 1)
     objects.apply(sendgroup("clash"))

@@ -6,14 +6,13 @@ in it. Deleting the group removes its series."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 
 import pytest
 import redis
 
 from tests.cluster.conftest import Objects
-from tests.cluster.test_operator import push, replicas, sendgroup
+from tests.cluster.test_operator import ghost_worker_deployment, push, replicas, sendgroup
 from tests.support.cluster import wait_for
 from tests.support.observability import check_metrics, missing_from, promtool_bin
 from tests.support.operator_proc import OperatorProcess
@@ -36,27 +35,7 @@ def test_real_operator_metrics_pass_promtool_and_cover_dashboard_and_alerts(
     ns = objects.namespace
     push(redis_client, "mail-pm", 3)
     objects.apply(sendgroup("pm", workers=2))
-    ghost = {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {
-            "name": "sg-ghost",
-            "labels": {
-                "app.kubernetes.io/managed-by": "sendgroup-operator",
-                "app.kubernetes.io/component": "worker",
-                "sendgroups.io/group": "ghost",
-            },
-        },
-        "spec": {
-            "replicas": 0,
-            "selector": {"matchLabels": {"sendgroups.io/group": "ghost"}},
-            "template": {
-                "metadata": {"labels": {"sendgroups.io/group": "ghost"}},
-                "spec": {"containers": [{"name": "w", "image": "registry.invalid/w:1"}]},
-            },
-        },
-    }
-    objects.apply(json.dumps(ghost))
+    objects.apply(ghost_worker_deployment())
     wait_for(lambda: replicas(objects, "pm") == 2, 20, "workers of the group")
     group = f'namespace="{ns}",sendgroup="pm"'
     info = f'sendgroup_info{{campaign="spring-sale",host="gmail.com",{group}}}'
