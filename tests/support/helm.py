@@ -19,6 +19,8 @@ from typing import Any
 
 import yaml
 
+from tests.support.tools import cached_tool
+
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "helm" / "sendgroup-operator"
 BUILD_SCRIPT = REPO / "hack" / "helm" / "build"
@@ -30,17 +32,12 @@ def helm_bin() -> Path:
 
     Raises AssertionError naming the command that builds it when there is none.
     """
-    if os.environ.get(HELM_ENV):
-        return Path(os.environ[HELM_ENV])
-    proc = subprocess.run(
-        [str(BUILD_SCRIPT), "--path"], capture_output=True, text=True, timeout=60, check=False
+    return cached_tool(
+        "helm",
+        HELM_ENV,
+        BUILD_SCRIPT,
+        "helm is not built: run hack/helm/build (hack/test does it before pytest)",
     )
-    if proc.returncode != 0:
-        raise AssertionError(
-            "helm is not built: run hack/helm/build (hack/test does it before pytest), "
-            f"or set {HELM_ENV}=/path/to/helm\n{proc.stderr}"
-        )
-    return Path(proc.stdout.strip().splitlines()[-1])
 
 
 def helm(

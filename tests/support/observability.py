@@ -10,7 +10,6 @@ selectors, grouping clauses and function calls removed), enough for the expressi
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 from collections.abc import Iterator
@@ -18,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from tests.support.tools import cached_tool
 
 REPO = Path(__file__).resolve().parents[2]
 CHART_FILES = REPO / "helm" / "sendgroup-operator" / "files"
@@ -68,18 +69,13 @@ def promtool_bin() -> Path:
 
     Raises AssertionError naming the command that fetches it when there is none.
     """
-    if os.environ.get(PROMTOOL_ENV):
-        return Path(os.environ[PROMTOOL_ENV])
-    proc = subprocess.run(
-        [str(BUILD_SCRIPT), "--path"], capture_output=True, text=True, timeout=60, check=False
+    return cached_tool(
+        "promtool",
+        PROMTOOL_ENV,
+        BUILD_SCRIPT,
+        "promtool is not available: run hack/promtool/build (hack/test does it before pytest; "
+        "it extracts promtool from Debian's prometheus package)",
     )
-    if proc.returncode != 0:
-        raise AssertionError(
-            "promtool is not available: run hack/promtool/build (hack/test does it before "
-            f"pytest; it extracts promtool from Debian's prometheus package), or set "
-            f"{PROMTOOL_ENV}=/path/to/promtool\n{proc.stderr}"
-        )
-    return Path(proc.stdout.strip().splitlines()[-1])
 
 
 def promtool(*args: str, input: str | None = None) -> subprocess.CompletedProcess[str]:
