@@ -25,6 +25,8 @@ from typing import Any, Final, Literal, Protocol
 from email_validator import EmailNotValidError, validate_email
 from tqdm import tqdm
 
+from sendgroup_worker import smtp
+
 #: Handler name the worker registers for mail jobs.
 MAIL_JOB: Final = "sendgroups.SendMail"
 
@@ -159,16 +161,13 @@ def make_mail_payload(
         check_template(template, vars or {}, has_body=bool(text or html))
     elif not (text or html):
         raise ValueError("a mail job needs a body: 'text', 'html' or 'template'")
+    # the subject as the worker will render it (smtp.render_part), checked as the worker does
     rendered_subject = subject
-    if rendered_subject is None and template is not None and template.get("subject"):
-        values = {k: str(v) for k, v in (vars or {}).items()}
-        rendered_subject = string.Template(template["subject"]).safe_substitute(values)
-    for field_name, line in (
-        ("subject", rendered_subject or ""),
-        *((f"header {name}", str(v)) for name, v in (headers or {}).items()),
-    ):
-        if "\r" in line or "\n" in line:
-            raise ValueError(f"{field_name}: contains a line break (not allowed in a header)")
+    if rendered_subject is None and template is not None:
+        rendered_subject = smtp.render_part(template.get("subject"), vars or {})
+    smtp.check_header_line("subject", rendered_subject or "")
+    for name, v in (headers or {}).items():
+        smtp.check_header_line(f"header {name}", str(v))
     data: dict[str, Any] = {"to": to if isinstance(to, str) else recipients}
     for name, value in (
         ("from", from_),

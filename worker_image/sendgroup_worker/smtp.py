@@ -120,7 +120,17 @@ def _bare(address: str) -> str:
     return address.strip()
 
 
-def _render(template: Any, variables: Mapping[str, Any]) -> str | None:
+def check_header_line(label: str, value: str) -> None:
+    """A header's value must stay on its line: a CR or LF would end the header (or inject
+    another, e.g. ``Bcc:``). Raises InvalidMailData ``"<label>: contains a line break ..."``."""
+    if "\r" in value or "\n" in value:
+        raise InvalidMailData(f"{label}: contains a line break (not allowed in a header)")
+
+
+def render_part(template: Any, variables: Mapping[str, Any]) -> str | None:
+    """One template part (``subject``/``text``/``html``) with ``$name`` placeholders filled
+    from ``variables`` (Python's ``string.Template.safe_substitute``: an unknown placeholder
+    stays as written). None for a missing part; InvalidMailData when it is not a string."""
     if template is None:
         return None
     if not isinstance(template, str):
@@ -157,9 +167,9 @@ def build_message(data: Mapping[str, Any], job_uuid: str) -> OutgoingMail:
         variables = data.get("vars") or {}
         if not isinstance(variables, Mapping):
             raise InvalidMailData("data.vars must be an object")
-        subject = _render(template.get("subject"), variables) if subject is None else subject
-        text = _render(template.get("text"), variables) if text is None else text
-        html = _render(template.get("html"), variables) if html is None else html
+        subject = render_part(template.get("subject"), variables) if subject is None else subject
+        text = render_part(template.get("text"), variables) if text is None else text
+        html = render_part(template.get("html"), variables) if html is None else html
     if text is None and html is None:
         raise InvalidMailData("data: one of text, html or template is required")
     for name, part in (("subject", subject), ("text", text), ("html", html)):
@@ -177,9 +187,7 @@ def build_message(data: Mapping[str, Any], job_uuid: str) -> OutgoingMail:
             continue
         extra.append((name, str(value)))
     for name, value in (("subject", subject or ""), *((f"headers.{n}", v) for n, v in extra)):
-        if "\r" in value or "\n" in value:
-            # a header line break would end the header (or inject another): refuse, permanently
-            raise InvalidMailData(f"data.{name}: contains a line break")
+        check_header_line(f"data.{name}", value)
     parts = _Parts(
         sender=senders[0],
         to=to,
