@@ -321,15 +321,17 @@ async def _apply_one(
     settings = rt.settings
     if isinstance(action, plan.EnsureDeployment):
         body = builders.deployment(ref, spec, settings, action.replicas)
-        rt.deployment_writes[key] = time.monotonic()
-        await rt.kube.apply_deployment(body, exists=observed.deployment is not None)
-        rt.deployment_writes[key] = time.monotonic()
+        try:
+            await rt.kube.apply_deployment(body, exists=observed.deployment is not None)
+        finally:  # failed or not, the index may be behind the API server now
+            rt.deployment_writes[key] = time.monotonic()
         rt.granted[key] = action.replicas
         logger.info("deployment %s replicas=%d", body["metadata"]["name"], action.replicas)
     elif isinstance(action, plan.DeleteDeployment):
-        rt.deployment_writes[key] = time.monotonic()
-        await rt.kube.delete_deployment(group.namespace, builders.deployment_name(group.name))
-        rt.deployment_writes[key] = time.monotonic()
+        try:
+            await rt.kube.delete_deployment(group.namespace, builders.deployment_name(group.name))
+        finally:
+            rt.deployment_writes[key] = time.monotonic()
         rt.granted[key] = 0
         logger.info("deployment deleted")
     elif isinstance(action, plan.CreateJob):
