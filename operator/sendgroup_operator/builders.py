@@ -272,9 +272,15 @@ def _pod_spec(
     container: dict[str, Any],
     volumes: list[dict[str, Any]],
 ) -> dict[str, Any]:
+    """The pod spec workers and Jobs share. ``shareProcessNamespace``: the pod's pause
+    container is PID 1, so our process is not, and a SIGTERM that arrives before Python has
+    installed its handlers still ends it (the kernel drops unhandled signals only for PID 1);
+    the pause container also reaps zombies (Kubernetes docs, "Share Process Namespace between
+    Containers in a Pod")."""
     pod: dict[str, Any] = {
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
+        "shareProcessNamespace": True,
         "securityContext": pod_security_context(),
         "containers": [container],
         "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}}, *volumes],

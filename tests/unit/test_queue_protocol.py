@@ -27,7 +27,7 @@ def test_reserve_call_layout() -> None:
     call = p.reserve_call(KEYS, settings, count=3, ack=ack, now=1796000000.25)
     assert call.script == "reserve"
     assert call.keys[:4] == KEYS.laravel_keys
-    assert call.keys[4:] == (KEYS.failed, KEYS.failed_jobs, KEYS.stats, KEYS.sent)
+    assert call.keys[4:] == (KEYS.failed, KEYS.failed_jobs, KEYS.stats, KEYS.sent, KEYS.paused)
     assert call.args[:8] == ("1796000000.25", "90", "3", "50", "100000", "604800", "604800", "2")
     assert call.args[8:] == ("1", b"R1", "u1", "0", b"R2", "u2")
     with pytest.raises(ValueError):
@@ -37,10 +37,12 @@ def test_reserve_call_layout() -> None:
 def test_parse_reserve_reply() -> None:
     raw = b'{"uuid":"u","attempts":0}'
     res = b'{"uuid":"u","attempts":1}'
-    r = p.parse_reserve_reply([[2], [3, 1], raw, res, b"x", b"\xff"])
-    assert r.lost_acks == [1] and (r.migrated, r.invalid) == (3, 1)
+    r = p.parse_reserve_reply([[2], [3, 1, 0], raw, res, b"x", b"\xff"])
+    assert r.lost_acks == [1] and (r.migrated, r.invalid) == (3, 1) and not r.paused
     assert r.jobs[0] == p.Reserved(raw, res, {"uuid": "u", "attempts": 1}, "u", 1)
     assert r.jobs[1].payload is None  # Python cannot read it: the worker fails the job
+    paused = p.parse_reserve_reply([[], [0, 0, 1]])
+    assert paused.paused and paused.jobs == []
 
 
 @pytest.mark.parametrize(

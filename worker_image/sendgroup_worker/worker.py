@@ -44,6 +44,7 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
+from sendgroup_worker import entry
 from sendgroup_worker import handlers as h
 from sendgroup_worker.backpressure import Backpressure
 from sendgroup_worker.config import WorkerConfig
@@ -74,6 +75,10 @@ STOP_RETRY_LIMIT: Final = 10.0
 
 #: Longest back-off between two attempts to reach Redis during an outage (seconds).
 OUTAGE_MAX_WAIT: Final = 5.0
+
+#: Seconds between two looks at the pause marker while the group is paused (the operator
+#: scales the workers to 0 meanwhile; this only covers the seconds until SIGTERM arrives).
+PAUSED_POLL: Final = 1.0
 
 
 class RedisClock:
@@ -168,6 +173,7 @@ class Worker:
         self.taken = 0
         self.finished = 0
         self._suspension_logged = False
+        self._paused_logged = False
         # idle lanes: one blocks on Redis (BLPOP), the others wait here until a lane that
         # found a job wakes one of them (so an idle process makes one blocking call, not N)
         self._idle = asyncio.Condition()
@@ -192,6 +198,9 @@ class Worker:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.stop, signal.Signals(sig).name)
+        early = entry.early_signal()
+        if early:  # arrived before the handlers above (see entry.py): stop, take nothing
+            self.stop(f"{early} before start")
         self.metrics.serve(self.config.metrics_port, self.config.metrics_host)
         self._publish_rate()
         log.info(
@@ -289,6 +298,17 @@ class Worker:
             self.metrics.job("failed")
         if result.invalid:
             log.info("%d unreadable payload(s) moved to failed", result.invalid)
+        if result.paused:
+            if not self.limiter.unlimited:
+                await self.limiter.give_back(granted, self.backpressure.run)
+            if not self._paused_logged:
+                log.warning("group paused (%s set): taking no jobs", self.keys.paused)
+                self._paused_logged = True
+            await self._sleep(PAUSED_POLL)
+            return
+        if self._paused_logged:
+            log.info("group no longer paused: taking jobs again")
+            self._paused_logged = False
         if not result.jobs:
             if not self.limiter.unlimited:
                 await self.limiter.give_back(granted, self.backpressure.run)

@@ -160,6 +160,13 @@ class QueueKeys:
         every other key, so its absence tells the operator the purge ran."""
         return self._sub("purge")
 
+    @property
+    def paused(self) -> str:
+        """String set by the operator while the group is paused, cancelled or being deleted:
+        ``reserve`` hands out no job while it exists, so a worker that starts (or has not yet
+        received its SIGTERM) after the pause takes nothing. Kept through a dump; purged."""
+        return self._sub("paused")
+
     def staging(self, name: str) -> str:
         """Staging copy of live key ``name`` (``ready``, ``delayed``, ``reserved``, ...) used
         while a dump runs; same hash tag, so the atomic move works on a cluster."""
@@ -192,6 +199,7 @@ class QueueKeys:
             self.backpressure,
             self.restored,
             self.purge_requested,
+            self.paused,
             *self.staging_keys,
         )
 

@@ -155,13 +155,16 @@ class ReserveResult:
     ``jobs``: the jobs reserved (at most ``count``); ``lost_acks``: indexes (0-based, into the
     ``ack`` sequence) of acknowledgements whose reservation was already gone; ``migrated``: jobs
     moved from delayed/reserved to ready by this call; ``invalid``: popped payloads that were
-    moved to the failed structure instead of being returned.
+    moved to the failed structure instead of being returned; ``paused``: the group's pause
+    marker (``QueueKeys.paused``) is set, so nothing was migrated or reserved (the acks were
+    still applied).
     """
 
     jobs: list[Reserved]
     lost_acks: list[int] = field(default_factory=list)
     migrated: int = 0
     invalid: int = 0
+    paused: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -307,13 +310,15 @@ def _reserved_from(raw: bytes, reserved: bytes) -> Reserved:
 def parse_reserve_reply(reply: Any) -> ReserveResult:
     """Turn the reply of ``reserve.lua`` into a :class:`ReserveResult`."""
     lost = [_as_int(i) - 1 for i in reply[0]]
-    migrated, invalid = (_as_int(v) for v in reply[1])
+    migrated, invalid, paused = (_as_int(v) for v in reply[1])
     items = reply[2:]
     jobs = [
         _reserved_from(_as_bytes(items[i]), _as_bytes(items[i + 1]))
         for i in range(0, len(items), 2)
     ]
-    return ReserveResult(jobs=jobs, lost_acks=lost, migrated=migrated, invalid=invalid)
+    return ReserveResult(
+        jobs=jobs, lost_acks=lost, migrated=migrated, invalid=invalid, paused=paused == 1
+    )
 
 
 # --- call builders -------------------------------------------------------------------------
@@ -333,7 +338,8 @@ def reserve_call(
     jobs and as many expired reservations with score <= now move to the ready tail, one notify
     token each; (3) up to ``count`` LPOPs (one notify token dropped per pop), each valid job's
     ``attempts`` + 1, ZADD to reserved with score now + retry_after. Invalid payloads go to the
-    failed structure. Raises ValueError if ``count`` < 0.
+    failed structure. While the pause marker exists only step (1) runs. Raises ValueError if
+    ``count`` < 0.
     """
     if count < 0:
         raise ValueError(f"count must be >= 0, got {count}")
@@ -361,6 +367,7 @@ def reserve_call(
             keys.failed_jobs,
             keys.stats,
             keys.sent,
+            keys.paused,
         ),
         tuple(args),
         parse_reserve_reply,

@@ -1,8 +1,9 @@
 -- reserve: acknowledge finished jobs, migrate due jobs, pop up to `count` jobs. One round trip.
--- KEYS: 1 ready, 2 delayed, 3 reserved, 4 notify, 5 failed, 6 failed_jobs, 7 stats, 8 sent
+-- KEYS: 1 ready, 2 delayed, 3 reserved, 4 notify, 5 failed, 6 failed_jobs, 7 stats, 8 sent,
+--       9 paused (the operator's pause marker: while it exists, acks only)
 -- ARGV: 1 now, 2 retry_after, 3 count, 4 migrate_limit, 5 failed_max_count, 6 failed_max_age,
 --       7 sent_ttl, 8 n_acks, then per ack: delivered ("1"/"0"), reserved bytes, uuid
--- Reply: {lost_ack_indexes (1-based), {migrated, invalid}, raw1, reserved1, raw2, ...}
+-- Reply: {lost_ack_indexes (1-based), {migrated, invalid, paused (0/1)}, raw1, reserved1, ...}
 local ready, delayed, reserved, notify = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local failed, failed_jobs, stats, sent = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local now = tonumber(ARGV[1])
@@ -35,6 +36,11 @@ if any_delivered then
   sg_trim_sent(sent, now, sent_ttl)
 end
 
+-- paused: the acks above count (those mails went out), nothing else moves
+if redis.call('EXISTS', KEYS[9]) == 1 then
+  return {lost, {0, 0, 1}}
+end
+
 -- 2. migration of due delayed jobs and expired reservations (bounded per call)
 local migrated = 0
 if migrate_limit > 0 then
@@ -43,7 +49,7 @@ if migrate_limit > 0 then
 end
 
 -- 3. pop
-local out = {lost, {migrated, 0}}
+local out = {lost, {migrated, 0, 0}}
 local got, popped, invalid = 0, 0, 0
 local until_score = now + retry_after
 while got < count and popped < count + 100 do
