@@ -2,7 +2,10 @@
 
 Namespaces from ``SENDGROUP_WATCH_NAMESPACES`` (default: ``POD_NAMESPACE``; ``*`` = all),
 liveness endpoint on ``SENDGROUP_HEALTH_PORT`` (default 8081, ``/healthz``), peering priority
-from ``SENDGROUP_PEERING_PRIORITY``; ``SENDGROUP_STANDALONE=true`` disables peering.
+from ``SENDGROUP_PEERING_PRIORITY``, peering identity from ``POD_ID`` (kopf's own variable; the
+chart sets it to the instance's name, stable across restarts, so a restarted instance finds
+its own stale record instead of "conflicting operators with the same priority");
+``SENDGROUP_STANDALONE=true`` disables peering (the chart sets it for a single replica).
 """
 
 from __future__ import annotations

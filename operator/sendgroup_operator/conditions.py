@@ -23,9 +23,12 @@ QUEUE_REACHABLE: Final = "QueueReachable"
 DUMPED: Final = "Dumped"
 THROTTLED: Final = "Throttled"
 DEGRADED: Final = "Degraded"
+FAILED_JOBS: Final = "FailedJobs"
 
 #: Reasons of the Ready condition that name a finished or special lifecycle state.
 REASON_CANCELLED: Final = "Cancelled"
+REASON_CANCELLING: Final = "Cancelling"
+REASON_DELETING: Final = "Deleting"
 REASON_COMPLETED: Final = "Completed"
 REASON_IDLE: Final = "Idle"
 REASON_NO_WORK: Final = "NoWork"
@@ -112,7 +115,8 @@ def remove_reason(conditions: list[Condition], type_: str, reason: str) -> bool:
 def derive_phase(conditions: Sequence[Condition]) -> Phase:
     """The one place ``status.phase`` is computed, from the conditions only.
 
-    Order: terminal states (Ready reason Cancelled/Completed/Failed), then the dump cycle
+    Order: terminal and tear-down states (Ready reason Cancelled, Cancelling, Deleting,
+    Completed, Failed: Cancelled only once the queue is purged), then the dump cycle
     (Dumped reason Dumping/Restoring, Dumped=True), then Paused, then Running (Ready=True or
     workers starting), Idle, and Pending (no work yet).
     """
@@ -121,6 +125,10 @@ def derive_phase(conditions: Sequence[Condition]) -> Phase:
     ready_reason = ready.reason if ready else ""
     if ready_reason == REASON_CANCELLED:
         return Phase.CANCELLED
+    if ready_reason == REASON_CANCELLING:
+        return Phase.CANCELLING
+    if ready_reason == REASON_DELETING:
+        return Phase.DELETING
     if ready_reason == REASON_FAILED:
         return Phase.FAILED
     if ready_reason == REASON_COMPLETED:

@@ -1,7 +1,14 @@
 """kopf wiring only: parse -> plan -> apply -> ``patch.status``. Handlers return None.
 
-create / update / resume / the reaper timer all call the same :func:`reconcile.reconcile`;
+create / update / resume / the reaper daemon all call the same :func:`reconcile.reconcile`;
 deletion runs it with the finalizer held until the plan says the group is finalized.
+
+The reaper is a kopf daemon (one coroutine per group), not a timer: a timer fires only every
+``reaperInterval``, so each step of a multi-step transition (restore -> workers, dump ->
+Dumped, workers gone -> purge) waited a whole interval. The daemon runs the next pass after
+``plan.requeue_after`` seconds while something is in motion, else after ``reaperInterval``.
+It writes status through the API (:meth:`Kube.patch_group_status`): kopf applies a daemon's
+``patch`` only when the daemon function returns.
 Status is written only when the plan says something meaningful changed, so a steady group
 causes no writes, and no handler reacts to our own status patches (kopf's diff base ignores
 ``status``).
@@ -17,9 +24,7 @@ import kopf
 import pydantic
 
 from sendgroup_operator import builders, metrics, models, plan, reconcile, startup
-from sendgroup_operator.settings import Settings
 
-_SETTINGS = Settings.from_env()
 RESOURCE = (models.GROUP, models.VERSION, models.PLURAL)
 
 
@@ -69,11 +74,27 @@ def _index(kwargs: Mapping[str, Any]) -> reconcile.DeploymentIndex | None:
     return index
 
 
-def _write(result: plan.Plan, body: kopf.Body, patch: kopf.Patch) -> None:
+def _events(result: plan.Plan, body: kopf.Body) -> None:
     for event in result.events:
         kopf.event(body, type=event.type, reason=event.reason, message=event.message)
-    if result.write_status:
-        patch.status.update(result.status.model_dump(mode="json", by_alias=True))
+
+
+async def _compute(
+    body: kopf.Body,
+    memo: Any,
+    logger: startup.Logger,
+    deployments: reconcile.DeploymentIndex | None,
+) -> plan.Plan | None:
+    rt: reconcile.Runtime = memo.runtime
+    try:
+        return await reconcile.reconcile(rt, body, logger, deployments=deployments)
+    except pydantic.ValidationError as exc:
+        # Only possible for an object stored before the CRD's rules: say so, do not retry.
+        kopf.event(body, type="Warning", reason="InvalidSpec", message=str(exc)[:1000])
+        return None
+    except Exception:
+        metrics.ERRORS.labels(body["metadata"]["namespace"]).inc()
+        raise
 
 
 async def _pass(
@@ -83,17 +104,12 @@ async def _pass(
     logger: startup.Logger,
     deployments: reconcile.DeploymentIndex | None,
 ) -> plan.Plan | None:
-    rt: reconcile.Runtime = memo.runtime
-    try:
-        result = await reconcile.reconcile(rt, body, logger, deployments=deployments)
-    except pydantic.ValidationError as exc:
-        # Only possible for an object stored before the CRD's rules: say so, do not retry.
-        kopf.event(body, type="Warning", reason="InvalidSpec", message=str(exc)[:1000])
-        return None
-    except Exception:
-        metrics.ERRORS.labels(body["metadata"]["namespace"]).inc()
-        raise
-    _write(result, body, patch)
+    """One pass from a change handler: status through kopf's ``patch``."""
+    result = await _compute(body, memo, logger, deployments)
+    if result is not None:
+        _events(result, body)
+        if result.write_status:
+            patch.status.update(result.status.model_dump(mode="json", by_alias=True))
     return result
 
 
@@ -111,22 +127,36 @@ async def on_change(
     await _pass(body, patch, memo, logger, _index(kwargs))
 
 
-@kopf.timer(*RESOURCE, interval=_SETTINGS.reaper_interval, initial_delay=1.0)
+@kopf.daemon(*RESOURCE, initial_delay=1.0, cancellation_timeout=10.0)
 async def reaper(
     body: kopf.Body,
-    patch: kopf.Patch,
     memo: Any,
     logger: startup.Logger,
+    stopped: kopf.DaemonStopped,
     **kwargs: Any,
 ) -> None:
-    """The reaper: measure the queue, move the clocks, act on deadlines. A failed API call
-    is logged and counted; the timer keeps running."""
-    try:
-        await _pass(body, patch, memo, logger, _index(kwargs))
-    except Exception as exc:  # never let one failure stop the timer
-        logger.warning("reaper pass failed: %s: %s", type(exc).__name__, exc)
-    finally:
-        memo.runtime.heartbeat = time.monotonic()
+    """The reaper: measure the queue, move the clocks, act on deadlines; again after
+    ``requeue_after`` (2 s) while a transition is in motion, else after ``reaperInterval``. A
+    failed pass is logged and counted; the loop keeps running until kopf stops it (the group
+    is being deleted, or the operator exits)."""
+    rt: reconcile.Runtime = memo.runtime
+    meta = body["metadata"]
+    while not stopped:
+        delay = rt.settings.reaper_interval
+        try:
+            result = await _compute(body, memo, logger, _index(kwargs))
+            if result is not None:
+                _events(result, body)
+                if result.write_status:
+                    status = result.status.model_dump(mode="json", by_alias=True)
+                    await rt.kube.patch_group_status(meta["namespace"], meta["name"], status)
+                if result.requeue_after is not None:
+                    delay = min(delay, result.requeue_after)
+        except Exception as exc:  # never let one failure stop the reaper
+            logger.warning("reaper pass failed: %s: %s", type(exc).__name__, exc)
+        finally:
+            rt.heartbeat = time.monotonic()
+        await stopped.wait(delay)
 
 
 @kopf.on.delete(*RESOURCE)

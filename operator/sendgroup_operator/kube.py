@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Final, TypeVar
 
 from kubernetes import client as k8s
@@ -174,6 +174,26 @@ class Kube:
             models.PLURAL,
             name,
         )
+
+    async def patch_group_status(
+        self, namespace: str, name: str, status: Mapping[str, Any]
+    ) -> None:
+        """Merge-patch a SendGroup's ``/status`` subresource (the reaper daemon's writes; the
+        change handlers write through kopf's ``patch.status``). A group deleted meanwhile
+        (404) is fine."""
+        try:
+            await self._call(
+                self.custom.patch_namespaced_custom_object_status,
+                models.GROUP,
+                models.VERSION,
+                namespace,
+                models.PLURAL,
+                name,
+                {"status": dict(status)},
+            )
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
 
     async def _delete(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
         try:

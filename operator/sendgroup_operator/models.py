@@ -118,7 +118,9 @@ class Phase(StrEnum):
     RESTORING = "Restoring"
     IDLE = "Idle"
     COMPLETED = "Completed"
+    CANCELLING = "Cancelling"
     CANCELLED = "Cancelled"
+    DELETING = "Deleting"
     FAILED = "Failed"
 
 

@@ -53,7 +53,8 @@ class QueueMeasure:
 
     ``staging`` counts the dump's staging keys present; ``delivered``/``failed_total`` are the
     workers' counters since the group began; ``busy``: a dump/restore/purge holds the queue's
-    lock or a restore's progress record exists (the command is mid-way).
+    lock or a restore's progress record exists (the command is mid-way); ``paused``: the
+    group's pause marker is set (workers reserve nothing while it is).
     """
 
     ready: int = 0
@@ -67,6 +68,7 @@ class QueueMeasure:
     purge_requested: bool = False
     suspended_seconds: float = 0.0
     busy: bool = False
+    paused: bool = False
 
     @property
     def total(self) -> int:
@@ -186,12 +188,22 @@ class RequestPurge:
 
 
 @dataclass(frozen=True)
+class SetPauseMarker:
+    """Set (``paused``) or delete the queue's pause marker in Redis (``QueueKeys.paused``).
+    Planned first in a pass: a pause reaches every worker's next ``reserve`` before any
+    Deployment is scaled, and a resume clears it before workers are asked for."""
+
+    paused: bool
+
+
+@dataclass(frozen=True)
 class DeleteGroup:
     """Delete the SendGroup itself (ttlSecondsAfterFinished passed)."""
 
 
 Action = (
-    EnsureDeployment
+    SetPauseMarker
+    | EnsureDeployment
     | DeleteDeployment
     | CreateJob
     | DeleteJob
@@ -238,16 +250,19 @@ def demand(
     status: models.SendGroupStatus,
     measure: Measurement | None,
     deleting: bool = False,
+    has_workers: bool = False,
 ) -> int:
-    """Workers this group asks of the global cap now: the desired count while it has work,
-    is not paused, not finished, not being deleted and has nothing waiting to be restored;
-    else 0. With Redis unreachable the last measured total counts."""
+    """Workers this group asks of the global cap now: the desired count while it has work or
+    still has its worker Deployment (``has_workers``: a trickle drained in milliseconds reads
+    empty, yet its workers must follow the spec until the reaper removes them), is not paused,
+    not finished, not being deleted and has nothing waiting to be restored; else 0. With Redis
+    unreachable the last measured total counts."""
     if deleting or spec.paused or spec.state == models.State.CANCELLED:
         return 0
     if status.dump.total_jobs > 0:
         return 0
     total = measure.total if isinstance(measure, QueueMeasure) else status.queue.total
-    return spec.workers if total > 0 else 0
+    return spec.workers if total > 0 or has_workers else 0
 
 
 def _ts(value: float | None) -> datetime | None:
@@ -274,6 +289,8 @@ def meaningful_change(
     if old.model_dump(exclude=skip) != new.model_dump(exclude=skip):
         return True
     oq, nq = old.queue, new.queue
+    if new.progress.failed > old.progress.failed:
+        return True  # a job failed: the event that says so is derived from the written count
     for a, b in (
         (oq.total, nq.total),
         (oq.failed, nq.failed),
@@ -378,7 +395,9 @@ def plan(
     # --- measurement and the reaper's clocks ---------------------------------------------
     if isinstance(measure, QueueMeasure):
         b.cond(conditions.QUEUE_REACHABLE, "True", "Measured", "queue measured")
+        _pause_marker(b, observed, measure)
         _record_measure(b, measure)
+        _failed_jobs(b, measure)
         if measure.suspended_seconds > 0:
             b.cond(
                 conditions.SUSPENDED,
@@ -419,10 +438,56 @@ def plan(
     if b.plan.write_status:
         st.last_refresh = now
     b.plan.status = st
-    b.plan.demand = demand(spec, st, measure, group.deleting)
+    b.plan.demand = demand(spec, st, measure, group.deleting, _keeps_workers(b, observed))
     if b.busy:
         b.plan.requeue_after = BUSY_REQUEUE
     return b.plan
+
+
+def _keeps_workers(b: _Builder, observed: Observed) -> bool:
+    """Whether the group ends this pass with its worker Deployment (not deleted now)."""
+    if any(isinstance(a, DeleteDeployment) for a in b.plan.actions):
+        return False
+    return observed.deployment is not None or any(
+        isinstance(a, EnsureDeployment) and a.replicas > 0 for a in b.plan.actions
+    )
+
+
+def _pause_marker(b: _Builder, observed: Observed, m: QueueMeasure) -> None:
+    """Plan :class:`SetPauseMarker` first in the pass. Wanted while the group is paused,
+    cancelled or being deleted and a worker could still take a job (jobs in the queue, or a
+    Deployment or pod still there); cleared as soon as the group runs again. After a purge
+    nothing is left to protect, so a finished group leaves no marker behind."""
+    stopping = b.spec.paused or b.spec.state == models.State.CANCELLED or b.group.deleting
+    could_take = m.total > 0 or observed.deployment is not None or observed.pods > 0
+    if stopping and could_take and not m.paused:
+        b.act(SetPauseMarker(True))
+    elif not stopping and m.paused:
+        b.act(SetPauseMarker(False))
+
+
+def _failed_jobs(b: _Builder, m: QueueMeasure) -> None:
+    """Condition ``FailedJobs`` (True while the failed list holds jobs) and a Warning event
+    ``JobsFailed`` each time the workers' failed counter grew since the last written status
+    (a status write follows: see :func:`meaningful_change`)."""
+    grew = m.failed_total - b.old.progress.failed
+    if grew > 0 and b.old.queue.measured_at is not None:
+        b.event(
+            "Warning",
+            "JobsFailed",
+            f"{grew} job(s) failed since the last check; {m.failed} in the failed list "
+            "(sendgroup-worker failed list shows why)",
+        )
+    if m.failed > 0:
+        b.cond(
+            conditions.FAILED_JOBS,
+            "True",
+            "JobsFailed",
+            f"{m.failed} job(s) in the failed list: retry or forget them with "
+            "sendgroup-worker failed",
+        )
+    else:
+        b.cond(conditions.FAILED_JOBS, "False", "NoFailedJobs", "the failed list is empty")
 
 
 def _progress_percent(st: models.SendGroupStatus) -> None:
@@ -451,10 +516,15 @@ def _record_measure(b: _Builder, m: QueueMeasure) -> None:
     q.oldest_job_age_seconds = (
         max(0, int((now - pushed).total_seconds())) if pushed is not None else None
     )
+    # idleSince: the first pass that saw nothing queued and nothing delivered or failed since
+    # the previous pass (a trickle drained in milliseconds always samples empty: the counters,
+    # read in the same atomic call, tell that work went through). Cleared by any activity.
+    activity = (
+        m.delivered != b.old.progress.delivered or m.failed_total != b.old.progress.failed
+    )
     st.progress.delivered = m.delivered
     st.progress.failed = m.failed_total
-    # idleSince: first pass that saw the queue empty; cleared by work.
-    if m.total == 0:
+    if m.total == 0 and not activity:
         if st.idle_since is None:
             st.idle_since = now
     else:
@@ -545,13 +615,15 @@ def _run(
             return
         _finish_dump(b, observed, measure, outcome)
     if st.dump.total_jobs > 0:
-        if dep is not None and dep.replicas > 0:
-            b.act(EnsureDeployment(0))
-        _restore(b, observed, measure)
-        return
+        if not _restore(b, observed, measure):
+            if dep is not None and dep.replicas > 0:
+                b.act(EnsureDeployment(0))
+            return
+        # restored in this very pass: the workers are asked for now, not a pass later
+        total = measure.total if isinstance(measure, QueueMeasure) else total
 
     conditions.remove_condition(st.conditions, conditions.DUMPED)
-    throttled = total > 0 and allowed < st.workers.desired
+    throttled = (total > 0 or dep is not None) and allowed < st.workers.desired
     b.cond(
         conditions.THROTTLED,
         "True" if throttled else "False",
@@ -560,28 +632,7 @@ def _run(
         if throttled
         else "no global cap applies",
     )
-    if total > 0:
-        st.workers.allowed = allowed
-        stale = dep is not None and dep.template_hash != builders.template_hash(
-            b.group.ref(spec), spec, settings
-        )
-        if dep is None or dep.replicas != allowed or stale:
-            b.act(EnsureDeployment(allowed))
-            if dep is None or dep.replicas != allowed:
-                was = dep.replicas if dep is not None else 0
-                b.event("Normal", "Scaled", f"workers {was} -> {allowed}")
-            b.busy = True
-        ready = dep.ready_replicas if dep else 0
-        if ready >= allowed and allowed > 0:
-            b.cond(conditions.READY, "True", "WorkersReady", f"{ready}/{allowed} workers ready")
-        else:
-            b.cond(conditions.READY, "False", "Scaling", f"{ready}/{allowed} workers ready")
-        return
-
-    # --- no work ---------------------------------------------------------------------------
-    if not measured:
-        return  # keep what is there: no decision on an unknown queue
-    if spec.state == models.State.COMPLETED:
+    if total == 0 and measured and spec.state == models.State.COMPLETED:
         if dep is not None:
             b.act(DeleteDeployment())
             b.event("Normal", "Reaped", "queue drained and state Completed: workers removed")
@@ -589,22 +640,55 @@ def _run(
         if st.finished_at is None:
             st.finished_at = now
         return
-    if dep is not None:
-        st.workers.allowed = dep.replicas
-        if _elapsed(st.idle_since, now, spec.reaper.idle_after):
-            b.act(DeleteDeployment())
-            b.event(
-                "Normal", "Reaped", f"queue empty for {spec.reaper.idle_after}: workers removed"
-            )
-            b.cond(conditions.READY, "False", conditions.REASON_IDLE, "queue empty, no workers")
-        else:
-            b.cond(conditions.READY, "True", "WorkersReady", "queue empty, workers waiting")
+    idle = total == 0 and measured and _elapsed(st.idle_since, now, spec.reaper.idle_after)
+    if idle and dep is not None:
+        b.act(DeleteDeployment())
+        b.event(
+            "Normal",
+            "Reaped",
+            f"nothing queued or delivered for {spec.reaper.idle_after}: workers removed",
+        )
+        b.cond(conditions.READY, "False", conditions.REASON_IDLE, "queue empty, no workers")
         return
+    if total > 0 or dep is not None:
+        # Work, or workers still there (a trickle drained in milliseconds reads empty): the
+        # Deployment converges to the spec on every pass, whatever the queue holds.
+        st.workers.allowed = allowed
+        _converge(b, dep, allowed, settings)
+        ready = dep.ready_replicas if dep else 0
+        waiting = "" if total > 0 else ", queue empty, workers waiting"
+        if ready >= allowed and allowed > 0:
+            message = f"{ready}/{allowed} workers ready{waiting}"
+            b.cond(conditions.READY, "True", "WorkersReady", message)
+        else:
+            b.cond(conditions.READY, "False", "Scaling", f"{ready}/{allowed} workers ready")
+        return
+
+    # --- no work, no workers -------------------------------------------------------------------
+    if not measured:
+        return  # keep what is there: no decision on an unknown queue
     old_ready = conditions.find(b.old.conditions, conditions.READY)
     if old_ready is not None and old_ready.reason != conditions.REASON_NO_WORK:
         b.cond(conditions.READY, "False", conditions.REASON_IDLE, "queue empty, no workers")
     else:
         b.cond(conditions.READY, "False", conditions.REASON_NO_WORK, "no jobs yet")
+
+
+def _stale(b: _Builder, dep: DeploymentObs, settings: Settings) -> bool:
+    """Whether the Deployment's pod template differs from what the spec asks for."""
+    return dep.template_hash != builders.template_hash(b.group.ref(b.spec), b.spec, settings)
+
+
+def _converge(b: _Builder, dep: DeploymentObs | None, replicas: int, settings: Settings) -> None:
+    """Plan :class:`EnsureDeployment` when the Deployment is missing, has other replicas, or a
+    stale pod template (any spec field the template carries: env, resources, image, grace)."""
+    if dep is not None and dep.replicas == replicas and not _stale(b, dep, settings):
+        return
+    b.act(EnsureDeployment(replicas))
+    if dep is None or dep.replicas != replicas:
+        was = dep.replicas if dep is not None else 0
+        b.event("Normal", "Scaled", f"workers {was} -> {replicas}")
+    b.busy = True
 
 
 def _finish_dump(b: _Builder, observed: Observed, measure: Measurement, outcome: str) -> None:
@@ -648,6 +732,8 @@ def _paused(
         b.act(EnsureDeployment(0))
         b.event("Normal", "Paused", "paused: workers -> 0")
         b.busy = True
+    elif dep is not None and _stale(b, dep, settings):
+        b.act(EnsureDeployment(0))  # the template follows the spec while paused too
     op = st.operation
     if op is not None and op.kind == "restore":
         # Paused again while restoring: let the restore finish, it is idempotent.
@@ -703,7 +789,9 @@ def _finish_restore(b: _Builder, observed: Observed) -> None:
     b.event("Normal", "Restored", f"{jobs} jobs restored from the volume")
 
 
-def _restore(b: _Builder, observed: Observed, measure: Measurement) -> None:
+def _restore(b: _Builder, observed: Observed, measure: Measurement) -> bool:
+    """Drive the restore; True once it finished in this pass (the caller then starts the
+    workers in the same pass)."""
     st = b.status
     op = st.operation
     b.cond(conditions.READY, "False", "Restoring", "restoring before workers start")
@@ -712,28 +800,29 @@ def _restore(b: _Builder, observed: Observed, measure: Measurement) -> None:
         if outcome == "done":
             _finish_restore(b, observed)
             b.busy = True
-            return
+            return True
         if outcome == "failed":
             _operation_failed(b, "restore")
             attempts = op.attempts + 1
             if attempts > MAX_OPERATION_ATTEMPTS:
                 op.attempts = attempts
                 b.cond(conditions.READY, "False", conditions.REASON_FAILED, "restore failed")
-                return
+                return False
             st.operation = None
             if isinstance(measure, QueueMeasure):
                 b.start_job("restore", measure.total, attempts)
         b.cond(conditions.DUMPED, "True", conditions.REASON_RESTORING, "restore Job running")
         b.busy = True
-        return
+        return False
     if not isinstance(measure, QueueMeasure):
-        return
+        return False
     if observed.pods > 0:
         b.busy = True
-        return
+        return False
     b.start_job("restore", measure.total)
     b.cond(conditions.DUMPED, "True", conditions.REASON_RESTORING, "restore Job started")
     b.event("Normal", "Restoring", f"restoring {st.dump.total_jobs} dumped jobs before workers")
+    return False
 
 
 def _teardown(b: _Builder, observed: Observed, measure: Measurement, settings: Settings) -> None:
@@ -744,7 +833,8 @@ def _teardown(b: _Builder, observed: Observed, measure: Measurement, settings: S
     purge = spec.state == models.State.CANCELLED or (
         group.deleting and spec.deletion_policy == models.DeletionPolicy.PURGE
     )
-    reason = conditions.REASON_CANCELLED if spec.state == models.State.CANCELLED else "Deleting"
+    cancelled = spec.state == models.State.CANCELLED and not group.deleting
+    reason = conditions.REASON_CANCELLING if cancelled else conditions.REASON_DELETING
     # Step 1: no workers, no dump/restore Job running.
     waiting = False
     if dep is not None:
@@ -778,7 +868,7 @@ def _teardown(b: _Builder, observed: Observed, measure: Measurement, settings: S
     b.cond(
         conditions.READY,
         "False",
-        reason,
+        conditions.REASON_CANCELLED if cancelled else reason,
         "workers stopped; queue purged" if purge else "workers stopped; queue kept (Retain)",
     )
     if group.deleting:

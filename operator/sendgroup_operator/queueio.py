@@ -3,8 +3,8 @@
 Key names come only from ``sendgroup_worker.queue.keys.QueueKeys``. The measurement is one
 MULTI/EXEC transaction (atomic, one round trip): LLEN ready, ZCARD delayed/reserved/failed,
 HMGET stats delivered/failed, LINDEX ready 0 (the oldest job's ``pushedAt``), EXISTS of the
-dump's staging keys, of the purge marker, of the dump/restore lock and restore progress, the
-workers' backpressure deadline (HGET
+dump's staging keys, of the purge marker, of the dump/restore lock and restore progress, of
+the pause marker, the workers' backpressure deadline (HGET
 ``backpressure`` ``until``) and TIME. "Empty" and "unchanged" always mean ready + delayed +
 reserved.
 
@@ -99,6 +99,7 @@ class RedisQueues:
             pipe.exists(keys.purge_requested)
             pipe.exists(keys.lock, keys.restored)
             pipe.hget(keys.backpressure, "until")
+            pipe.exists(keys.paused)
             pipe.time()
             (
                 ready,
@@ -111,6 +112,7 @@ class RedisQueues:
                 marker,
                 busy,
                 until_ms,
+                paused,
                 server_time,
             ) = await pipe.execute()
         except (RedisError, OSError) as exc:
@@ -129,6 +131,7 @@ class RedisQueues:
             purge_requested=bool(_int(marker)),
             busy=bool(_int(busy)),
             suspended_seconds=_suspended(until_ms, server_time),
+            paused=bool(_int(paused)),
         )
 
     async def purge(self, url: str, queue: str) -> int:
@@ -147,6 +150,18 @@ class RedisQueues:
         Raises :class:`QueueUnavailable`."""
         try:
             await self.client(url).set(QueueKeys(queue, self.prefix).purge_requested, "1")
+        except (RedisError, OSError) as exc:
+            raise QueueUnavailable(
+                f"Redis at {safe_host(url)} unreachable: {type(exc).__name__}"
+            ) from None
+
+    async def set_pause_marker(self, url: str, queue: str, paused: bool) -> None:
+        """Set or delete the queue's pause marker (``QueueKeys.paused``): while it exists the
+        workers' ``reserve`` hands out nothing. Raises :class:`QueueUnavailable`."""
+        key = QueueKeys(queue, self.prefix).paused
+        try:
+            client = self.client(url)
+            await (client.set(key, "1") if paused else client.delete(key))
         except (RedisError, OSError) as exc:
             raise QueueUnavailable(
                 f"Redis at {safe_host(url)} unreachable: {type(exc).__name__}"

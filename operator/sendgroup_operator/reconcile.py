@@ -319,7 +319,12 @@ async def _apply_one(
     ref = group.ref(spec)
     key = f"{group.namespace}/{group.name}"
     settings = rt.settings
-    if isinstance(action, plan.EnsureDeployment):
+    if isinstance(action, plan.SetPauseMarker):
+        if url is None:
+            raise QueueUnavailable("Redis unavailable: cannot set the pause marker")
+        await rt.queues.set_pause_marker(url, spec.queue_name(group.name), action.paused)
+        logger.info("pause marker %s", "set" if action.paused else "cleared")
+    elif isinstance(action, plan.EnsureDeployment):
         body = builders.deployment(ref, spec, settings, action.replicas)
         try:
             await rt.kube.apply_deployment(body, exists=observed.deployment is not None)
@@ -436,7 +441,9 @@ async def reconcile(
             observed = plan.Observed()  # idle: no API request at all in this pass
         else:
             observed = await observe(rt, group, spec, status, deployments)
-        want = plan.demand(spec, status, measured, group.deleting)
+        want = plan.demand(
+            spec, status, measured, group.deleting, observed.deployment is not None
+        )
         allowed = rt.allowed(key, min(want, plan.desired_workers(spec, rt.settings)))
         now = now or datetime.now(UTC).replace(microsecond=0)
         result = plan.plan(group, spec, status, observed, measured, allowed, rt.settings, now)

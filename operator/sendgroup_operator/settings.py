@@ -157,6 +157,13 @@ class Settings:
         "peering.name",
         "KopfPeering object the instances meet in",
     )
+    peering_lifetime: int = _setting(
+        20,
+        "SENDGROUP_PEERING_LIFETIME",
+        "peering.lifetime",
+        "seconds a peering record lives without keepalive: the longest a standby waits after "
+        "the active instance died",
+    )
     status_refresh: float = _setting(
         60.0,
         "SENDGROUP_STATUS_REFRESH",
@@ -268,6 +275,7 @@ class Settings:
             metrics_port=_req_int(e, "SENDGROUP_METRICS_PORT", d.metrics_port),
             peering_priority=_req_int(e, "SENDGROUP_PEERING_PRIORITY", 0),
             peering_name=e.get("SENDGROUP_PEERING_NAME") or d.peering_name,
+            peering_lifetime=_req_int(e, "SENDGROUP_PEERING_LIFETIME", d.peering_lifetime),
             status_refresh=float(_req_int(e, "SENDGROUP_STATUS_REFRESH", 60)),
             worker_service_account=e.get("SENDGROUP_WORKER_SERVICE_ACCOUNT") or None,
             default_smtp_host=e.get("SENDGROUP_DEFAULT_SMTP_HOST") or d.default_smtp_host,

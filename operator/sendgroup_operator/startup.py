@@ -64,6 +64,7 @@ def configure_kopf(settings: kopf.OperatorSettings, ours: Settings) -> None:
     )
     settings.peering.priority = ours.peering_priority
     settings.peering.name = ours.peering_name
+    settings.peering.lifetime = ours.peering_lifetime
     settings.peering.mandatory = False
     settings.peering.clusterwide = ours.clusterwide
     settings.posting.level = logging.WARNING

@@ -125,34 +125,36 @@ def test_pause_dump_resume_restore() -> None:
     s = spec(paused=True, reaper={"dumpAfter": "30s"})
     running = run(spec(), measure=q(40)).status
     paused = run(s, running, dep(3), q(40), at(1))
-    assert paused.actions == [p.EnsureDeployment(0)] and paused.status.phase is Phase.PAUSED
+    # The pause marker first (workers' next reserve takes nothing), then the scale-down.
+    assert paused.actions == [p.SetPauseMarker(True), p.EnsureDeployment(0)]
+    assert paused.status.phase is Phase.PAUSED
     assert paused.status.unchanged_since == at(1)
     assert paused.status.workers.allowed == 0
-    waiting = run(s, paused.status, dep(0), q(40), at(20))
+    waiting = run(s, paused.status, dep(0), q(40, paused=True), at(20))
     assert waiting.actions == []
     # A push resets the unchanged clock.
-    pushed = run(s, paused.status, dep(0), q(41), at(25))
+    pushed = run(s, paused.status, dep(0), q(41, paused=True), at(25))
     assert pushed.status.unchanged_since == at(25) and pushed.write_status
     # Pods still terminating: no dump yet.
     busy = p.Observed(p.DeploymentObs(0), pods=1, jobs_listed=True)
-    assert run(s, pushed.status, busy, q(41), at(60)).actions == []
-    dumping = run(s, pushed.status, dep(0), q(41), at(60))
+    assert run(s, pushed.status, busy, q(41, paused=True), at(60)).actions == []
+    dumping = run(s, pushed.status, dep(0), q(41, paused=True), at(60))
     assert dumping.actions == [p.CreateJob("dump", 1)]
     assert dumping.status.phase is Phase.DUMPING
     assert dumping.status.operation is not None
     assert dumping.status.operation.job_name == "sg-g1-dump-1"
     # Job not seen yet (just created): still dumping, no second Job.
-    again = run(s, dumping.status, p.Observed(p.DeploymentObs(0)), q(41), at(62))
+    again = run(s, dumping.status, p.Observed(p.DeploymentObs(0)), q(41, paused=True), at(62))
     assert again.actions == [] and again.status.phase is Phase.DUMPING
     # Outcome from Redis: keys gone, no staging keys (the Job ran elsewhere).
-    dumped = run(s, dumping.status, dep(0), q(0), at(70))
+    dumped = run(s, dumping.status, dep(0), q(0, paused=True), at(70))
     assert dumped.status.phase is Phase.DUMPED and dumped.status.dump.total_jobs == 41
     assert dumped.status.operation is None and cond(dumped, "Dumped") == ("True", "Dumped")
     assert any(e.reason == "Dumped" for e in dumped.events)
     # Resume: restore first, no workers.
     resumed_spec = spec(reaper={"dumpAfter": "30s"})
-    restoring = run(resumed_spec, dumped.status, dep(0), q(0), at(80))
-    assert restoring.actions == [p.CreateJob("restore", 2)]
+    restoring = run(resumed_spec, dumped.status, dep(0), q(0, paused=True), at(80))
+    assert restoring.actions == [p.SetPauseMarker(False), p.CreateJob("restore", 2)]
     assert restoring.status.phase is Phase.RESTORING and restoring.demand == 0
     partial = run(resumed_spec, restoring.status, dep(0), q(20), at(85))
     assert partial.actions == [] and partial.status.phase is Phase.RESTORING
@@ -160,10 +162,11 @@ def test_pause_dump_resume_restore() -> None:
     assert locked.status.phase is Phase.RESTORING, "the restore still holds the lock"
     restored = run(resumed_spec, restoring.status, dep(0), q(41), at(90))
     assert restored.status.dump.total_jobs == 0 and restored.status.operation is None
-    assert not any(isinstance(a, p.EnsureDeployment) and a.replicas for a in restored.actions)
-    workers = run(resumed_spec, restored.status, dep(0), q(41), at(92))
-    assert workers.actions == [p.EnsureDeployment(3)]
-    assert workers.status.phase is Phase.RUNNING
+    # Restored in this pass: the workers are asked for in the same pass, not a pass later.
+    assert restored.actions == [p.EnsureDeployment(3)]
+    assert restored.status.phase is Phase.RUNNING
+    steady = run(resumed_spec, restored.status, dep(3), q(41), at(92))
+    assert steady.actions == [] and steady.status.phase is Phase.RUNNING
 
 
 def test_dump_job_failure_degrades_and_retries_later() -> None:
@@ -188,12 +191,15 @@ def test_cancel_stops_workers_then_purges() -> None:
     first = run(s, st, dep(3), q(10), at(1))
     assert p.EnsureDeployment(0) in first.actions and p.PurgeQueue() not in first.actions
     pods = p.Observed(p.DeploymentObs(0), pods=2, jobs_listed=True)
-    second = run(s, first.status, pods, q(10), at(2))
+    assert first.actions[0] == p.SetPauseMarker(True)
+    assert first.status.phase is Phase.CANCELLING, "nothing purged yet"
+    second = run(s, first.status, pods, q(10, paused=True), at(2))
     assert p.PurgeQueue() not in second.actions and p.DeleteDeployment() not in second.actions
-    third = run(s, second.status, dep(0), q(10), at(3))
+    assert second.status.phase is Phase.CANCELLING
+    third = run(s, second.status, dep(0), q(10, paused=True), at(3))
     assert third.actions == [p.DeleteDeployment()]
-    purge = run(s, third.status, p.Observed(jobs_listed=True), q(10), at(4))
-    assert purge.actions == [p.PurgeQueue()]
+    purge = run(s, third.status, p.Observed(jobs_listed=True), q(10, paused=True), at(4))
+    assert purge.actions == [p.PurgeQueue()] and purge.status.phase is Phase.CANCELLING
     done = run(s, purge.status, p.Observed(jobs_listed=True), q(0), at(5))
     assert done.actions == [] and done.status.phase is Phase.CANCELLED
     assert done.status.finished_at == at(5)
@@ -226,7 +232,9 @@ def test_delete_retain_leaves_keys_and_purge_purges() -> None:
         group=deleting,
     )
     assert retain.finalized and p.PurgeQueue() not in retain.actions
-    purge = run(spec(), obs=p.Observed(jobs_listed=True), measure=q(9), group=deleting)
+    purge = run(
+        spec(), obs=p.Observed(jobs_listed=True), measure=q(9, paused=True), group=deleting
+    )
     assert not purge.finalized and purge.actions == [p.PurgeQueue()]
     assert run(spec(), measure=q(0), group=deleting).finalized
 
@@ -379,8 +387,69 @@ def test_progress_counts_dumped_jobs_as_still_to_send() -> None:
     """A Dumped group with 30 delivered and 10 on the volume is 75 % done, not 100 %."""
     s = spec(paused=True, reaper={"dumpAfter": "30s"})
     paused = run(s, run(spec(), measure=q(10, delivered=30)).status, dep(3), q(10, delivered=30))
-    dumping = run(s, paused.status, dep(0), q(10, delivered=30), at(60))
+    dumping = run(s, paused.status, dep(0), q(10, delivered=30, paused=True), at(60))
     assert dumping.actions == [p.CreateJob("dump", 1)]
-    dumped = run(s, dumping.status, dep(0), q(0, delivered=30), at(70))
+    dumped = run(s, dumping.status, dep(0), q(0, delivered=30, paused=True), at(70))
     assert dumped.status.phase is Phase.DUMPED and dumped.status.dump.total_jobs == 10
     assert dumped.status.progress.percent == 75.0
+
+
+# --- issue 21: the lifecycle under real traffic -------------------------------------------
+
+
+def test_spec_changes_reach_an_existing_deployment_while_the_queue_reads_empty() -> None:
+    """A trickle drained in milliseconds samples empty: workers 2 -> 3 and a new timeout still
+    reach the Deployment (replicas and template), on the first pass after the edit."""
+    before = spec(workers=2)
+    st = run(before, measure=q(5)).status
+    steady = run(before, st, dep(2), q(0, delivered=5), at(10))
+    assert steady.actions == []
+    more = run(spec(workers=3), steady.status, dep(2), q(0, delivered=9), at(20))
+    assert more.actions == [p.EnsureDeployment(3)] and more.status.workers.allowed == 3
+    stale = dataclasses.replace(dep(3), deployment=p.DeploymentObs(3, 3, template_hash="old"))
+    edited = spec(workers=3, worker={"timeout": 50, "retryAfter": 90})
+    assert run(edited, more.status, stale, q(0, delivered=12), at(30)).actions == [
+        p.EnsureDeployment(3)
+    ]
+
+
+def test_paused_group_template_follows_the_spec_without_waking_workers() -> None:
+    s = spec(paused=True, worker={"timeout": 50, "retryAfter": 90})
+    stale = p.Observed(p.DeploymentObs(0, template_hash="old"), jobs_listed=True)
+    result = run(s, obs=stale, measure=q(3, paused=True))
+    assert result.actions == [p.EnsureDeployment(0)]
+
+
+def test_a_trickle_is_not_idle_and_a_quiet_queue_is() -> None:
+    s = spec(reaper={"idleAfter": "60s"})
+    st = run(s, measure=q(1)).status
+    delivered = 1
+    for t in range(10, 200, 10):  # one mail per 10 s pass, every sample reads empty
+        delivered += 1
+        step = run(s, st, dep(3), q(0, delivered=delivered), at(t))
+        assert step.status.idle_since is None and p.DeleteDeployment() not in step.actions
+        st = step.status
+    quiet = run(s, st, dep(3), q(0, delivered=delivered), at(200))
+    assert quiet.status.idle_since == at(200)
+    assert run(s, quiet.status, dep(3), q(0, delivered=delivered), at(259)).actions == []
+    assert run(s, quiet.status, dep(3), q(0, delivered=delivered), at(260)).actions == [
+        p.DeleteDeployment()
+    ]
+
+
+def test_failed_jobs_raise_an_event_once_and_a_condition() -> None:
+    s = spec()
+    st = run(s, measure=q(5)).status
+    failed = run(s, st, dep(3), q(3, failed=2, failed_total=2), at(10))
+    assert [e.reason for e in failed.events if e.type == "Warning"] == ["JobsFailed"]
+    assert "2 job(s) failed" in failed.events[-1].message and failed.write_status
+    assert cond(failed, "FailedJobs") == ("True", "JobsFailed")
+    again = run(s, failed.status, dep(3), q(3, failed=2, failed_total=2), at(20))
+    assert not any(e.reason == "JobsFailed" for e in again.events)
+    retried = run(s, again.status, dep(3), q(5, failed=0, failed_total=2), at(30))
+    assert cond(retried, "FailedJobs") == ("False", "NoFailedJobs")
+
+
+def test_resume_clears_the_pause_marker_before_asking_for_workers() -> None:
+    result = run(spec(), obs=dep(0), measure=q(10, paused=True))
+    assert result.actions == [p.SetPauseMarker(False), p.EnsureDeployment(3)]

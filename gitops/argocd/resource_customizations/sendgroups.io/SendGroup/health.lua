@@ -12,7 +12,8 @@
 --   Running with Suspended=True (provider pushback, ends by itself)  -> Suspended
 --   Running with all allowed workers ready, Pending (no jobs yet),
 --   Idle, Completed, Cancelled once purged                           -> Healthy
---   Running while workers start, Restoring, Cancelled while purging  -> Progressing
+--   Running while workers start, Restoring, Cancelling (purging),
+--   Deleting                                                         -> Progressing
 --   a phase this script does not know (a newer operator)             -> Unknown
 local hs = {}
 
@@ -118,6 +119,12 @@ elseif phase == "Cancelled" then
     hs.status = "Progressing"
     hs.message = "Cancelling: " .. text(ready, "stopping workers and purging the queue")
   end
+elseif phase == "Cancelling" then
+  hs.status = "Progressing"
+  hs.message = "Cancelling: " .. text(ready, "stopping workers and purging the queue")
+elseif phase == "Deleting" then
+  hs.status = "Progressing"
+  hs.message = "Deleting: " .. text(ready, "waiting for the workers to stop")
 elseif phase == "Paused" then
   hs.status = "Suspended"
   hs.message = "Paused (spec.paused): " .. num(queue.total) .. " jobs wait in Redis"
