@@ -16,6 +16,7 @@ causes no writes, and no handler reacts to our own status patches (kopf's diff b
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -104,12 +105,16 @@ async def _pass(
     logger: startup.Logger,
     deployments: reconcile.DeploymentIndex | None,
 ) -> plan.Plan | None:
-    """One pass from a change handler: status through kopf's ``patch``."""
+    """One pass from a change handler: status through kopf's ``patch``; a follow-up pass the
+    plan asks for is the reaper daemon's, woken for it."""
     result = await _compute(body, memo, logger, deployments)
     if result is not None:
         _events(result, body)
         if result.write_status:
             patch.status.update(result.status.model_dump(mode="json", by_alias=True))
+        if result.requeue_after is not None:
+            meta = body["metadata"]
+            memo.runtime.kick(f"{meta['namespace']}/{meta['name']}", result.requeue_after)
     return result
 
 
@@ -141,6 +146,7 @@ async def reaper(
     is being deleted, or the operator exits)."""
     rt: reconcile.Runtime = memo.runtime
     meta = body["metadata"]
+    wakeup = rt.wakeup(f"{meta['namespace']}/{meta['name']}")
     while not stopped:
         delay = rt.settings.reaper_interval
         try:
@@ -156,7 +162,18 @@ async def reaper(
             logger.warning("reaper pass failed: %s: %s", type(exc).__name__, exc)
         finally:
             rt.heartbeat = time.monotonic()
-        await stopped.wait(delay)
+        await _sleep(stopped, wakeup, delay)
+
+
+async def _sleep(stopped: kopf.DaemonStopped, wakeup: asyncio.Event, delay: float) -> None:
+    """Until ``delay`` seconds passed, the daemon is stopped, or a change handler woke it."""
+    waits = {asyncio.ensure_future(stopped.wait(delay)), asyncio.ensure_future(wakeup.wait())}
+    try:
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in waits:
+            task.cancel()
+        wakeup.clear()
 
 
 @kopf.on.delete(*RESOURCE)

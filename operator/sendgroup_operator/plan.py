@@ -519,9 +519,7 @@ def _record_measure(b: _Builder, m: QueueMeasure) -> None:
     # idleSince: the first pass that saw nothing queued and nothing delivered or failed since
     # the previous pass (a trickle drained in milliseconds always samples empty: the counters,
     # read in the same atomic call, tell that work went through). Cleared by any activity.
-    activity = (
-        m.delivered != b.old.progress.delivered or m.failed_total != b.old.progress.failed
-    )
+    activity = m.delivered != b.old.progress.delivered or m.failed_total != b.old.progress.failed
     st.progress.delivered = m.delivered
     st.progress.failed = m.failed_total
     if m.total == 0 and not activity:

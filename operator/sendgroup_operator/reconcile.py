@@ -56,6 +56,21 @@ class Runtime:
     #: When this process last created, patched or deleted each group's Deployment (monotonic
     #: seconds), so the next passes read it from the API server, not from a lagging index.
     deployment_writes: dict[str, float] = field(default_factory=dict)
+    #: Per group: set to wake its reaper daemon before its sleep ends (a change handler's
+    #: pass asked for a follow-up pass, see :meth:`kick`).
+    wakeups: dict[str, asyncio.Event] = field(default_factory=dict)
+
+    def wakeup(self, key: str) -> asyncio.Event:
+        """The event that wakes ``key``'s reaper daemon."""
+        event = self.wakeups.get(key)
+        if event is None:
+            event = self.wakeups[key] = asyncio.Event()
+        return event
+
+    def kick(self, key: str, after: float) -> None:
+        """Wake ``key``'s reaper daemon in ``after`` seconds (a transition started by a change
+        handler continues without waiting for the daemon's own sleep to end)."""
+        asyncio.get_running_loop().call_later(after, self.wakeup(key).set)
 
     def allowed(self, key: str, demand: int) -> int:
         """Workers the global cap grants ``key`` now: its water-filling share, and never so
@@ -76,6 +91,7 @@ class Runtime:
         self.locks.pop(key, None)
         self.written.pop(key, None)
         self.deployment_writes.pop(key, None)
+        self.wakeups.pop(key, None)
         self.table.forget(key)
 
 

@@ -232,9 +232,7 @@ def test_delete_retain_leaves_keys_and_purge_purges() -> None:
         group=deleting,
     )
     assert retain.finalized and p.PurgeQueue() not in retain.actions
-    purge = run(
-        spec(), obs=p.Observed(jobs_listed=True), measure=q(9, paused=True), group=deleting
-    )
+    purge = run(spec(), obs=p.Observed(jobs_listed=True), measure=q(9, paused=True), group=deleting)
     assert not purge.finalized and purge.actions == [p.PurgeQueue()]
     assert run(spec(), measure=q(0), group=deleting).finalized
 
