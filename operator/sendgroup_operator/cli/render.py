@@ -21,7 +21,18 @@ POSITIVE: Final = frozenset({"Ready", "QueueReachable"})
 INFORMATIONAL: Final = frozenset({"Paused", "Dumped"})
 #: Ready=False reasons that are lifecycle states the phase already shows.
 LIFECYCLE_REASONS: Final = frozenset(
-    {"Paused", "Idle", "NoWork", "Completed", "Cancelled", "Restoring", "Stopping", "Purging"}
+    {
+        "Paused",
+        "Idle",
+        "NoWork",
+        "Completed",
+        "Cancelling",
+        "Cancelled",
+        "Deleting",
+        "Restoring",
+        "Stopping",
+        "Purging",
+    }
 )
 BAR_WIDTH: Final = 20
 
