@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping
 from typing import Any
 
 import kopf
@@ -69,10 +68,8 @@ def worker_deployments(
     return {(namespace, name): reconcile.deployment_obs(body)}
 
 
-def _index(kwargs: Mapping[str, Any]) -> reconcile.DeploymentIndex | None:
-    """The index above, as kopf passes it to every handler (by its function's name)."""
-    index: reconcile.DeploymentIndex | None = kwargs.get("worker_deployments")
-    return index
+#: The index above as kopf passes it to every handler (by the index function's name).
+WorkerDeployments = kopf.Index[tuple[str | None, str], plan.DeploymentObs | None]
 
 
 def _events(result: plan.Plan, body: kopf.Body) -> None:
@@ -126,10 +123,11 @@ async def on_change(
     patch: kopf.Patch,
     memo: Any,
     logger: startup.Logger,
-    **kwargs: Any,
+    worker_deployments: WorkerDeployments | None = None,
+    **_: Any,
 ) -> None:
     """Spec created or changed, or operator (re)started: one reconciliation pass."""
-    await _pass(body, patch, memo, logger, _index(kwargs))
+    await _pass(body, patch, memo, logger, worker_deployments)
 
 
 @kopf.daemon(*RESOURCE, initial_delay=1.0, cancellation_timeout=10.0)
@@ -138,7 +136,8 @@ async def reaper(
     memo: Any,
     logger: startup.Logger,
     stopped: kopf.DaemonStopped,
-    **kwargs: Any,
+    worker_deployments: WorkerDeployments | None = None,
+    **_: Any,
 ) -> None:
     """The reaper: measure the queue, move the clocks, act on deadlines; again after
     ``requeue_after`` (2 s) while a transition is in motion, else after ``reaperInterval``. A
@@ -150,7 +149,7 @@ async def reaper(
     while not stopped:
         delay = rt.settings.reaper_interval
         try:
-            result = await _compute(body, memo, logger, _index(kwargs))
+            result = await _compute(body, memo, logger, worker_deployments)
             if result is not None:
                 _events(result, body)
                 if result.write_status:
@@ -182,11 +181,12 @@ async def on_delete(
     patch: kopf.Patch,
     memo: Any,
     logger: startup.Logger,
-    **kwargs: Any,
+    worker_deployments: WorkerDeployments | None = None,
+    **_: Any,
 ) -> None:
     """Deletion: workers gone, then purge or retain per ``deletionPolicy``; the finalizer
     stays until then (bounded when Redis is unreachable, see ``purgeTimeout``)."""
-    result = await _pass(body, patch, memo, logger, _index(kwargs))
+    result = await _pass(body, patch, memo, logger, worker_deployments)
     if result is not None and not result.finalized:
         raise kopf.TemporaryError("waiting for workers to stop and the purge", delay=2)
     rt: reconcile.Runtime = memo.runtime

@@ -1,5 +1,8 @@
 """The operator's Kubernetes adapter: the only module that talks to the API server (besides
-kopf itself). Plain dicts in, plain dicts out; 404 -> None; 409 AlreadyExists -> adopt.
+kopf itself). Plain dicts in, plain dicts out; 404 -> None; 409 AlreadyExists -> adopt; every
+other API error leaves as :class:`KubeError` (the client's ``ApiException`` never escapes, so
+the layers above do not import the client; gafaelfawr's ``storage/kubernetes.py`` does the
+same).
 
 The ``kubernetes`` client is synchronous: every call runs in a worker thread
 (``asyncio.to_thread``) so the kopf event loop never blocks.
@@ -9,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 from collections.abc import Callable, Mapping
 from typing import Any, Final, TypeVar
@@ -20,6 +24,23 @@ from sendgroup_operator import metrics, models
 
 MERGE_PATCH: Final = "application/merge-patch+json"
 T = TypeVar("T")
+
+
+class KubeError(Exception):
+    """An API call failed. ``status``: the HTTP status (0 when the server was not reached);
+    the message is ``HTTP <status>: <the API's message>`` (at most 300 characters), safe to
+    show in a condition or an event."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _kube_error(exc: ApiException) -> KubeError:
+    detail = exc.reason or ""
+    with contextlib.suppress(ValueError, AttributeError):
+        detail = json.loads(exc.body or "{}").get("message", detail)
+    return KubeError(int(exc.status or 0), f"HTTP {exc.status}: {str(detail)[:300]}")
 
 
 class Forbidden(Exception):
@@ -47,12 +68,15 @@ class Kube:
     async def _call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         self.requests += 1
         metrics.KUBE_REQUESTS.inc()
-        return await asyncio.to_thread(fn, *args, **kwargs)
+        try:
+            return await asyncio.to_thread(fn, *args, **kwargs)
+        except ApiException as exc:
+            raise _kube_error(exc) from exc
 
     async def _get(self, fn: Callable[..., Any], *args: Any) -> dict[str, Any] | None:
         try:
             return _json(await self._call(fn, *args, _preload_content=False))
-        except ApiException as exc:
+        except KubeError as exc:
             if exc.status == 404:
                 return None
             raise
@@ -70,7 +94,7 @@ class Kube:
             try:
                 await self._call(self.apps.create_namespaced_deployment, ns, body)
                 return
-            except ApiException as exc:
+            except KubeError as exc:
                 if exc.status != 409:
                     raise
         await self._call(
@@ -99,7 +123,7 @@ class Kube:
         """Create the Job; 409 AlreadyExists means an earlier pass created it: adopt it."""
         try:
             await self._call(self.batch.create_namespaced_job, body["metadata"]["namespace"], body)
-        except ApiException as exc:
+        except KubeError as exc:
             if exc.status != 409:
                 raise
 
@@ -151,7 +175,7 @@ class Kube:
                 tail_lines=lines,
                 _preload_content=False,
             )
-        except ApiException as exc:
+        except KubeError as exc:
             if exc.status in (400, 404):
                 return None
             raise
@@ -191,14 +215,14 @@ class Kube:
                 name,
                 {"status": dict(status)},
             )
-        except ApiException as exc:
+        except KubeError as exc:
             if exc.status != 404:
                 raise
 
     async def _delete(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
         try:
             await self._call(fn, *args, **kwargs)
-        except ApiException as exc:
+        except KubeError as exc:
             if exc.status != 404:
                 raise
 
@@ -210,7 +234,7 @@ class Kube:
                 self.apiext.read_custom_resource_definition, f"{models.PLURAL}.{models.GROUP}"
             )
             return True
-        except ApiException as exc:
+        except KubeError as exc:
             if exc.status == 404:
                 return False
             if exc.status == 403:
@@ -223,7 +247,7 @@ class Kube:
             resources = await self._call(
                 self.custom.get_api_resources, models.GROUP, models.VERSION
             )
-        except ApiException:
+        except KubeError:
             return False
         return any(r.name == models.PLURAL for r in resources.resources)
 

@@ -8,21 +8,18 @@ the liveness heartbeat); it lives in kopf's ``memo``.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import json
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from kubernetes.client.exceptions import ApiException
-
 from sendgroup_operator import builders, conditions, fairshare, metrics, models, plan
-from sendgroup_operator.kube import Kube
+from sendgroup_operator.kube import Kube, KubeError
 from sendgroup_operator.queueio import QueueUnavailable, RedisQueues
 from sendgroup_operator.settings import Settings
 
@@ -34,7 +31,7 @@ DEPLOYMENT_WRITE_GRACE = 15.0
 
 #: The watch-fed index of worker Deployments (kopf's ``@kopf.index``, see handlers.py):
 #: ``(namespace, deployment name) -> a collection holding its DeploymentObs``.
-DeploymentIndex = Mapping[tuple[str, str], Any]
+DeploymentIndex = Mapping[tuple[str | None, str], Collection[plan.DeploymentObs | None]]
 
 
 @dataclass
@@ -297,11 +294,6 @@ class ApplyError(Exception):
 
 
 def _reason(exc: Exception) -> str:
-    if isinstance(exc, ApiException):
-        detail = exc.reason or ""
-        with contextlib.suppress(ValueError, AttributeError):
-            detail = json.loads(exc.body or "{}").get("message", detail)
-        return f"HTTP {exc.status}: {str(detail)[:300]}"
     return str(exc)[:300]
 
 
@@ -319,7 +311,7 @@ async def apply(
     for action in result.actions:
         try:
             await _apply_one(rt, group, spec, action, observed, url, logger)
-        except (ApiException, QueueUnavailable) as exc:
+        except (KubeError, QueueUnavailable) as exc:
             raise ApplyError(f"{type(action).__name__}: {_reason(exc)}") from exc
 
 
