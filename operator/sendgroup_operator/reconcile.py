@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from sendgroup_operator import builders, conditions, fairshare, metrics, models, plan
+from sendgroup_operator import builders, fairshare, metrics, models, plan
 from sendgroup_operator.kube import Kube, KubeError
 from sendgroup_operator.queueio import QueueUnavailable, RedisQueues
 from sendgroup_operator.settings import Settings
@@ -149,18 +149,6 @@ async def redis_url(rt: Runtime, namespace: str, spec: models.SendGroupSpec) -> 
     return rt.settings.default_redis_url
 
 
-def _needs_children(
-    group: plan.Group, spec: models.SendGroupSpec, st: models.SendGroupStatus
-) -> bool:
-    return (
-        group.deleting
-        or spec.paused
-        or spec.state == models.State.CANCELLED
-        or st.operation is not None
-        or st.dump.total_jobs > 0
-    )
-
-
 async def _summary(rt: Runtime, namespace: str, job_name: str) -> dict[str, Any] | None:
     """The JSON summary line a succeeded Job's pod printed, or None."""
     pods = await rt.kube.list_pods(namespace, f"batch.kubernetes.io/job-name={job_name}")
@@ -190,26 +178,6 @@ def _job_obs(job: Mapping[str, Any]) -> plan.JobObs:
         succeeded=int(status.get("succeeded") or 0),
         failed_final=failed_final,
     )
-
-
-#: Ready reasons that mean "this operator left the group without a Deployment".
-_NO_DEPLOYMENT_REASONS = frozenset({"Idle", "NoWork", "Completed"})
-
-
-def _known_without_children(
-    group: plan.Group,
-    spec: models.SendGroupSpec,
-    st: models.SendGroupStatus,
-    measured: plan.Measurement,
-) -> bool:
-    """An idle group: empty queue, and the last written status says we left it without a
-    Deployment. Nothing to look at in the API server."""
-    if not isinstance(measured, plan.QueueMeasure) or measured.total > 0:
-        return False
-    if _needs_children(group, spec, st) or st.observed_generation != group.generation:
-        return False
-    ready = next((c for c in st.conditions if c.type == "Ready"), None)
-    return ready is not None and ready.reason in _NO_DEPLOYMENT_REASONS
 
 
 def deployment_obs(raw: Mapping[str, Any]) -> plan.DeploymentObs | None:
@@ -256,7 +224,7 @@ async def observe(
     the plan can need them (paused, finishing, a Job in flight)."""
     ref = group.ref(spec)
     dep = await _deployment(rt, group, index)
-    if not _needs_children(group, spec, st):
+    if not plan.needs_children(group, spec, st):
         return plan.Observed(deployment=dep)
     selector = builders.group_selector(ref)
     jobs = await rt.kube.list_jobs(group.namespace, selector)
@@ -364,34 +332,6 @@ async def _apply_one(
         await rt.kube.delete_group(group.namespace, group.name)
 
 
-def _apply_failed(
-    group: plan.Group,
-    old: models.SendGroupStatus,
-    result: plan.Plan,
-    message: str,
-    now: datetime,
-) -> plan.Plan:
-    """The plan could not be carried out: keep the old status (clocks, operations) and say so
-    with ``Degraded=True`` (reason ``ApplyFailed``) and a Warning event on the transition. The
-    next pass tries again."""
-    status = old.model_copy(deep=True)
-    before = conditions.find(status.conditions, conditions.DEGRADED)
-    flipped = before is None or before.status != "True" or before.reason != "ApplyFailed"
-    changed = conditions.set_condition(
-        status.conditions,
-        conditions.DEGRADED,
-        "True",
-        "ApplyFailed",
-        message,
-        now,
-        group.generation,
-    )
-    if changed:
-        status.last_refresh = now
-    events = [plan.Event("Warning", "ApplyFailed", message)] if flipped else []
-    return plan.Plan(status=status, write_status=changed, events=events, demand=result.demand)
-
-
 async def count_orphan_deployments(rt: Runtime) -> int:
     """Worker Deployments of ours whose SendGroup this process does not know (compared by
     name sets: ``namespace/group``). Sets ``sendgroup_orphans{kind="deployment_without_group"}``
@@ -445,36 +385,28 @@ async def reconcile(
         if cached is not None and cached[0] == group.uid and _not_older(cached[1], status):
             status = cached[1].model_copy(deep=True)
         measured, url = await measure(rt, group, spec)
-        if _known_without_children(group, spec, status, measured):
+        if plan.skips_observation(group, spec, status, measured):
             observed = plan.Observed()  # idle: no API request at all in this pass
         else:
             observed = await observe(rt, group, spec, status, deployments)
-        want = plan.demand(
-            spec, status, measured, group.deleting, observed.deployment is not None
-        )
+        want = plan.demand(spec, status, measured, group.deleting, observed.deployment is not None)
         allowed = rt.allowed(key, min(want, plan.desired_workers(spec, rt.settings)))
         now = now or datetime.now(UTC).replace(microsecond=0)
         result = plan.plan(group, spec, status, observed, measured, allowed, rt.settings, now)
         try:
             await apply(rt, group, spec, result, observed, url, logger)
         except ApplyError as exc:
-            result = _apply_failed(group, status, result, str(exc), now)
+            result = plan.apply_failed(group, status, result, str(exc), now)
             metrics.ERRORS.labels(group.namespace).inc()
             logger.warning("apply failed: %s", exc)
         else:
-            if conditions.remove_reason(
-                result.status.conditions, conditions.DEGRADED, "ApplyFailed"
-            ):
-                result.write_status = True
+            plan.applied(result)
         if result.write_status:
             rt.written[key] = (group.uid, result.status.model_copy(deep=True))
         rt.demands[key] = min(result.demand, plan.desired_workers(spec, rt.settings))
-        if observed.deployment is not None and not any(
-            isinstance(a, plan.EnsureDeployment | plan.DeleteDeployment) for a in result.actions
-        ):
-            rt.granted[key] = observed.deployment.replicas
-        elif observed.deployment is None and not result.actions:
-            rt.granted[key] = 0
+        granted = plan.granted_after(result, observed)
+        if granted is not None:
+            rt.granted[key] = granted
     metrics.observe(group.namespace, group.name, result.status, spec.campaign, spec.host)
     rt.table.update(key, result.status, spec, now)
     rt.table.export(now, rt.settings.orphan_grace)

@@ -12,7 +12,17 @@ FORBIDDEN = ("kopf", "kubernetes", "redis", "aiohttp")
 
 
 def _imports(module: str) -> set[str]:
-    tree = ast.parse((PKG / f"{module}.py").read_text())
+    """Imports of a module, or of every file of a package (``plan/``)."""
+    path = PKG / module
+    files = sorted(path.glob("*.py")) if path.is_dir() else [PKG / f"{module}.py"]
+    names: set[str] = set()
+    for file in files:
+        names |= _file_imports(file)
+    return names
+
+
+def _file_imports(file: Path) -> set[str]:
+    tree = ast.parse(file.read_text())
     names: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):

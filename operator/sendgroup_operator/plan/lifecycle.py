@@ -28,216 +28,41 @@ outcome sets ``Degraded`` and is retried by a new Job with the next number, at m
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
-from typing import Any, Final, Literal
+from datetime import datetime, timedelta
+from typing import Final
 
-from sendgroup_operator import builders, conditions, durations, models
-from sendgroup_operator.conditions import ConditionStatus
+from sendgroup_operator import builders, conditions, models
+from sendgroup_operator.plan.decisions import Decisions
+from sendgroup_operator.plan.status import (
+    elapsed,
+    failed_jobs,
+    meaningful_change,
+    progress_percent,
+    record_measure,
+)
+from sendgroup_operator.plan.types import (
+    DeleteDeployment,
+    DeleteGroup,
+    DeleteJob,
+    DeploymentObs,
+    EnsureDeployment,
+    Group,
+    Measurement,
+    Observed,
+    Plan,
+    PurgeQueue,
+    QueueError,
+    QueueMeasure,
+    RequestPurge,
+    SetPauseMarker,
+)
 from sendgroup_operator.settings import Settings
 
 MAX_OPERATION_ATTEMPTS: Final = 3
+
+
 #: Seconds between two passes while something is in motion (scaling, a Job, a deletion).
 BUSY_REQUEUE: Final = 2.0
-#: Relative change of the queue's total that is worth a status write (besides zero-crossing).
-SIGNIFICANT_FRACTION: Final = 0.10
-
-
-# ------------------------------------------------------------------------------ inputs
-
-
-@dataclass(frozen=True)
-class QueueMeasure:
-    """One atomic measurement of a queue (jobs; times in unix seconds).
-
-    ``staging`` counts the dump's staging keys present; ``delivered``/``failed_total`` are the
-    workers' counters since the group began; ``busy``: a dump/restore/purge holds the queue's
-    lock or a restore's progress record exists (the command is mid-way); ``paused``: the
-    group's pause marker is set (workers reserve nothing while it is).
-    """
-
-    ready: int = 0
-    delayed: int = 0
-    reserved: int = 0
-    failed: int = 0
-    delivered: int = 0
-    failed_total: int = 0
-    oldest_pushed_at: float | None = None
-    staging: int = 0
-    purge_requested: bool = False
-    suspended_seconds: float = 0.0
-    busy: bool = False
-    paused: bool = False
-
-    @property
-    def total(self) -> int:
-        """ready + delayed + reserved: what "empty" and "unchanged" mean."""
-        return self.ready + self.delayed + self.reserved
-
-
-@dataclass(frozen=True)
-class QueueError:
-    """Redis could not be measured; ``message`` is safe to show (no password)."""
-
-    message: str
-
-
-Measurement = QueueMeasure | QueueError
-
-
-@dataclass(frozen=True)
-class DeploymentObs:
-    """The worker Deployment as observed."""
-
-    replicas: int
-    ready_replicas: int = 0
-    template_hash: str | None = None
-
-
-@dataclass(frozen=True)
-class JobObs:
-    """A dump/restore/purge Job as observed (``failed_final``: its Failed condition is True).
-
-    ``summary``: the command's JSON summary (``sendgroup-worker dump`` prints one line:
-    ``jobs, ready, delayed, reserved, failed, bytes, segment, redisVersion``) when the operator
-    could read it from the succeeded pod's log, else None.
-    """
-
-    name: str
-    active: int = 0
-    succeeded: int = 0
-    failed_final: bool = False
-    summary: Mapping[str, Any] | None = None
-
-
-@dataclass(frozen=True)
-class Observed:
-    """Children of one group. ``pods``: worker pods of the group still present;
-    ``jobs_listed``: whether Jobs/pods were looked at in this pass (they are only listed when
-    the plan can need them)."""
-
-    deployment: DeploymentObs | None = None
-    pods: int = 0
-    jobs: Mapping[str, JobObs] = field(default_factory=dict)
-    jobs_listed: bool = False
-
-
-@dataclass(frozen=True)
-class Group:
-    """Metadata of the SendGroup the plan is for."""
-
-    namespace: str
-    name: str
-    uid: str
-    generation: int
-    created_at: datetime
-    deleting: bool = False
-    deleting_since: datetime | None = None
-
-    def ref(self, spec: models.SendGroupSpec) -> builders.GroupRef:
-        """The identity its children need."""
-        return builders.GroupRef(
-            self.namespace,
-            self.name,
-            self.uid,
-            spec.campaign,
-            spec.host,
-            self.created_at.isoformat(),
-        )
-
-
-# ------------------------------------------------------------------------------ outputs
-
-
-@dataclass(frozen=True)
-class EnsureDeployment:
-    """Create the worker Deployment, or set its replicas (adopt on AlreadyExists)."""
-
-    replicas: int
-
-
-@dataclass(frozen=True)
-class DeleteDeployment:
-    """Delete the worker Deployment (absent is fine)."""
-
-
-@dataclass(frozen=True)
-class CreateJob:
-    """Create Job ``builders.job_name(name, kind, number)`` (adopt on AlreadyExists)."""
-
-    kind: builders.JobKind
-    number: int
-
-
-@dataclass(frozen=True)
-class DeleteJob:
-    """Delete a Job and its pods (absent is fine)."""
-
-    name: str
-
-
-@dataclass(frozen=True)
-class PurgeQueue:
-    """Delete every key of the queue in Redis (explicit names)."""
-
-
-@dataclass(frozen=True)
-class RequestPurge:
-    """Set the queue's purge marker in Redis (before a purge Job starts)."""
-
-
-@dataclass(frozen=True)
-class SetPauseMarker:
-    """Set (``paused``) or delete the queue's pause marker in Redis (``QueueKeys.paused``).
-    Planned first in a pass: a pause reaches every worker's next ``reserve`` before any
-    Deployment is scaled, and a resume clears it before workers are asked for."""
-
-    paused: bool
-
-
-@dataclass(frozen=True)
-class DeleteGroup:
-    """Delete the SendGroup itself (ttlSecondsAfterFinished passed)."""
-
-
-Action = (
-    SetPauseMarker
-    | EnsureDeployment
-    | DeleteDeployment
-    | CreateJob
-    | DeleteJob
-    | PurgeQueue
-    | RequestPurge
-    | DeleteGroup
-)
-
-
-@dataclass(frozen=True)
-class Event:
-    """A Kubernetes Event on the SendGroup."""
-
-    type: Literal["Normal", "Warning"]
-    reason: str
-    message: str
-
-
-@dataclass
-class Plan:
-    """What to do now. ``status`` is the complete new status; ``write_status`` says whether it
-    differs meaningfully from the old one. ``finalized``: deletion may proceed (the finalizer
-    can go). ``requeue_after``: seconds until the next pass is useful (None: the timer's)."""
-
-    actions: list[Action] = field(default_factory=list)
-    status: models.SendGroupStatus = field(default_factory=models.SendGroupStatus)
-    write_status: bool = False
-    events: list[Event] = field(default_factory=list)
-    finalized: bool = False
-    requeue_after: float | None = None
-    demand: int = 0
-
-
-# ------------------------------------------------------------------------------ helpers
 
 
 def desired_workers(spec: models.SendGroupSpec, settings: Settings) -> int:
@@ -265,108 +90,6 @@ def demand(
     return spec.workers if total > 0 or has_workers else 0
 
 
-def _ts(value: float | None) -> datetime | None:
-    if value is None:
-        return None
-    return datetime.fromtimestamp(value, tz=UTC).replace(microsecond=0)
-
-
-def _significant(old: int, new: int) -> bool:
-    if old == new:
-        return False
-    if old == 0 or new == 0:
-        return True
-    return abs(new - old) >= max(1, int(old * SIGNIFICANT_FRACTION))
-
-
-def meaningful_change(
-    old: models.SendGroupStatus, new: models.SendGroupStatus, now: datetime, refresh: float
-) -> bool:
-    """Whether ``new`` is worth a status write: anything but the queue/progress counts
-    changed, a count crossed zero or moved by >= 10%, or ``refresh`` seconds passed since the
-    last write while counts differ."""
-    skip = {"queue", "progress", "last_refresh"}
-    if old.model_dump(exclude=skip) != new.model_dump(exclude=skip):
-        return True
-    oq, nq = old.queue, new.queue
-    if new.progress.failed > old.progress.failed:
-        return True  # a job failed: the event that says so is derived from the written count
-    for a, b in (
-        (oq.total, nq.total),
-        (oq.failed, nq.failed),
-        (old.progress.delivered, new.progress.delivered),
-    ):
-        if _significant(a, b):
-            return True
-    counts_differ = (
-        oq.model_dump(exclude={"measured_at", "oldest_job_age_seconds"})
-        != nq.model_dump(exclude={"measured_at", "oldest_job_age_seconds"})
-        or old.progress != new.progress
-    )
-    if not counts_differ:
-        return False
-    last = old.last_refresh
-    return last is None or (now - last).total_seconds() >= refresh
-
-
-# ------------------------------------------------------------------------------ the planner
-
-
-class _Builder:
-    """Accumulates one pass's decisions (internal to :func:`plan`)."""
-
-    def __init__(
-        self,
-        group: Group,
-        spec: models.SendGroupSpec,
-        old: models.SendGroupStatus,
-        now: datetime,
-    ) -> None:
-        self.group = group
-        self.spec = spec
-        self.old = old
-        self.now = now
-        self.status = old.model_copy(deep=True)
-        self.plan = Plan()
-        self.busy = False
-
-    def cond(self, type_: str, status: ConditionStatus, reason: str, message: str) -> None:
-        old = conditions.find(self.old.conditions, type_)
-        conditions.set_condition(
-            self.status.conditions, type_, status, reason, message, self.now, self.group.generation
-        )
-        flipped = old is None or old.status != status or old.reason != reason
-        if flipped and type_ == conditions.QUEUE_REACHABLE and status == "False":
-            self.event("Warning", "QueueUnreachable", message)
-        if flipped and type_ == conditions.QUEUE_REACHABLE and status == "True" and old:
-            self.event("Normal", "QueueReachable", "queue measured again")
-        if flipped and type_ == conditions.THROTTLED and status == "True":
-            self.event("Normal", "Throttled", message)
-        if flipped and type_ == conditions.SUSPENDED and status == "True":
-            self.event("Warning", "Suspended", message)
-
-    def event(self, type_: Literal["Normal", "Warning"], reason: str, message: str) -> None:
-        self.plan.events.append(Event(type_, reason, message))
-
-    def act(self, action: Action) -> None:
-        self.plan.actions.append(action)
-
-    def start_job(self, kind: builders.JobKind, baseline: int, attempts: int = 1) -> None:
-        number = self.status.operations_started + 1
-        self.status.operations_started = number
-        name = builders.job_name(self.group.name, kind, number)
-        self.status.operation = models.OperationStatus(
-            kind=kind,
-            number=number,
-            job_name=name,
-            started_at=self.now,
-            baseline_total=baseline,
-            attempts=attempts,
-        )
-        self.act(CreateJob(kind, number))
-        self.busy = True
-
-
 def plan(
     group: Group,
     spec: models.SendGroupSpec,
@@ -382,7 +105,7 @@ def plan(
     ``allowed``: workers the global cap grants this group now (:mod:`fairshare`).
     Raises ``durations.InvalidDuration`` only for a spec the CRD would have rejected.
     """
-    b = _Builder(group, spec, status, now)
+    b = Decisions(group, spec, status, now)
     st = b.status
     if (
         st.operation is not None
@@ -396,8 +119,8 @@ def plan(
     if isinstance(measure, QueueMeasure):
         b.cond(conditions.QUEUE_REACHABLE, "True", "Measured", "queue measured")
         _pause_marker(b, observed, measure)
-        _record_measure(b, measure)
-        _failed_jobs(b, measure)
+        record_measure(b, measure)
+        failed_jobs(b, measure)
         if measure.suspended_seconds > 0:
             b.cond(
                 conditions.SUSPENDED,
@@ -433,7 +156,7 @@ def plan(
         b.act(DeleteGroup())
         b.event("Normal", "Expired", "ttlSecondsAfterFinished passed: deleting the group")
 
-    _progress_percent(st)
+    progress_percent(st)
     b.plan.write_status = meaningful_change(status, st, now, settings.status_refresh)
     if b.plan.write_status:
         st.last_refresh = now
@@ -444,7 +167,7 @@ def plan(
     return b.plan
 
 
-def _keeps_workers(b: _Builder, observed: Observed) -> bool:
+def _keeps_workers(b: Decisions, observed: Observed) -> bool:
     """Whether the group ends this pass with its worker Deployment (not deleted now)."""
     if any(isinstance(a, DeleteDeployment) for a in b.plan.actions):
         return False
@@ -453,7 +176,7 @@ def _keeps_workers(b: _Builder, observed: Observed) -> bool:
     )
 
 
-def _pause_marker(b: _Builder, observed: Observed, m: QueueMeasure) -> None:
+def _pause_marker(b: Decisions, observed: Observed, m: QueueMeasure) -> None:
     """Plan :class:`SetPauseMarker` first in the pass. Wanted while the group is paused,
     cancelled or being deleted and a worker could still take a job (jobs in the queue, or a
     Deployment or pod still there); cleared as soon as the group runs again. After a purge
@@ -466,80 +189,7 @@ def _pause_marker(b: _Builder, observed: Observed, m: QueueMeasure) -> None:
         b.act(SetPauseMarker(False))
 
 
-def _failed_jobs(b: _Builder, m: QueueMeasure) -> None:
-    """Condition ``FailedJobs`` (True while the failed list holds jobs) and a Warning event
-    ``JobsFailed`` each time the workers' failed counter grew since the last written status
-    (a status write follows: see :func:`meaningful_change`)."""
-    grew = m.failed_total - b.old.progress.failed
-    if grew > 0 and b.old.queue.measured_at is not None:
-        b.event(
-            "Warning",
-            "JobsFailed",
-            f"{grew} job(s) failed since the last check; {m.failed} in the failed list "
-            "(sendgroup-worker failed list shows why)",
-        )
-    if m.failed > 0:
-        b.cond(
-            conditions.FAILED_JOBS,
-            "True",
-            "JobsFailed",
-            f"{m.failed} job(s) in the failed list: retry or forget them with "
-            "sendgroup-worker failed",
-        )
-    else:
-        b.cond(conditions.FAILED_JOBS, "False", "NoFailedJobs", "the failed list is empty")
-
-
-def _progress_percent(st: models.SendGroupStatus) -> None:
-    """``progress.percent = 100 * delivered / (delivered + failed + queue.total +
-    dump.totalJobs)``, once this pass settled the queue and the dump (jobs dumped to the
-    volume are still to be sent: without them a Dumped group read 100 %)."""
-    p = st.progress
-    denominator = p.delivered + p.failed + st.queue.total + st.dump.total_jobs
-    p.percent = round(100.0 * p.delivered / denominator, 1) if denominator else 0.0
-
-
-def _record_measure(b: _Builder, m: QueueMeasure) -> None:
-    st, now = b.status, b.now
-    old_total = b.old.queue.total
-    q = st.queue
-    q.ready, q.delayed, q.reserved, q.failed, q.total = (
-        m.ready,
-        m.delayed,
-        m.reserved,
-        m.failed,
-        m.total,
-    )
-    q.measured_at = now
-    pushed = _ts(m.oldest_pushed_at)
-    q.oldest_job_pushed_at = pushed
-    q.oldest_job_age_seconds = (
-        max(0, int((now - pushed).total_seconds())) if pushed is not None else None
-    )
-    # idleSince: the first pass that saw nothing queued and nothing delivered or failed since
-    # the previous pass (a trickle drained in milliseconds always samples empty: the counters,
-    # read in the same atomic call, tell that work went through). Cleared by any activity.
-    activity = m.delivered != b.old.progress.delivered or m.failed_total != b.old.progress.failed
-    st.progress.delivered = m.delivered
-    st.progress.failed = m.failed_total
-    if m.total == 0 and not activity:
-        if st.idle_since is None:
-            st.idle_since = now
-    else:
-        st.idle_since = None
-    # unchangedSince: only while paused; reset by any change of the total.
-    if b.spec.paused:
-        if st.unchanged_since is None or m.total != old_total or b.old.queue.measured_at is None:
-            st.unchanged_since = now
-    else:
-        st.unchanged_since = None
-
-
-def _elapsed(since: datetime | None, now: datetime, duration: str) -> bool:
-    return since is not None and (now - since).total_seconds() >= durations.parse_seconds(duration)
-
-
-def _job_outcome(b: _Builder, observed: Observed, measure: Measurement) -> str | None:
+def _job_outcome(b: Decisions, observed: Observed, measure: Measurement) -> str | None:
     """'done', 'failed' or None (still running / unknown) for the current operation."""
     op = b.status.operation
     assert op is not None
@@ -567,7 +217,7 @@ def _job_outcome(b: _Builder, observed: Observed, measure: Measurement) -> str |
     return None
 
 
-def _operation_failed(b: _Builder, kind: str) -> None:
+def _operation_failed(b: Decisions, kind: str) -> None:
     op = b.status.operation
     assert op is not None
     b.cond(
@@ -580,7 +230,7 @@ def _operation_failed(b: _Builder, kind: str) -> None:
 
 
 def _run(
-    b: _Builder, observed: Observed, measure: Measurement, allowed: int, settings: Settings
+    b: Decisions, observed: Observed, measure: Measurement, allowed: int, settings: Settings
 ) -> None:
     spec, st, now = b.spec, b.status, b.now
     dep = observed.deployment
@@ -638,7 +288,7 @@ def _run(
         if st.finished_at is None:
             st.finished_at = now
         return
-    idle = total == 0 and measured and _elapsed(st.idle_since, now, spec.reaper.idle_after)
+    idle = total == 0 and measured and elapsed(st.idle_since, now, spec.reaper.idle_after)
     if idle and dep is not None:
         b.act(DeleteDeployment())
         b.event(
@@ -672,12 +322,12 @@ def _run(
         b.cond(conditions.READY, "False", conditions.REASON_NO_WORK, "no jobs yet")
 
 
-def _stale(b: _Builder, dep: DeploymentObs, settings: Settings) -> bool:
+def _stale(b: Decisions, dep: DeploymentObs, settings: Settings) -> bool:
     """Whether the Deployment's pod template differs from what the spec asks for."""
     return dep.template_hash != builders.template_hash(b.group.ref(b.spec), b.spec, settings)
 
 
-def _converge(b: _Builder, dep: DeploymentObs | None, replicas: int, settings: Settings) -> None:
+def _converge(b: Decisions, dep: DeploymentObs | None, replicas: int, settings: Settings) -> None:
     """Plan :class:`EnsureDeployment` when the Deployment is missing, has other replicas, or a
     stale pod template (any spec field the template carries: env, resources, image, grace)."""
     if dep is not None and dep.replicas == replicas and not _stale(b, dep, settings):
@@ -689,7 +339,7 @@ def _converge(b: _Builder, dep: DeploymentObs | None, replicas: int, settings: S
     b.busy = True
 
 
-def _finish_dump(b: _Builder, observed: Observed, measure: Measurement, outcome: str) -> None:
+def _finish_dump(b: Decisions, observed: Observed, measure: Measurement, outcome: str) -> None:
     st, op = b.status, b.status.operation
     assert op is not None
     if outcome == "failed":
@@ -720,7 +370,7 @@ def _finish_dump(b: _Builder, observed: Observed, measure: Measurement, outcome:
 
 
 def _paused(
-    b: _Builder, observed: Observed, measure: Measurement, total: int, settings: Settings
+    b: Decisions, observed: Observed, measure: Measurement, total: int, settings: Settings
 ) -> None:
     spec, st = b.spec, b.status
     dep = observed.deployment
@@ -763,7 +413,7 @@ def _paused(
         b.cond(conditions.DUMPED, "True", "PartlyDumped", "jobs on the volume and in Redis")
     if not isinstance(measure, QueueMeasure) or total == 0:
         return
-    if _elapsed(st.unchanged_since, b.now, spec.reaper.dump_after):
+    if elapsed(st.unchanged_since, b.now, spec.reaper.dump_after):
         if observed.pods > 0 or (dep is not None and dep.replicas > 0):
             b.busy = True  # workers still stopping: dump after they are gone
             return
@@ -777,7 +427,7 @@ def _paused(
         )
 
 
-def _finish_restore(b: _Builder, observed: Observed) -> None:
+def _finish_restore(b: Decisions, observed: Observed) -> None:
     st = b.status
     jobs = st.dump.total_jobs
     st.dump = models.DumpStatus()
@@ -787,7 +437,7 @@ def _finish_restore(b: _Builder, observed: Observed) -> None:
     b.event("Normal", "Restored", f"{jobs} jobs restored from the volume")
 
 
-def _restore(b: _Builder, observed: Observed, measure: Measurement) -> bool:
+def _restore(b: Decisions, observed: Observed, measure: Measurement) -> bool:
     """Drive the restore; True once it finished in this pass (the caller then starts the
     workers in the same pass)."""
     st = b.status
@@ -823,7 +473,7 @@ def _restore(b: _Builder, observed: Observed, measure: Measurement) -> bool:
     return False
 
 
-def _teardown(b: _Builder, observed: Observed, measure: Measurement, settings: Settings) -> None:
+def _teardown(b: Decisions, observed: Observed, measure: Measurement, settings: Settings) -> None:
     """Cancelled or being deleted: workers to 0 and gone, then purge (policy), then done."""
     spec, st, group = b.spec, b.status, b.group
     dep = observed.deployment
@@ -875,7 +525,7 @@ def _teardown(b: _Builder, observed: Observed, measure: Measurement, settings: S
         st.finished_at = b.now
 
 
-def _purged(b: _Builder, observed: Observed, measure: Measurement, settings: Settings) -> bool:
+def _purged(b: Decisions, observed: Observed, measure: Measurement, settings: Settings) -> bool:
     """Drive the purge; True once keys and dump segments are gone (or, for a deletion with
     Redis unreachable past ``purgeTimeout``, given up on with a condition and an event)."""
     st = b.status

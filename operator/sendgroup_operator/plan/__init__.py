@@ -1,0 +1,84 @@
+"""The pure planner, by job: ``(group, spec, status, observed children, measured queue,
+allowed workers, settings, now) -> Plan(actions, status, events)``.
+
+* :mod:`.types`: inputs (:class:`Group`, :class:`Observed`, :data:`Measurement`) and outputs
+  (:class:`Plan`, the :data:`Action` values, :class:`Event`);
+* :mod:`.status`: status rules (counts and the reaper's clocks from a measurement, progress,
+  the failed-jobs condition, when a status is worth a write);
+* :mod:`.lifecycle`: the lifecycle state machine (run, pause/dump, restore, teardown/purge)
+  and the worker demand the global cap sees;
+* :mod:`.apply`: decisions about carrying a plan out (which passes need the children, what a
+  failed apply does to the status, what the global cap's books record).
+
+No kopf, kubernetes or redis import, even transitively (an import-linter contract checks it):
+everything arrives as plain data, so every decision is unit-tested with an injected clock.
+"""
+
+from sendgroup_operator.plan.apply import (
+    applied,
+    apply_failed,
+    granted_after,
+    needs_children,
+    skips_observation,
+)
+from sendgroup_operator.plan.lifecycle import (
+    BUSY_REQUEUE,
+    MAX_OPERATION_ATTEMPTS,
+    demand,
+    desired_workers,
+    plan,
+)
+from sendgroup_operator.plan.status import SIGNIFICANT_FRACTION, meaningful_change
+from sendgroup_operator.plan.types import (
+    Action,
+    CreateJob,
+    DeleteDeployment,
+    DeleteGroup,
+    DeleteJob,
+    DeploymentObs,
+    EnsureDeployment,
+    Event,
+    Group,
+    JobObs,
+    Measurement,
+    Observed,
+    Plan,
+    PurgeQueue,
+    QueueError,
+    QueueMeasure,
+    RequestPurge,
+    SetPauseMarker,
+)
+
+__all__ = [
+    "BUSY_REQUEUE",
+    "MAX_OPERATION_ATTEMPTS",
+    "SIGNIFICANT_FRACTION",
+    "Action",
+    "CreateJob",
+    "DeleteDeployment",
+    "DeleteGroup",
+    "DeleteJob",
+    "DeploymentObs",
+    "EnsureDeployment",
+    "Event",
+    "Group",
+    "JobObs",
+    "Measurement",
+    "Observed",
+    "Plan",
+    "PurgeQueue",
+    "QueueError",
+    "QueueMeasure",
+    "RequestPurge",
+    "SetPauseMarker",
+    "applied",
+    "apply_failed",
+    "demand",
+    "desired_workers",
+    "granted_after",
+    "meaningful_change",
+    "needs_children",
+    "plan",
+    "skips_observation",
+]

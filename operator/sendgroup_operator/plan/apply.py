@@ -1,0 +1,94 @@
+"""Decisions about observing and carrying out a plan, kept out of ``reconcile.py`` (which only
+observes, calls the planner and applies): which passes need the children, what a failed apply
+does to the status, and what the global cap's books record afterwards."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Final
+
+from sendgroup_operator import conditions, models
+from sendgroup_operator.plan.types import (
+    DeleteDeployment,
+    EnsureDeployment,
+    Event,
+    Group,
+    Measurement,
+    Observed,
+    Plan,
+    QueueMeasure,
+)
+
+#: Ready reasons that mean "the operator left this group without a Deployment".
+NO_DEPLOYMENT_REASONS: Final = frozenset(
+    {conditions.REASON_IDLE, conditions.REASON_NO_WORK, conditions.REASON_COMPLETED}
+)
+#: Degraded reason while the last plan could not be carried out.
+REASON_APPLY_FAILED: Final = "ApplyFailed"
+
+
+def needs_children(group: Group, spec: models.SendGroupSpec, st: models.SendGroupStatus) -> bool:
+    """Whether this pass must list the group's Jobs and pods (paused, finishing, deleting, a
+    Job in flight or jobs on the volume); otherwise the Deployment is all it reads."""
+    return (
+        group.deleting
+        or spec.paused
+        or spec.state == models.State.CANCELLED
+        or st.operation is not None
+        or st.dump.total_jobs > 0
+    )
+
+
+def skips_observation(
+    group: Group, spec: models.SendGroupSpec, st: models.SendGroupStatus, m: Measurement
+) -> bool:
+    """An idle group: empty queue, nothing to list, the spec already acted on, and the last
+    written status says the operator left it without a Deployment. The pass then makes no API
+    request at all."""
+    if not isinstance(m, QueueMeasure) or m.total > 0:
+        return False
+    if needs_children(group, spec, st) or st.observed_generation != group.generation:
+        return False
+    ready = conditions.find(st.conditions, conditions.READY)
+    return ready is not None and ready.reason in NO_DEPLOYMENT_REASONS
+
+
+def apply_failed(
+    group: Group, old: models.SendGroupStatus, result: Plan, message: str, now: datetime
+) -> Plan:
+    """The plan could not be carried out: keep the old status (clocks, operations, the old
+    ``observedGeneration``) and say so with ``Degraded=True`` (reason ``ApplyFailed``) and a
+    Warning event on the transition. The next pass tries again."""
+    status = old.model_copy(deep=True)
+    before = conditions.find(status.conditions, conditions.DEGRADED)
+    flipped = before is None or before.status != "True" or before.reason != REASON_APPLY_FAILED
+    changed = conditions.set_condition(
+        status.conditions,
+        conditions.DEGRADED,
+        "True",
+        REASON_APPLY_FAILED,
+        message,
+        now,
+        group.generation,
+    )
+    if changed:
+        status.last_refresh = now
+    events = [Event("Warning", REASON_APPLY_FAILED, message)] if flipped else []
+    return Plan(status=status, write_status=changed, events=events, demand=result.demand)
+
+
+def applied(result: Plan) -> None:
+    """The plan was carried out: an ``ApplyFailed`` degradation is over (a status write)."""
+    if conditions.remove_reason(result.status.conditions, conditions.DEGRADED, REASON_APPLY_FAILED):
+        result.write_status = True
+
+
+def granted_after(result: Plan, observed: Observed) -> int | None:
+    """Workers the group holds of the global cap after a pass that wrote no Deployment: what
+    the observed Deployment runs (0 without one and without actions). None: leave the books as
+    the apply step wrote them (it records what it asked for)."""
+    if any(isinstance(a, EnsureDeployment | DeleteDeployment) for a in result.actions):
+        return None
+    if observed.deployment is not None:
+        return observed.deployment.replicas
+    return 0 if not result.actions else None

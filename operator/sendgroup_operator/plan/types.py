@@ -1,0 +1,207 @@
+"""The planner's inputs and outputs: plain data, no I/O.
+
+Inputs: :class:`Group` (the object's metadata), :class:`Observed` (its children as the adapter
+saw them), a :data:`Measurement` of its queue. Outputs: a :class:`Plan` of :data:`Action`
+values, the complete new status and :class:`Event` values, carried out by ``reconcile.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+from sendgroup_operator import builders, models
+
+# ------------------------------------------------------------------------------ inputs
+
+
+@dataclass(frozen=True)
+class QueueMeasure:
+    """One atomic measurement of a queue (jobs; times in unix seconds).
+
+    ``staging`` counts the dump's staging keys present; ``delivered``/``failed_total`` are the
+    workers' counters since the group began; ``busy``: a dump/restore/purge holds the queue's
+    lock or a restore's progress record exists (the command is mid-way); ``paused``: the
+    group's pause marker is set (workers reserve nothing while it is).
+    """
+
+    ready: int = 0
+    delayed: int = 0
+    reserved: int = 0
+    failed: int = 0
+    delivered: int = 0
+    failed_total: int = 0
+    oldest_pushed_at: float | None = None
+    staging: int = 0
+    purge_requested: bool = False
+    suspended_seconds: float = 0.0
+    busy: bool = False
+    paused: bool = False
+
+    @property
+    def total(self) -> int:
+        """ready + delayed + reserved: what "empty" and "unchanged" mean."""
+        return self.ready + self.delayed + self.reserved
+
+
+@dataclass(frozen=True)
+class QueueError:
+    """Redis could not be measured; ``message`` is safe to show (no password)."""
+
+    message: str
+
+
+Measurement = QueueMeasure | QueueError
+
+
+@dataclass(frozen=True)
+class DeploymentObs:
+    """The worker Deployment as observed."""
+
+    replicas: int
+    ready_replicas: int = 0
+    template_hash: str | None = None
+
+
+@dataclass(frozen=True)
+class JobObs:
+    """A dump/restore/purge Job as observed (``failed_final``: its Failed condition is True).
+
+    ``summary``: the command's JSON summary (``sendgroup-worker dump`` prints one line:
+    ``jobs, ready, delayed, reserved, failed, bytes, segment, redisVersion``) when the operator
+    could read it from the succeeded pod's log, else None.
+    """
+
+    name: str
+    active: int = 0
+    succeeded: int = 0
+    failed_final: bool = False
+    summary: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Observed:
+    """Children of one group. ``pods``: worker pods of the group still present;
+    ``jobs_listed``: whether Jobs/pods were looked at in this pass (they are only listed when
+    the plan can need them)."""
+
+    deployment: DeploymentObs | None = None
+    pods: int = 0
+    jobs: Mapping[str, JobObs] = field(default_factory=dict)
+    jobs_listed: bool = False
+
+
+@dataclass(frozen=True)
+class Group:
+    """Metadata of the SendGroup the plan is for."""
+
+    namespace: str
+    name: str
+    uid: str
+    generation: int
+    created_at: datetime
+    deleting: bool = False
+    deleting_since: datetime | None = None
+
+    def ref(self, spec: models.SendGroupSpec) -> builders.GroupRef:
+        """The identity its children need."""
+        return builders.GroupRef(
+            self.namespace,
+            self.name,
+            self.uid,
+            spec.campaign,
+            spec.host,
+            self.created_at.isoformat(),
+        )
+
+
+# ------------------------------------------------------------------------------ outputs
+
+
+@dataclass(frozen=True)
+class EnsureDeployment:
+    """Create the worker Deployment, or set its replicas (adopt on AlreadyExists)."""
+
+    replicas: int
+
+
+@dataclass(frozen=True)
+class DeleteDeployment:
+    """Delete the worker Deployment (absent is fine)."""
+
+
+@dataclass(frozen=True)
+class CreateJob:
+    """Create Job ``builders.job_name(name, kind, number)`` (adopt on AlreadyExists)."""
+
+    kind: builders.JobKind
+    number: int
+
+
+@dataclass(frozen=True)
+class DeleteJob:
+    """Delete a Job and its pods (absent is fine)."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class PurgeQueue:
+    """Delete every key of the queue in Redis (explicit names)."""
+
+
+@dataclass(frozen=True)
+class RequestPurge:
+    """Set the queue's purge marker in Redis (before a purge Job starts)."""
+
+
+@dataclass(frozen=True)
+class SetPauseMarker:
+    """Set (``paused``) or delete the queue's pause marker in Redis (``QueueKeys.paused``).
+    Planned first in a pass: a pause reaches every worker's next ``reserve`` before any
+    Deployment is scaled, and a resume clears it before workers are asked for."""
+
+    paused: bool
+
+
+@dataclass(frozen=True)
+class DeleteGroup:
+    """Delete the SendGroup itself (ttlSecondsAfterFinished passed)."""
+
+
+Action = (
+    SetPauseMarker
+    | EnsureDeployment
+    | DeleteDeployment
+    | CreateJob
+    | DeleteJob
+    | PurgeQueue
+    | RequestPurge
+    | DeleteGroup
+)
+
+
+@dataclass(frozen=True)
+class Event:
+    """A Kubernetes Event on the SendGroup."""
+
+    type: Literal["Normal", "Warning"]
+    reason: str
+    message: str
+
+
+@dataclass
+class Plan:
+    """What to do now. ``status`` is the complete new status; ``write_status`` says whether it
+    differs meaningfully from the old one. ``finalized``: deletion may proceed (the finalizer
+    can go). ``requeue_after``: seconds until the next pass is useful (None: the reaper daemon's own interval)."""
+
+    actions: list[Action] = field(default_factory=list)
+    status: models.SendGroupStatus = field(default_factory=models.SendGroupStatus)
+    write_status: bool = False
+    events: list[Event] = field(default_factory=list)
+    finalized: bool = False
+    requeue_after: float | None = None
+    demand: int = 0
