@@ -139,7 +139,7 @@ def run_job_locally(job: dict[str, Any], dumps_root: Path) -> dict[str, Any]:
 def remove_job(objects: Objects, job: dict[str, Any]) -> None:
     """Delete a Job whose command ``run_job_locally`` ran, as its TTL would after its pod
     succeeded. Without a node the Job stays active (until activeDeadlineSeconds), and the
-    operator waits for a still-running dump Job to record its summary (plan._job_outcome);
+    operator waits for a still-running dump Job to record its summary (plan.lifecycle.job_outcome);
     with the Job gone, Redis alone decides the outcome, as for a Job removed by its TTL."""
     name = job["metadata"]["name"]
     objects.cluster.kubectl("delete", "job", name, "-n", objects.namespace, "--wait=false")

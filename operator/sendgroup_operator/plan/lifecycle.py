@@ -189,7 +189,7 @@ def _pause_marker(b: Decisions, observed: Observed, m: QueueMeasure) -> None:
         b.act(SetPauseMarker(False))
 
 
-def _job_outcome(b: Decisions, observed: Observed, measure: Measurement) -> str | None:
+def job_outcome(b: Decisions, observed: Observed, measure: Measurement) -> str | None:
     """'done', 'failed' or None (still running / unknown) for the current operation."""
     op = b.status.operation
     assert op is not None
@@ -256,7 +256,7 @@ def _run(
     # --- not paused: first bring dumped jobs back --------------------------------------------
     if st.operation is not None and st.operation.kind == "dump":
         # Resumed while a dump was running: let the Job finish (it owns the lock).
-        outcome = _job_outcome(b, observed, measure)
+        outcome = job_outcome(b, observed, measure)
         if outcome is None:
             b.busy = True
             b.cond(conditions.DUMPED, "False", conditions.REASON_DUMPING, "dump in progress")
@@ -385,7 +385,7 @@ def _paused(
     op = st.operation
     if op is not None and op.kind == "restore":
         # Paused again while restoring: let the restore finish, it is idempotent.
-        outcome = _job_outcome(b, observed, measure)
+        outcome = job_outcome(b, observed, measure)
         if outcome == "done":
             _finish_restore(b, observed)
         elif outcome == "failed":
@@ -395,7 +395,7 @@ def _paused(
             b.busy = True
         return
     if op is not None and op.kind == "dump":
-        outcome = _job_outcome(b, observed, measure)
+        outcome = job_outcome(b, observed, measure)
         if outcome is None:
             b.busy = True
             b.cond(conditions.DUMPED, "False", conditions.REASON_DUMPING, f"Job {op.job_name}")
@@ -444,7 +444,7 @@ def _restore(b: Decisions, observed: Observed, measure: Measurement) -> bool:
     op = st.operation
     b.cond(conditions.READY, "False", "Restoring", "restoring before workers start")
     if op is not None and op.kind == "restore":
-        outcome = _job_outcome(b, observed, measure)
+        outcome = job_outcome(b, observed, measure)
         if outcome == "done":
             _finish_restore(b, observed)
             b.busy = True
@@ -494,7 +494,7 @@ def _teardown(b: Decisions, observed: Observed, measure: Measurement, settings: 
             b.act(DeleteDeployment())
     op = st.operation
     if op is not None and op.kind in ("dump", "restore"):
-        outcome = _job_outcome(b, observed, measure)
+        outcome = job_outcome(b, observed, measure)
         if outcome == "done" and op.kind == "dump":
             _finish_dump(b, observed, measure, outcome)
         elif outcome is None and op.job_name in observed.jobs:
