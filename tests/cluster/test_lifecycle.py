@@ -152,7 +152,7 @@ def test_cancel_shows_cancelling_until_purged_and_does_not_wait_for_the_reaper(
     assert "Cancelling" in phases, seen
     assert all(left == 0 for p, left in seen if p == "Cancelled"), "Cancelled before the purge"
     assert redis_client.exists(*keys.all_keys) == 0
-    assert elapsed < 15, f"cancel took {elapsed:.1f}s: steps waited for the 30 s reaper"
+    assert elapsed < 20, f"cancel took {elapsed:.1f}s: steps waited for the 30 s reaper"
     assert objects.get("deployment", "sg-cx") is None
 
 

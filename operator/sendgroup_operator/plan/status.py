@@ -108,7 +108,7 @@ def failed_jobs(b: Decisions, m: QueueMeasure) -> None:
     ``JobsFailed`` each time the workers' failed counter grew since the last written status
     (a status write follows: see :func:`meaningful_change`)."""
     grew = m.failed_total - b.old.progress.failed
-    if grew > 0 and b.old.queue.measured_at is not None:
+    if grew > 0:
         b.event(
             "Warning",
             "JobsFailed",
