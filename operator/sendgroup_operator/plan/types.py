@@ -196,7 +196,8 @@ class Event:
 class Plan:
     """What to do now. ``status`` is the complete new status; ``write_status`` says whether it
     differs meaningfully from the old one. ``finalized``: deletion may proceed (the finalizer
-    can go). ``requeue_after``: seconds until the next pass is useful (None: the reaper daemon's own interval)."""
+    can go). ``requeue_after``: seconds until the next pass is useful (None: the reaper
+    daemon's own interval)."""
 
     actions: list[Action] = field(default_factory=list)
     status: models.SendGroupStatus = field(default_factory=models.SendGroupStatus)
