@@ -46,6 +46,7 @@ from tenacity import (
 
 from sendgroup_worker import entry
 from sendgroup_worker import handlers as h
+from sendgroup_worker import laravel
 from sendgroup_worker.backpressure import Backpressure
 from sendgroup_worker.config import WorkerConfig
 from sendgroup_worker.jobopts import JobOptions
@@ -396,6 +397,10 @@ class Worker:
             await self._fail(job, "InvalidPayload", "payload is not a JSON object")
             return
         handler = self.registry.get(payload.get("job"))
+        if handler is None and laravel.is_laravel_job(payload.get("job")):
+            reason = laravel.unrunnable_reason(payload, self.config.queue)
+            await self._fail(job, laravel.LARAVEL_JOB_EXCEPTION, reason)
+            return
         if handler is None:
             await self._fail(
                 job,
