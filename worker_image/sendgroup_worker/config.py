@@ -13,10 +13,11 @@ Timeout ladder (Laravel's, see the seeds): SMTP client timeout < job ``timeout``
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Final, Literal
@@ -29,7 +30,11 @@ SmtpTls = Literal["none", "starttls", "tls"]
 #: (variable, default shown to users, meaning). The order is the documentation order.
 ENV_VARS: Final[tuple[tuple[str, str, str], ...]] = (
     ("SENDGROUP_QUEUE", "required", "queue name (keys queues:<queue>...)"),
-    ("SENDGROUP_KEY_PREFIX", '""', "client-side key prefix, e.g. laravel_database_"),
+    (
+        "SENDGROUP_KEY_PREFIX",
+        '""',
+        "client-side key prefix, e.g. laravel_database_ (QUEUE_PREFIX: deprecated alias)",
+    ),
     ("REDIS_URL / REDIS_URL_FILE", "redis://127.0.0.1:6379/0", "Redis URL (password inside)"),
     ("SMTP_HOST", "127.0.0.1", "SMTP relay host"),
     ("SMTP_PORT", "25", "SMTP relay port"),
@@ -63,6 +68,48 @@ ENV_VARS: Final[tuple[tuple[str, str, str], ...]] = (
 
 class ConfigError(ValueError):
     """The environment does not describe a usable worker; the message names the variable."""
+
+
+#: The one variable naming the producers' client-side key prefix, for every command (worker,
+#: push/stats/failed, dump/restore/purge) and the operator.
+KEY_PREFIX_ENV: Final = "SENDGROUP_KEY_PREFIX"
+
+#: Deprecated alias of :data:`KEY_PREFIX_ENV` (the CLI's old name), still read for one release.
+KEY_PREFIX_ENV_DEPRECATED: Final = "QUEUE_PREFIX"
+
+#: Default ``maxTries`` of a job that does not carry one: the worker's ``WORKER_TRIES`` default,
+#: and what our producers write into every payload so that Laravel's ``queue:work`` (whose own
+#: default is ``--tries=1``) and this worker allow the same number of attempts on one queue.
+DEFAULT_TRIES: Final = 3
+
+_log = logging.getLogger("sendgroup_worker.config")
+
+
+def key_prefix_from_env(
+    environ: Mapping[str, str] | None = None, warn: Callable[[str], None] | None = None
+) -> str:
+    """The key prefix from :data:`KEY_PREFIX_ENV`, else from the deprecated
+    :data:`KEY_PREFIX_ENV_DEPRECATED` (with a warning passed to ``warn``, default: logged);
+    ``""`` when neither is set.
+
+    Raises :class:`ConfigError` when both are set to different values (the worker and the CLI
+    would otherwise watch different keys)."""
+    env = os.environ if environ is None else environ
+    new, old = env.get(KEY_PREFIX_ENV), env.get(KEY_PREFIX_ENV_DEPRECATED)
+    if new is not None and old is not None and new != old:
+        raise ConfigError(
+            f"{KEY_PREFIX_ENV}={new!r} and {KEY_PREFIX_ENV_DEPRECATED}={old!r} disagree: "
+            f"set only {KEY_PREFIX_ENV} ({KEY_PREFIX_ENV_DEPRECATED} is a deprecated alias)"
+        )
+    if new is not None:
+        return new
+    if old is not None:
+        (warn or _log.warning)(
+            f"{KEY_PREFIX_ENV_DEPRECATED} is deprecated and will be removed: "
+            f"set {KEY_PREFIX_ENV} instead"
+        )
+        return old
+    return ""
 
 
 def parse_duration(value: str | int | float) -> float:
@@ -120,7 +167,7 @@ class WorkerConfig(BaseModel):
     smtp_timeout: float = Field(30.0, gt=0)
     smtp_helo_name: str | None = None
 
-    tries: int = Field(3, ge=1, le=100)
+    tries: int = Field(DEFAULT_TRIES, ge=1, le=100)
     backoff: list[float] = Field(default_factory=lambda: [10.0, 60.0, 300.0])
     timeout: float = Field(60.0, gt=0)
     retry_after: float = Field(90.0, gt=0)
@@ -211,7 +258,6 @@ class WorkerConfig(BaseModel):
 
         simple = {
             "SENDGROUP_QUEUE": "queue",
-            "SENDGROUP_KEY_PREFIX": "key_prefix",
             "REDIS_URL": "redis_url",
             "SMTP_HOST": "smtp_host",
             "SMTP_PORT": "smtp_port",
@@ -241,6 +287,10 @@ class WorkerConfig(BaseModel):
             "BACKPRESSURE_SUSPEND_FOR": "backpressure_suspend_for",
         }
         problems: list[str] = []
+        try:
+            raw["key_prefix"] = key_prefix_from_env(env)
+        except ConfigError as exc:
+            problems.append(str(exc))
         for var, field in simple.items():
             value = get(var)
             if value is not None:

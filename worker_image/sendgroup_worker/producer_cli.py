@@ -6,7 +6,8 @@
 
 Connection options are shared: ``--redis-url`` (env ``REDIS_URL``) or ``--redis-url-file``
 (env ``REDIS_URL_FILE``, e.g. a mounted Secret key), ``--queue`` (env ``SENDGROUP_QUEUE``),
-``--prefix`` (env ``QUEUE_PREFIX`` or ``SENDGROUP_KEY_PREFIX``). The URL is never printed.
+``--prefix`` (env ``SENDGROUP_KEY_PREFIX``; ``QUEUE_PREFIX`` is a deprecated alias). The URL
+is never printed.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import click
 import redis
 
 from sendgroup_worker import producer
+from sendgroup_worker.cli_prefix import key_prefix_option
 from sendgroup_worker.queue.client import Queue
 from sendgroup_worker.queue.keys import InvalidQueueName, QueueKeys
 
@@ -68,12 +70,7 @@ def queue_options(f: F) -> F:
         required=True,
         help="Queue name (keys queues:<queue>...). Env SENDGROUP_QUEUE.",
     )
-    @click.option(
-        "--prefix",
-        envvar=["QUEUE_PREFIX", "SENDGROUP_KEY_PREFIX"],
-        default="",
-        help="Client-side key prefix, e.g. laravel_database_. Env QUEUE_PREFIX.",
-    )
+    @key_prefix_option("--prefix")
     @functools.wraps(f)
     def wrapper(
         redis_url: str | None,
