@@ -26,6 +26,7 @@ import redis
 
 from sendgroup_worker import producer
 from sendgroup_worker.cli_prefix import key_prefix_option
+from sendgroup_worker.config import DEFAULT_TRIES
 from sendgroup_worker.queue.client import Queue
 from sendgroup_worker.queue.keys import InvalidQueueName, QueueKeys
 
@@ -167,8 +168,9 @@ def _open_rows(path: str, fmt: str | None) -> Iterator[tuple[IO[str], producer.R
 @click.option(
     "--max-tries",
     type=click.IntRange(1),
-    default=None,
-    help="Payload maxTries (default: the group's tries).",
+    default=DEFAULT_TRIES,
+    help="Payload maxTries, always written: any worker on the queue, ours or Laravel's "
+    "queue:work (whose own default is 1 try), then allows the same number of attempts.",
 )
 @click.option("--backoff", default=None, help="Payload backoff, seconds: '10' or '10,60,300'.")
 @click.option(
@@ -199,7 +201,7 @@ def push_command(
     html: str | None,
     template_file: TextIO | None,
     headers: tuple[str, ...],
-    max_tries: int | None,
+    max_tries: int,
     backoff: str | None,
     timeout: int | None,
     validate: bool,
