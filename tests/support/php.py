@@ -1,0 +1,56 @@
+"""Real PHP for the PHP examples' tests: Debian's ``php-cli`` with the ``php-redis`` extension
+(installed by ``hack/bootstrap``). Missing PHP fails the test saying what to install, never a
+skip."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from collections.abc import Sequence
+from functools import cache
+from pathlib import Path
+
+#: The PHP examples (producer, outcome consumer) the tests run, as users copy them.
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "php"
+
+
+@cache
+def php_bin() -> str:
+    """Path of ``php`` with the redis extension loaded; AssertionError naming the Debian
+    packages otherwise."""
+    php = shutil.which("php")
+    if php is None:
+        raise AssertionError(
+            "php not found: run hack/bootstrap (apt-get install php-cli php-redis)"
+        )
+    modules = subprocess.run([php, "-m"], capture_output=True, text=True, check=False).stdout
+    if "redis" not in modules.split():
+        raise AssertionError(
+            "PHP has no redis extension: run hack/bootstrap (apt-get install php-redis)"
+        )
+    return php
+
+
+def run_php(
+    script: str, *args: str, stdin: str = "", timeout: float = 30, check: bool = True
+) -> subprocess.CompletedProcess[str]:
+    """Run ``examples/php/<script>`` with ``args``; with ``check`` an exit code other than 0
+    raises AssertionError carrying stderr."""
+    proc = subprocess.run(
+        [php_bin(), str(EXAMPLES / script), *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(f"php {script} exited {proc.returncode}: {proc.stderr}")
+    return proc
+
+
+def jsonl(rows: Sequence[object]) -> str:
+    """Rows as JSON lines (the examples' input format)."""
+    import json
+
+    return "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
