@@ -57,8 +57,9 @@ final class SendGroupProducer
         'headers',
     ];
 
+    /** $redis may be null when only payload() is used (e.g. with Laravel's Queue::pushRaw). */
     public function __construct(
-        private \Redis $redis,
+        private ?\Redis $redis,
         private string $prefix = '',
         private int $maxTries = self::DEFAULT_TRIES,
     ) {
@@ -98,7 +99,7 @@ final class SendGroupProducer
         if ($payloads === []) {
             return [];
         }
-        $tx = $this->redis->multi(\Redis::MULTI);
+        $tx = $this->connection()->multi(\Redis::MULTI);
         foreach ($payloads as $payload) {
             $tx->rPush($ready, $payload);
             $tx->rPush($ready . ':notify', '1');
@@ -117,7 +118,7 @@ final class SendGroupProducer
             throw new \InvalidArgumentException("delay must be >= 0 seconds, got $delaySeconds");
         }
         [$uuid, $payload] = $this->payload($mail, $options);
-        $added = $this->redis->zAdd($this->key($queue) . ':delayed', time() + $delaySeconds, $payload);
+        $added = $this->connection()->zAdd($this->key($queue) . ':delayed', time() + $delaySeconds, $payload);
         if ($added === false) {
             throw new \RuntimeException('Redis refused the push: ' . ($this->redis->getLastError() ?? 'ZADD failed'));
         }
@@ -155,6 +156,14 @@ final class SendGroupProducer
             'createdAt' => (int) $now,
         ];
         return [$uuid, json_encode($envelope, JSON_UNESCAPED_UNICODE | JSON_THROW_ON_ERROR)];
+    }
+
+    private function connection(): \Redis
+    {
+        if ($this->redis === null) {
+            throw new \LogicException('SendGroupProducer was built without a \Redis connection: only payload() works');
+        }
+        return $this->redis;
     }
 
     /** The ready list's key of $queue (with the prefix). */

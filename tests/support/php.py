@@ -4,6 +4,7 @@ skip."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from collections.abc import Sequence
@@ -32,13 +33,23 @@ def php_bin() -> str:
 
 
 def run_php(
-    script: str, *args: str, stdin: str = "", timeout: float = 30, check: bool = True
+    script: str,
+    *args: str,
+    stdin: str = "",
+    timeout: float = 30,
+    check: bool = True,
+    env_prefix: str | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """Run ``examples/php/<script>`` with ``args``; with ``check`` an exit code other than 0
-    raises AssertionError carrying stderr."""
+    """Run ``examples/php/<script>`` with ``args`` (``env_prefix``: ``SENDGROUP_KEY_PREFIX``
+    for it); with ``check`` an exit code other than 0 raises AssertionError carrying stderr."""
+    env = dict(os.environ)
+    env.pop("SENDGROUP_KEY_PREFIX", None)
+    if env_prefix is not None:
+        env["SENDGROUP_KEY_PREFIX"] = env_prefix
     proc = subprocess.run(
         [php_bin(), str(EXAMPLES / script), *args],
         input=stdin,
+        env=env,
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -25,6 +25,8 @@ from typing import Final, Literal
 import pytimeparse2
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
+from sendgroup_worker import loopback
+
 SmtpTls = Literal["none", "starttls", "tls"]
 
 #: (variable, default shown to users, meaning). The order is the documentation order.
@@ -60,6 +62,11 @@ ENV_VARS: Final[tuple[tuple[str, str, str], ...]] = (
     ("BACKPRESSURE_SUSPEND_AFTER", "20", "temporary failures in a row that suspend the group"),
     ("BACKPRESSURE_SUSPEND_FOR", "10m", "how long a suspension lasts"),
     ("BACKPRESSURE_PATTERNS", "none", "JSON list or one regex per line; a 4xx match suspends"),
+    ("SENDGROUP_NAMESPACE", "default", "namespace: names the outcome stream and suppression set"),
+    ("SENDGROUP_NAME", '""', "the SendGroup's name (field group of outcome entries)"),
+    ("OUTCOME_STREAM", "sendgroups:<ns>:outcomes", "outcome stream key (key prefix applied)"),
+    ("OUTCOME_STREAM_MAXLEN", "100000", "outcome stream cap, entries (MAXLEN ~); 0 = off"),
+    ("SUPPRESSION_SET", "sendgroups:<ns>:suppressed", "suppression set key; off = no check"),
     ("METRICS_PORT", "9090", "Prometheus metrics port (0 = off)"),
     ("METRICS_HOST", "0.0.0.0", "address the metrics server binds"),
     ("LOG_LEVEL", "INFO", "DEBUG, INFO, WARNING, ERROR"),
@@ -186,6 +193,12 @@ class WorkerConfig(BaseModel):
     backpressure_suspend_for: float = Field(600.0, ge=0)
     backpressure_patterns: list[str] = Field(default_factory=list)
 
+    namespace: str = ""
+    group: str = ""
+    outcome_stream: str | None = None
+    outcome_stream_maxlen: int = Field(loopback.DEFAULT_MAXLEN, ge=0)
+    suppression_set: str | None = None
+
     metrics_port: int = Field(9090, ge=0, le=65535)
     metrics_host: str = "0.0.0.0"
     log_level: str = "INFO"
@@ -231,6 +244,24 @@ class WorkerConfig(BaseModel):
         """SMTP per-command timeout, kept below the job timeout (the ladder's first rung)."""
         return min(self.smtp_timeout, self.timeout * 0.9)
 
+    @property
+    def outcome_stream_key(self) -> str | None:
+        """The outcome stream's key with the prefix, None when off (maxlen 0)."""
+        if self.outcome_stream_maxlen == 0:
+            return None
+        if self.outcome_stream:
+            return self.key_prefix + self.outcome_stream
+        return loopback.outcome_stream_key(self.namespace, self.key_prefix)
+
+    @property
+    def suppression_set_key(self) -> str | None:
+        """The suppression set's key with the prefix, None when ``SUPPRESSION_SET=off``."""
+        if self.suppression_set == "off":
+            return None
+        if self.suppression_set:
+            return self.key_prefix + self.suppression_set
+        return loopback.suppression_set_key(self.namespace, self.key_prefix)
+
     def patterns(self) -> list[re.Pattern[str]]:
         """The backpressure regexes, compiled (case-insensitive)."""
         return [re.compile(p, re.IGNORECASE) for p in self.backpressure_patterns]
@@ -274,6 +305,11 @@ class WorkerConfig(BaseModel):
             "WARMUP_START_PER_HOUR": "warmup_start_per_hour",
             "WARMUP_GROWTH_PER_DAY": "warmup_growth_per_day",
             "BACKPRESSURE_SUSPEND_AFTER": "backpressure_suspend_after",
+            "SENDGROUP_NAMESPACE": "namespace",
+            "SENDGROUP_NAME": "group",
+            "OUTCOME_STREAM": "outcome_stream",
+            "OUTCOME_STREAM_MAXLEN": "outcome_stream_maxlen",
+            "SUPPRESSION_SET": "suppression_set",
             "METRICS_PORT": "metrics_port",
             "METRICS_HOST": "metrics_host",
             "LOG_LEVEL": "log_level",
