@@ -44,9 +44,8 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
-from sendgroup_worker import entry
+from sendgroup_worker import entry, laravel
 from sendgroup_worker import handlers as h
-from sendgroup_worker import laravel
 from sendgroup_worker import loopback as lb
 from sendgroup_worker.backpressure import Backpressure
 from sendgroup_worker.config import WorkerConfig
