@@ -65,3 +65,44 @@ def jsonl(rows: Sequence[object]) -> str:
     import json
 
     return "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
+
+
+#: The minimal Laravel 8 app on Debian's packages (its artisan and app classes).
+LARAVEL_APP = EXAMPLES.parent / "laravel-app"
+
+#: Debian's php-laravel-framework installs the framework's autoloaders here.
+LARAVEL_AUTOLOAD = Path("/usr/share/php/Illuminate/autoload.php")
+
+
+def run_artisan(
+    *args: str, env: dict[str, str], storage: Path, timeout: float = 60, check: bool = True
+) -> subprocess.CompletedProcess[str]:
+    """``php artisan <args>`` of :data:`LARAVEL_APP` with ``env`` (REDIS_PORT, MAIL_PORT, ...);
+    everything it writes (compiled views, caches) goes under ``storage``. AssertionError naming
+    the Debian packages when Laravel is not installed; with ``check``, on an exit code != 0."""
+    if not LARAVEL_AUTOLOAD.is_file():
+        raise AssertionError(
+            f"{LARAVEL_AUTOLOAD} missing: run hack/bootstrap "
+            "(apt-get install php-laravel-framework php-swiftmailer)"
+        )
+    for sub in ("framework/views", "framework/cache", "logs", "cache"):
+        (storage / sub).mkdir(parents=True, exist_ok=True)
+    full_env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "APP_STORAGE_PATH": str(storage),
+        "APP_SERVICES_CACHE": str(storage / "cache/services.php"),
+        "APP_PACKAGES_CACHE": str(storage / "cache/packages.php"),
+        **env,
+    }
+    proc = subprocess.run(
+        [php_bin(), str(LARAVEL_APP / "artisan"), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=full_env,
+        cwd=LARAVEL_APP,
+        check=False,
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(f"artisan {args[0]} exited {proc.returncode}: {proc.stderr[-3000:]}")
+    return proc

@@ -1,0 +1,97 @@
+"""A Laravel app built from Debian's packages (php-laravel-framework 8.83, phpredis,
+swiftmailer: ``examples/laravel-app``) on a SendGroup's queue: Laravel's own producer queues a
+Mailable, a Notification and a job class per recipient; the queue is paused (no worker),
+dumped to the volume by our dump command, grows while dumped, is restored by our restore
+command; then Laravel's own ``queue:work`` drains it through a real SMTP server. What a
+Laravel shop checks: every mail arrived exactly once, with its subject; a cancelled queue
+(purge) sends nothing."""
+
+from __future__ import annotations
+
+import email
+import email.policy
+from collections import Counter
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+import redis
+
+from sendgroup_worker.queue.client import Queue
+from sendgroup_worker.queue.keys import QueueKeys
+from tests.support.dumps import run_cli, summary
+from tests.support.php import run_artisan
+from tests.support.smtp_sink import SmtpSink
+
+pytestmark = pytest.mark.redis
+
+PREFIX = "laravel_database_"  # the app's database.redis.options.prefix (Laravel's default)
+Q = "mail-spring-sale-gmail"
+SUBJECTS = {"mailable": "Your order has shipped", "notification": "Invoice paid", "job": "Welcome"}
+
+
+def _env(redis_url: str, smtp_port: int) -> dict[str, str]:
+    port = urlsplit(redis_url).port
+    return {"REDIS_PORT": str(port), "MAIL_PORT": str(smtp_port), "REDIS_PREFIX": PREFIX}
+
+
+def _push(env: dict[str, str], storage: Path, recipients: list[str]) -> Counter[str]:
+    out = run_artisan("sendgroups:push", Q, *recipients, env=env, storage=storage).stdout
+    return Counter(line.split()[0] for line in out.splitlines())
+
+
+def test_laravel_mail_survives_pause_dump_restore_and_is_sent_once_by_queue_work(
+    tmp_path: Path, redis_url: str, redis_client: redis.Redis, smtp_sink: SmtpSink
+) -> None:
+    env, storage, dumps = _env(redis_url, smtp_sink.port), tmp_path / "storage", tmp_path / "dumps"
+    first = [f"r{i}@x.example" for i in range(30)]
+    assert _push(env, storage, first) == {"mailable": 10, "notification": 10, "job": 10}
+    q = Queue(redis_client, QueueKeys(Q, prefix=PREFIX), retry_after=90)
+    assert q.measure().ready == 30
+
+    # paused (no worker runs), then dumped: the jobs leave Redis for a segment file
+    dumped = summary(run_cli("dump", "-q", Q, "--prefix", PREFIX, "--dumps-dir", str(dumps),
+                             redis_url=redis_url))  # fmt: skip
+    assert dumped["jobs"] == 30 and q.measure().total == 0
+    assert redis_client.exists(f"{PREFIX}queues:{Q}") == 0
+    # the app keeps queueing while the group is dumped
+    later = [f"late{i}@x.example" for i in range(6)]
+    _push(env, storage, later)
+    restored = summary(run_cli("restore", "-q", Q, "--prefix", PREFIX, "--dumps-dir", str(dumps),
+                               redis_url=redis_url))  # fmt: skip
+    assert restored["jobs"] == 30
+    stats = q.measure()
+    assert stats.ready == 36 and redis_client.llen(f"{PREFIX}queues:{Q}:notify") == 36
+
+    # resumed: Laravel's own worker drains the queue
+    proc = run_artisan("queue:work", "redis", f"--queue={Q}", "--stop-when-empty", "--tries=3",
+                       "--timeout=30", env=env, storage=storage, timeout=120)  # fmt: skip
+    assert proc.stdout.count("Processed:") == 36, proc.stdout[-2000:]
+    assert "Failed:" not in proc.stdout
+    assert q.measure().total == 0
+
+    received = smtp_sink.snapshot()
+    assert Counter(r.recipient for r in received) == Counter({r: 1 for r in first + later})
+    subjects = Counter(
+        str(email.message_from_bytes(r.data, policy=email.policy.default)["Subject"])
+        for r in received
+    )
+    assert subjects == Counter({SUBJECTS["mailable"]: 12, SUBJECTS["notification"]: 12,
+                                SUBJECTS["job"]: 12})  # fmt: skip
+    shipped = next(r for r in received if r.recipient == "r0@x.example")
+    body = email.message_from_bytes(shipped.data, policy=email.policy.default)
+    assert "Hello r0@x.example, your order is on its way." in body.get_body().get_content()
+
+
+def test_a_cancelled_laravel_queue_sends_nothing(
+    tmp_path: Path, redis_url: str, redis_client: redis.Redis, smtp_sink: SmtpSink
+) -> None:
+    env, storage = _env(redis_url, smtp_sink.port), tmp_path / "storage"
+    _push(env, storage, [f"c{i}@x.example" for i in range(6)])
+    purged = summary(run_cli("purge", "-q", Q, "--prefix", PREFIX, redis_url=redis_url))
+    assert purged["jobs"] == 6
+    proc = run_artisan("queue:work", "redis", f"--queue={Q}", "--stop-when-empty",
+                       env=env, storage=storage)  # fmt: skip
+    assert "Processed:" not in proc.stdout
+    assert smtp_sink.snapshot() == []
+    assert [k for k in redis_client.keys("*") if Q.encode() in k] == []
