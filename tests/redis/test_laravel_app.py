@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import email
 import email.policy
+import subprocess
 from collections import Counter
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -17,6 +18,8 @@ from urllib.parse import urlsplit
 import pytest
 import redis
 
+from sendgroup_operator import builders, models
+from sendgroup_operator.settings import Settings
 from sendgroup_worker.queue.client import Queue
 from sendgroup_worker.queue.keys import QueueKeys
 from tests.support.dumps import run_cli, summary
@@ -33,6 +36,31 @@ SUBJECTS = {"mailable": "Your order has shipped", "notification": "Invoice paid"
 def _env(redis_url: str, smtp_port: int) -> dict[str, str]:
     port = urlsplit(redis_url).port
     return {"REDIS_PORT": str(port), "MAIL_PORT": str(smtp_port), "REDIS_PREFIX": PREFIX}
+
+
+def _operator_queue_work(
+    redis_url: str, smtp_port: int, storage: Path
+) -> subprocess.CompletedProcess[str]:
+    spec = models.SendGroupSpec.model_validate(
+        {"campaign": "spring-sale", "host": "gmail.com", "queue": Q,
+         "worker": {"runtime": "laravel", "image": "shop/app:1", "tries": 3, "timeout": 30,
+                    "retryAfter": 60, "laravel": {"maxTime": 60}}}
+    )  # fmt: skip
+    settings = Settings(
+        default_image="sendgroup-worker:1", default_redis_url=redis_url, key_prefix=PREFIX,
+        allow_image_override=True, default_smtp_host="127.0.0.1", default_smtp_port=smtp_port,
+    )  # fmt: skip
+    ref = builders.GroupRef("shop", "spring-sale-gmail", "uid", "spring-sale", "gmail.com")
+    dep = builders.deployment(ref, spec, settings, replicas=1)
+    container = dep["spec"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert container["command"][4:6] == ["php", "artisan"]
+    command = [*container["command"], "--stop-when-empty"]
+    writable = ("LARAVEL_STORAGE_PATH", "VIEW_COMPILED_PATH", "APP_SERVICES_CACHE",
+                "APP_PACKAGES_CACHE")  # fmt: skip
+    for name in writable:
+        env[name] = str(storage / Path(env[name]).relative_to("/tmp"))
+    return run_artisan("queue:work", env=env, storage=storage, timeout=120, command=command)
 
 
 def _push(env: dict[str, str], storage: Path, recipients: list[str]) -> Counter[str]:
@@ -63,9 +91,10 @@ def test_laravel_mail_survives_pause_dump_restore_and_is_sent_once_by_queue_work
     stats = q.measure()
     assert stats.ready == 36 and redis_client.llen(f"{PREFIX}queues:{Q}:notify") == 36
 
-    # resumed: Laravel's own worker drains the queue
-    proc = run_artisan("queue:work", "redis", f"--queue={Q}", "--stop-when-empty", "--tries=3",
-                       "--timeout=30", env=env, storage=storage, timeout=120)  # fmt: skip
+    # resumed: Laravel's own worker drains the queue, started with exactly the command line and
+    # environment the operator gives a `runtime: laravel` group's pods (storage paths moved to
+    # this test's directory, artisan to the example app's)
+    proc = _operator_queue_work(redis_url, smtp_sink.port, storage)
     assert proc.stdout.count("Processed:") == 36, proc.stdout[-2000:]
     assert "Failed:" not in proc.stdout
     assert q.measure().total == 0

@@ -75,11 +75,18 @@ LARAVEL_AUTOLOAD = Path("/usr/share/php/Illuminate/autoload.php")
 
 
 def run_artisan(
-    *args: str, env: dict[str, str], storage: Path, timeout: float = 60, check: bool = True
+    *args: str,
+    env: dict[str, str],
+    storage: Path,
+    timeout: float = 60,
+    check: bool = True,
+    command: list[str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """``php artisan <args>`` of :data:`LARAVEL_APP` with ``env`` (REDIS_PORT, MAIL_PORT, ...);
     everything it writes (compiled views, caches) goes under ``storage``. AssertionError naming
-    the Debian packages when Laravel is not installed; with ``check``, on an exit code != 0."""
+    the Debian packages when Laravel is not installed; with ``check``, on an exit code != 0.
+    ``command``: run this instead (e.g. a Deployment's container command), in the app's
+    directory, as a pod would."""
     if not LARAVEL_AUTOLOAD.is_file():
         raise AssertionError(
             f"{LARAVEL_AUTOLOAD} missing: run hack/bootstrap "
@@ -89,13 +96,13 @@ def run_artisan(
         (storage / sub).mkdir(parents=True, exist_ok=True)
     full_env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "APP_STORAGE_PATH": str(storage),
+        "LARAVEL_STORAGE_PATH": str(storage),
         "APP_SERVICES_CACHE": str(storage / "cache/services.php"),
         "APP_PACKAGES_CACHE": str(storage / "cache/packages.php"),
         **env,
     }
     proc = subprocess.run(
-        [php_bin(), str(LARAVEL_APP / "artisan"), *args],
+        command or [php_bin(), str(LARAVEL_APP / "artisan"), *args],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -104,5 +111,6 @@ def run_artisan(
         check=False,
     )
     if check and proc.returncode != 0:
-        raise AssertionError(f"artisan {args[0]} exited {proc.returncode}: {proc.stderr[-3000:]}")
+        what = " ".join((command or list(args))[:6])
+        raise AssertionError(f"{what} exited {proc.returncode}: {proc.stderr[-3000:]}")
     return proc

@@ -11,6 +11,7 @@ return [
             'prefix' => env('REDIS_PREFIX', 'laravel_database_'),
         ],
         'default' => [
+            'url' => env('REDIS_URL'),
             'host' => env('REDIS_HOST', '127.0.0.1'),
             'password' => env('REDIS_PASSWORD'),
             'port' => env('REDIS_PORT', '6379'),

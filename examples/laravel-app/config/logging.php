@@ -1,7 +1,7 @@
 <?php
 
 return [
-    'default' => 'stderr',
+    'default' => env('LOG_CHANNEL', 'stderr'),
     'channels' => [
         'stderr' => [
             'driver' => 'monolog',

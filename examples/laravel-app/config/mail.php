@@ -1,7 +1,7 @@
 <?php
 
 return [
-    'default' => 'smtp',
+    'default' => env('MAIL_MAILER', 'smtp'),
     'mailers' => [
         'smtp' => [
             'transport' => 'smtp',

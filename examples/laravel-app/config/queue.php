@@ -1,7 +1,7 @@
 <?php
 
 return [
-    'default' => 'redis',
+    'default' => env('QUEUE_CONNECTION', 'redis'),
     'connections' => [
         'redis' => [
             'driver' => 'redis',
@@ -9,7 +9,7 @@ return [
             // the SendGroup's queue (spec.queue, default mail-<name>)
             'queue' => env('REDIS_QUEUE', 'default'),
             // the group's worker.retryAfter: must stay above queue:work --timeout
-            'retry_after' => (int) env('QUEUE_RETRY_AFTER', 90),
+            'retry_after' => (int) env('REDIS_QUEUE_RETRY_AFTER', 90),
             'block_for' => null,
             'after_commit' => false,
         ],
