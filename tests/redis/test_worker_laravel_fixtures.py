@@ -71,7 +71,8 @@ def test_horizon_written_queue_is_drained_into_failed_byte_for_byte(
     # every reason names the fix, with this queue's queue:work command line
     for j in page.jobs:
         assert (
-            "fix: run this queue with Laravel's own worker (php artisan queue:work redis "
+            "fix: run this group with the Laravel runtime (spec.worker.runtime: laravel) or "
+            "another Laravel worker on this queue (php artisan queue:work redis "
             "--queue=default --tries=N)" in j.message
         ), j.message
     assert client.keys("queues:*") == []  # nothing written outside the prefix

@@ -71,8 +71,9 @@ def test_reason_names_what_would_break_and_the_fix(
     for word in absent:
         assert word not in reason.split("fix:")[0]
     assert reason.endswith(
-        "fix: run this queue with Laravel's own worker (php artisan queue:work redis "
-        "--queue={mail-x} --tries=N), or push sendgroups.SendMail jobs instead (docs/laravel.md)"
+        "fix: run this group with the Laravel runtime (spec.worker.runtime: laravel) or another "
+        "Laravel worker on this queue (php artisan queue:work redis --queue={mail-x} "
+        "--tries=N), or push sendgroups.SendMail jobs instead (docs/laravel.md)"
     )
     assert "\n" not in reason
 

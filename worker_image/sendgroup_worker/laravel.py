@@ -6,8 +6,8 @@ encrypted string for ``ShouldBeEncrypted`` jobs); ``Queue::push('App\\Handler@fi
 queues a string job naming a PHP class. The Python worker runs only its registered handlers
 (``sendgroups.SendMail``, ...), so such a job goes to the failed list once, with a reason that
 says what it is, what would be lost by consuming it anyway (a batch's counters, a chain's next
-jobs, a unique lock), and the fix: run this queue with Laravel's own worker, or push
-``sendgroups.SendMail`` envelopes (docs/laravel.md).
+jobs, a unique lock), and the fix: run the group with the Laravel runtime (or any Laravel
+worker on the queue), or push ``sendgroups.SendMail`` envelopes (docs/laravel.md).
 
 What the payload reveals, from ``Illuminate/Queue/Queue.php`` (``createObjectPayload``) and the
 traits' properties as ``SerializesModels::__serialize`` writes them (a property equal to its
@@ -39,8 +39,9 @@ LARAVEL_JOB_EXCEPTION: Final = "LaravelJobNotSupported"
 
 #: The fix, as the failed reason states it.
 FIX: Final = (
-    "fix: run this queue with Laravel's own worker (php artisan queue:work redis "
-    "--queue={queue} --tries=N), or push sendgroups.SendMail jobs instead (docs/laravel.md)"
+    "fix: run this group with the Laravel runtime (spec.worker.runtime: laravel) or another "
+    "Laravel worker on this queue (php artisan queue:work redis --queue={queue} --tries=N), "
+    "or push sendgroups.SendMail jobs instead (docs/laravel.md)"
 )
 
 #: What well-known Laravel wrapper classes carry, for the reason text.
