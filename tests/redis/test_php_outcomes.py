@@ -127,3 +127,29 @@ def test_outcome_stream_is_bounded_and_can_be_turned_off(redis_url: str) -> None
     length, exists = asyncio.run(go())
     assert 100 <= length <= 200  # MAXLEN ~ trims whole macro nodes (100 entries each)
     assert not exists
+
+
+def test_an_unreadable_suppression_set_sends_nothing(
+    redis_url: str, redis_client: redis.Redis, smtp_sink: SmtpSink
+) -> None:
+    """Hostile input: the app wrote the suppression key as a string. The check fails, so no
+    mail goes out unchecked: the job is retried, then failed with the Redis error as reason;
+    the worker keeps going."""
+    redis_client.set(loopback.suppression_set_key(NS), "ann@x.example")
+    [uuid] = run_php(
+        "push.php", redis_url, Q, "", stdin=jsonl([_mail("ann@x.example")])
+    ).stdout.split()
+    q = Queue(redis_client, QueueKeys(Q), retry_after=3)
+    env = worker_env(redis_url, Q, smtp_sink.port, SENDGROUP_NAMESPACE=NS, WORKER_BACKOFF="0.2")
+    w = WorkerProcess(env)
+    try:
+        wait_for(drained(q), 30, "the job settled")
+        assert w.proc.poll() is None
+    finally:
+        w.signal(signal.SIGTERM)
+        assert w.wait(10) == 0
+        w.stop()
+    assert smtp_sink.snapshot() == [] and "ann@x.example" not in smtp_sink.attempts
+    failed = q.failed_get(uuid)
+    assert failed is not None and failed.exception == "ResponseError"
+    assert "WRONGTYPE" in failed.message and "attempt 3, no tries left" in failed.message
