@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import email
 import email.policy
+import signal
 import subprocess
 from collections import Counter
 from pathlib import Path
@@ -25,6 +26,7 @@ from sendgroup_worker.queue.keys import QueueKeys
 from tests.support.dumps import run_cli, summary
 from tests.support.php import run_artisan
 from tests.support.smtp_sink import SmtpSink
+from tests.support.workers import WorkerProcess, drained, wait_for, worker_env
 
 pytestmark = pytest.mark.redis
 
@@ -124,3 +126,31 @@ def test_a_cancelled_laravel_queue_sends_nothing(
     assert "Processed:" not in proc.stdout
     assert smtp_sink.snapshot() == []
     assert [k for k in redis_client.keys("*") if Q.encode() in k] == []
+
+
+def test_laravel_push_raw_of_our_envelope_is_sent_once_by_our_worker(
+    tmp_path: Path, redis_url: str, redis_client: redis.Redis, smtp_sink: SmtpSink
+) -> None:
+    """Way A from inside a Laravel app: Queue::connection('redis')->pushRaw() of the envelope
+    SendGroupProducer::payload() builds (Laravel's prefix and Lua push script), drained by our
+    Python worker: one mail per recipient, under the uuid the app got, the Blade body intact."""
+    env, storage = _env(redis_url, smtp_sink.port), tmp_path / "storage"
+    recipients = [f"a{i}@x.example" for i in range(5)]
+    out = run_artisan("sendgroups:push-sendmail", Q, *recipients, env=env, storage=storage)
+    uuids = out.stdout.split()
+    assert len(set(uuids)) == 5
+    q = Queue(redis_client, QueueKeys(Q, prefix=PREFIX), retry_after=3)
+    assert q.measure().ready == 5
+    assert redis_client.llen(f"{PREFIX}queues:{Q}:notify") == 5  # Laravel's push script
+    w = WorkerProcess(worker_env(redis_url, Q, smtp_sink.port, SENDGROUP_KEY_PREFIX=PREFIX))
+    try:
+        wait_for(drained(q), 30, "drained by our worker")
+    finally:
+        w.signal(signal.SIGTERM)
+        assert w.wait(10) == 0
+        w.stop()
+    received = smtp_sink.snapshot()
+    assert sorted(r.job for r in received) == sorted(uuids)
+    assert Counter(r.recipient for r in received) == Counter({r: 1 for r in recipients})
+    body = email.message_from_bytes(received[0].data, policy=email.policy.default)
+    assert "your order is on its way." in body.get_body().get_content()

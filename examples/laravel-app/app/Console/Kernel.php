@@ -8,5 +8,6 @@ class Kernel extends ConsoleKernel
 {
     protected $commands = [
         PushMail::class,
+        PushSendMail::class,
     ];
 }
