@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-from sendgroup_operator import durations, models
+from sendgroup_operator import builders_laravel, durations, models
 from sendgroup_operator.settings import DUMPS_MOUNT, Settings
 
 MAX_NAME: Final = 63
@@ -310,6 +310,8 @@ def deployment(
         "securityContext": container_security_context(),
         "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
     }
+    if spec.worker.runtime is models.WorkerRuntime.LARAVEL:
+        container.update(_laravel_container(ref, spec, settings))
     pod = _pod_spec(ref, spec, settings, container, [])
     pod["terminationGracePeriodSeconds"] = spec.worker.timeout + GRACE_MARGIN_SECONDS
     template = {"metadata": {"labels": meta["labels"]}, "spec": pod}
@@ -324,6 +326,34 @@ def deployment(
             "selector": {"matchLabels": selector},
             "template": template,
         },
+    }
+
+
+def _laravel_container(
+    ref: GroupRef, spec: models.SendGroupSpec, settings: Settings
+) -> dict[str, Any]:
+    """What differs for ``runtime: laravel`` (see :mod:`sendgroup_operator.builders_laravel`):
+    the app's ``queue:work`` command, Laravel's environment variables, no metrics port."""
+    queue = spec.queue_name(ref.name)
+    smtp = spec.smtp or models.SmtpSpec()
+    identity = [
+        _value(ENV_QUEUE, queue),
+        _value(ENV_GROUP, ref.name),
+        _value(ENV_NAMESPACE, ref.namespace),
+    ]
+    return {
+        "command": builders_laravel.queue_work_command(spec, queue),
+        "env": builders_laravel.laravel_env(
+            spec,
+            queue,
+            redis_env(spec, settings),
+            settings.key_prefix,
+            smtp.host or settings.default_smtp_host,
+            smtp.port or settings.default_smtp_port,
+            smtp.tls.value if smtp.tls else settings.default_smtp_tls,
+            identity,
+        ),
+        "ports": [],
     }
 
 

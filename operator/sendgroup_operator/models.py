@@ -177,6 +177,38 @@ class ResourceRequirements(_Model):
     """Resources reserved for the worker container (cpu, memory)."""
 
 
+class WorkerRuntime(StrEnum):
+    """What runs a group's jobs: our Python mail worker, or the shop's Laravel app image running
+    ``php artisan queue:work`` (its own Mailables, Notifications and job classes)."""
+
+    PYTHON = "python"
+    LARAVEL = "laravel"
+
+
+class LaravelWorkerSpec(_Model):
+    """The ``queue:work`` command line of a ``runtime: laravel`` group (tries, backoff and
+    timeout come from ``worker``; the queue from ``spec.queue``)."""
+
+    artisan: list[Annotated[str, Field(min_length=1)]] = Field(
+        default_factory=lambda: ["php", "artisan"],
+        min_length=1,
+        max_length=8,
+        json_schema_extra={"default": ["php", "artisan"]},
+    )
+    """How to run artisan in the app image (the container's working directory is the image's),
+    e.g. ["php", "/var/www/html/artisan"]."""
+    connection: str = Field(default="redis", min_length=1, max_length=63)
+    """The app's queue connection (config/queue.php) that uses the group's Redis."""
+    sleep: int = Field(default=3, ge=0, le=60)
+    """Seconds queue:work sleeps when the queue is empty (--sleep)."""
+    memory: int = Field(default=128, ge=16, le=65536)
+    """Megabytes after which queue:work exits to be restarted (--memory)."""
+    max_jobs: int = Field(default=0, ge=0)
+    """Exit after this many jobs, 0 = never (--max-jobs); the pod restarts the worker."""
+    max_time: int = Field(default=0, ge=0)
+    """Exit after this many seconds, 0 = never (--max-time); the pod restarts the worker."""
+
+
 class WorkerSpec(_Model):
     """How each worker runs jobs. ``timeout < retryAfter`` is enforced by the API server."""
 
@@ -186,13 +218,24 @@ class WorkerSpec(_Model):
                 "self.timeout < self.retryAfter",
                 "worker.timeout must be less than worker.retryAfter (rule: timeout < "
                 "retryAfter), otherwise a job still running is handed to a second worker",
-            )
+            ),
+            _cel(
+                "!has(self.runtime) || self.runtime != 'laravel' || has(self.image)",
+                "worker.runtime laravel needs worker.image: the shop's Laravel app image "
+                "(the operator must allow it: allowImageOverride)",
+            ),
         )
     )
 
+    runtime: WorkerRuntime = WorkerRuntime.PYTHON
+    """What runs the jobs: python (our mail worker: sendgroups.SendMail jobs, rate limit,
+    backpressure, outcome stream) or laravel (worker.image runs php artisan queue:work: the
+    app's own Mailables, Notifications and job classes; see docs/laravel.md)."""
+    laravel: LaravelWorkerSpec | None = None
+    """The queue:work command line of runtime laravel (defaults when absent)."""
     image: str | None = Field(default=None, min_length=1, max_length=1024)
     """Worker image; only honoured when the operator allows overrides (allowImageOverride), else
-    the operator's defaultImage."""
+    the operator's defaultImage. Required by runtime laravel (the app image)."""
     tries: int = Field(default=3, ge=1, le=100)
     """Maximum attempts per job (a payload's maxTries wins)."""
     backoff: list[Annotated[int, Field(ge=0, le=86400)]] = Field(

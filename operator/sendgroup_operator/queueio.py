@@ -2,9 +2,9 @@
 
 Key names come only from ``sendgroup_worker.queue.keys.QueueKeys``. The measurement is one
 MULTI/EXEC transaction (atomic, one round trip): LLEN ready, ZCARD delayed/reserved/failed,
-HMGET stats delivered/failed, LINDEX ready 0 (the oldest job's ``pushedAt``), EXISTS of the
-dump's staging keys, of the purge marker, of the dump/restore lock and restore progress, of
-the pause marker, the workers' backpressure deadline (HGET
+HMGET stats delivered/failed, LINDEX ready 0 (the oldest job's ``pushedAt``, else
+``createdAt``), EXISTS of the dump's staging keys, of the purge marker, of the dump/restore lock
+and restore progress, of the pause marker, the workers' backpressure deadline (HGET
 ``backpressure`` ``until``) and TIME. "Empty" and "unchanged" always mean ready + delayed +
 reserved.
 
@@ -42,7 +42,9 @@ def _pushed_at(payload: bytes | str | None) -> float | None:
         return None
     try:
         data: Any = json.loads(payload)
-        value = data.get("pushedAt") if isinstance(data, dict) else None
+        if not isinstance(data, dict):
+            return None
+        value = data.get("pushedAt", data.get("createdAt"))  # Horizon's, else Laravel 12's
         return float(value) if value is not None else None
     except (ValueError, TypeError):
         return None

@@ -564,7 +564,7 @@ def test_key_prefix_is_honoured_and_a_foreign_segment_is_refused(
             "--dumps-dir",
             str(tmp_path),
             redis_url=redis_url,
-            env={"QUEUE_PREFIX": keys.prefix},
+            env={"SENDGROUP_KEY_PREFIX": keys.prefix},
         )
     )
     assert snapshot(redis_client, keys) == before

@@ -85,3 +85,17 @@ def test_key_prefix_of_the_producers(redis_url: str, redis_client: redis.Redis) 
         await prefixed.close()
 
     asyncio.run(go())
+
+
+def test_oldest_job_from_laravel_12_created_at(redis_url: str, redis_client: redis.Redis) -> None:
+    """A plain Laravel 12 payload has ``createdAt`` (int) and no ``pushedAt``."""
+    keys = QueueKeys("mail-c")
+    laravel_12 = {"uuid": "1", "attempts": 0, "createdAt": 1700000042}
+    redis_client.rpush(keys.ready, json.dumps(laravel_12))
+
+    async def go() -> None:
+        queues = RedisQueues()
+        assert (await queues.measure(redis_url, "mail-c")).oldest_pushed_at == 1700000042
+        await queues.close()
+
+    asyncio.run(go())

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.redis
 
 
 def run(redis_url: str, *args: str, prefix: str = "app_") -> tuple[int, str, str]:
-    env = {"REDIS_URL": redis_url, "SENDGROUP_QUEUE": "{mail-cli}", "QUEUE_PREFIX": prefix}
+    env = {"REDIS_URL": redis_url, "SENDGROUP_QUEUE": "{mail-cli}", "SENDGROUP_KEY_PREFIX": prefix}
     result = CliRunner().invoke(main, list(args), env=env, catch_exceptions=False)
     return result.exit_code, result.stdout, result.stderr
 
@@ -159,3 +159,21 @@ def test_queue_has_the_same_short_option_as_the_dump_commands(
     stats = CliRunner().invoke(main, ["stats", "-q", "mail-x", "--json"], env=env)
     assert stats.exit_code == 0, stats.stderr
     assert json.loads(stats.stdout)["ready"] == 1
+
+
+def test_prefix_alias_and_conflict(redis_url: str, redis_client: redis.Redis) -> None:
+    """The CLI reads the worker's variable, SENDGROUP_KEY_PREFIX; the old QUEUE_PREFIX is a
+    deprecated alias; two different values are refused before anything is written."""
+    job = '{"to": "a@example.test", "from": "n@example.test", "text": "hi"}\n'
+    base = {"REDIS_URL": redis_url, "SENDGROUP_QUEUE": "mail-alias"}
+    runner = CliRunner()
+    push = ["push", "--format", "jsonl", "-"]
+    old = runner.invoke(main, push, input=job, env={**base, "QUEUE_PREFIX": "old_"})
+    assert old.exit_code == 0, old.output
+    assert redis_client.llen("old_queues:mail-alias") == 1
+    assert "warning: QUEUE_PREFIX is deprecated" in old.stderr
+    both = {**base, "QUEUE_PREFIX": "old_", "SENDGROUP_KEY_PREFIX": "new_"}
+    bad = runner.invoke(main, push, input=job, env=both)
+    assert bad.exit_code == 2
+    assert "SENDGROUP_KEY_PREFIX='new_' and QUEUE_PREFIX='old_' disagree" in bad.stderr
+    assert redis_client.keys("new_*") == [] and redis_client.llen("old_queues:mail-alias") == 1

@@ -335,3 +335,15 @@ def test_producer_payload_takes_a_fast_path_and_keeps_bytes(q: Queue) -> None:
     q.push(raw)
     [job] = q.reserve(now=NOW)
     assert job.reserved == raw.replace(b'"attempts":0', b'"attempts":1')
+
+
+def test_oldest_job_age_reads_laravel_12_created_at(q: Queue) -> None:
+    """Laravel 12 writes ``createdAt`` (integer unix seconds) and no ``pushedAt``: OLDEST must
+    not stay empty for plain Laravel payloads; ``pushedAt`` wins when both are present."""
+    laravel_12 = json.dumps({"uuid": "l12", "attempts": 0, "createdAt": int(NOW) - 30})
+    q.push(laravel_12.encode())
+    assert q.measure(now=NOW).oldest_job_age_seconds == 30
+    q.clear()
+    both = {"uuid": "b", "attempts": 0, "pushedAt": f"{NOW - 5}", "createdAt": int(NOW) - 30}
+    q.push(json.dumps(both).encode())
+    assert q.measure(now=NOW).oldest_job_age_seconds == pytest.approx(5)

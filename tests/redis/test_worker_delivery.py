@@ -144,7 +144,7 @@ def test_garbage_payloads_go_to_failed_and_good_ones_are_delivered(
         b"not json at all",
         b'{"displayName":"no uuid","job":"sendgroups.SendMail","attempts":0}',
         b"[1,2,3]",
-        mail_payload("x@x.example", job="App\\Jobs\\Unknown"),
+        mail_payload("x@x.example", job="sendgroups.SendMial"),  # a typo: no such handler
         mail_payload("y@x.example", data={"to": "y@x.example"}),  # no from, no body
     ]
     good = [mail_payload(f"good{i}@x.example") for i in range(20)]

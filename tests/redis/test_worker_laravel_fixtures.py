@@ -56,12 +56,23 @@ def test_horizon_written_queue_is_drained_into_failed_byte_for_byte(
     page = q.failed_list(limit=50)
     assert page.total == 6
     assert sorted(j.payload for j in page.jobs) == sorted(_bump_attempts(r) for r in originals)
-    assert Counter(j.exception for j in page.jobs) == Counter({"UnknownHandler": 6})
+    assert Counter(j.exception for j in page.jobs) == Counter({"LaravelJobNotSupported": 6})
     messages = Counter(j.message.split(";")[0] for j in page.jobs)
     assert messages == Counter(
         {
-            "no handler for job Illuminate\\Queue\\CallQueuedHandler@call": 5,
-            "no handler for job App\\Jobs\\RawHandler@handle": 1,  # the pushRaw payload
+            "App\\Jobs\\ProcessPodcast is a Laravel job class "
+            "(Illuminate\\Queue\\CallQueuedHandler@call with a serialized PHP command)": 4,
+            "App\\Jobs\\TaggedPodcast is a Laravel job class "
+            "(Illuminate\\Queue\\CallQueuedHandler@call with a serialized PHP command)": 1,
+            # the pushRaw payload
+            "App\\Jobs\\RawHandler@handle is a Laravel string job (a PHP handler class)": 1,
         }
     )
+    # every reason names the fix, with this queue's queue:work command line
+    for j in page.jobs:
+        assert (
+            "fix: run this group with the Laravel runtime (spec.worker.runtime: laravel) or "
+            "another Laravel worker on this queue (php artisan queue:work redis "
+            "--queue=default --tries=N)" in j.message
+        ), j.message
     assert client.keys("queues:*") == []  # nothing written outside the prefix

@@ -76,6 +76,7 @@ def test_defaults_match_api_md() -> None:
     assert props["reaper"]["properties"]["dumpAfter"]["default"] == "30m"
     assert props["backpressure"]["properties"]["suspendFor"]["default"] == "10m"
     assert props["worker"]["default"] == {
+        "runtime": "python",
         "tries": 3,
         "backoff": [10, 60, 300],
         "timeout": 60,

@@ -7,7 +7,16 @@ import ast
 from pathlib import Path
 
 PKG = Path(__file__).resolve().parents[2] / "operator" / "sendgroup_operator"
-PURE = ("plan", "builders", "conditions", "fairshare", "durations", "models", "settings")
+PURE = (
+    "plan",
+    "builders",
+    "builders_laravel",
+    "conditions",
+    "fairshare",
+    "durations",
+    "models",
+    "settings",
+)
 FORBIDDEN = ("kopf", "kubernetes", "redis", "aiohttp")
 
 

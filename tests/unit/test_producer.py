@@ -210,3 +210,17 @@ def test_push_recipients_batches() -> None:
     assert (report.pushed, report.batches) == (250, 3)
     assert [len(b) for b in target.batches] == [100, 100, 50]
     assert json.loads(target.batches[2][-1])["data"]["to"] == "u249@example.test"
+
+
+def test_payload_always_names_its_tries() -> None:
+    """Laravel's queue:work gives a job without maxTries 1 try, our worker the group's tries:
+    our producer writes maxTries (3, the worker's default) so both kinds of worker on one queue
+    allow the same attempts; an explicit value wins, None is still possible on purpose."""
+
+    def tries(**kw: int | None) -> object:
+        raw = make_mail_payload("a@example.test", from_="n@example.test", text="hi", **kw)
+        return json.loads(raw)["maxTries"]
+
+    assert (tries(), tries(max_tries=7), tries(max_tries=None)) == (3, 7, None)
+    row = payload_from_row({"to": "b@example.test", "from": "n@example.test", "text": "hi"})
+    assert json.loads(row)["maxTries"] == 3

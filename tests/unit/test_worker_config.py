@@ -133,3 +133,26 @@ def test_a_bad_redis_url_is_refused_without_printing_its_password() -> None:
     assert "REDIS_URL" in str(caught.value) and "hunter2" not in str(caught.value)
     for url in ("redis://:pw@h:6379/0", "rediss://h:6380", "unix:///run/redis.sock"):
         assert WorkerConfig.from_env({"SENDGROUP_QUEUE": "q", "REDIS_URL": url}).redis_url == url
+
+
+def test_one_prefix_variable_with_a_deprecated_alias(caplog: pytest.LogCaptureFixture) -> None:
+    """``SENDGROUP_KEY_PREFIX`` names the prefix for the worker and every CLI command; the CLI's
+    old ``QUEUE_PREFIX`` still works for the worker too (it used to be ignored there, so the
+    worker silently watched unprefixed keys), with a deprecation warning; disagreeing values
+    are refused, naming both variables."""
+    base = {"SENDGROUP_QUEUE": "mail-a"}
+    assert WorkerConfig.from_env(base).key_prefix == ""
+    new = WorkerConfig.from_env({**base, "SENDGROUP_KEY_PREFIX": "laravel_database_"})
+    assert new.key_prefix == "laravel_database_"
+    assert "deprecated" not in caplog.text
+    old = WorkerConfig.from_env({**base, "QUEUE_PREFIX": "laravel_database_"})
+    assert old.key_prefix == "laravel_database_"
+    assert "QUEUE_PREFIX is deprecated and will be removed: set SENDGROUP_KEY_PREFIX" in caplog.text
+    same = {**base, "QUEUE_PREFIX": "app_", "SENDGROUP_KEY_PREFIX": "app_"}
+    assert WorkerConfig.from_env(same).key_prefix == "app_"
+    with pytest.raises(ConfigError) as err:
+        WorkerConfig.from_env({**base, "QUEUE_PREFIX": "app_", "SENDGROUP_KEY_PREFIX": "other_"})
+    assert str(err.value) == (
+        "SENDGROUP_KEY_PREFIX='other_' and QUEUE_PREFIX='app_' disagree: set only "
+        "SENDGROUP_KEY_PREFIX (QUEUE_PREFIX is a deprecated alias)"
+    )

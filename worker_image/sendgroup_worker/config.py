@@ -13,10 +13,11 @@ Timeout ladder (Laravel's, see the seeds): SMTP client timeout < job ``timeout``
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Final, Literal
@@ -24,12 +25,18 @@ from typing import Final, Literal
 import pytimeparse2
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
+from sendgroup_worker import loopback
+
 SmtpTls = Literal["none", "starttls", "tls"]
 
 #: (variable, default shown to users, meaning). The order is the documentation order.
 ENV_VARS: Final[tuple[tuple[str, str, str], ...]] = (
     ("SENDGROUP_QUEUE", "required", "queue name (keys queues:<queue>...)"),
-    ("SENDGROUP_KEY_PREFIX", '""', "client-side key prefix, e.g. laravel_database_"),
+    (
+        "SENDGROUP_KEY_PREFIX",
+        '""',
+        "client-side key prefix, e.g. laravel_database_ (QUEUE_PREFIX: deprecated alias)",
+    ),
     ("REDIS_URL / REDIS_URL_FILE", "redis://127.0.0.1:6379/0", "Redis URL (password inside)"),
     ("SMTP_HOST", "127.0.0.1", "SMTP relay host"),
     ("SMTP_PORT", "25", "SMTP relay port"),
@@ -55,6 +62,11 @@ ENV_VARS: Final[tuple[tuple[str, str, str], ...]] = (
     ("BACKPRESSURE_SUSPEND_AFTER", "20", "temporary failures in a row that suspend the group"),
     ("BACKPRESSURE_SUSPEND_FOR", "10m", "how long a suspension lasts"),
     ("BACKPRESSURE_PATTERNS", "none", "JSON list or one regex per line; a 4xx match suspends"),
+    ("SENDGROUP_NAMESPACE", "default", "namespace: names the outcome stream and suppression set"),
+    ("SENDGROUP_NAME", '""', "the SendGroup's name (field group of outcome entries)"),
+    ("OUTCOME_STREAM", "sendgroups:<ns>:outcomes", "outcome stream key (key prefix applied)"),
+    ("OUTCOME_STREAM_MAXLEN", "100000", "outcome stream cap, entries (MAXLEN ~); 0 = off"),
+    ("SUPPRESSION_SET", "sendgroups:<ns>:suppressed", "suppression set key; off = no check"),
     ("METRICS_PORT", "9090", "Prometheus metrics port (0 = off)"),
     ("METRICS_HOST", "0.0.0.0", "address the metrics server binds"),
     ("LOG_LEVEL", "INFO", "DEBUG, INFO, WARNING, ERROR"),
@@ -63,6 +75,48 @@ ENV_VARS: Final[tuple[tuple[str, str, str], ...]] = (
 
 class ConfigError(ValueError):
     """The environment does not describe a usable worker; the message names the variable."""
+
+
+#: The one variable naming the producers' client-side key prefix, for every command (worker,
+#: push/stats/failed, dump/restore/purge) and the operator.
+KEY_PREFIX_ENV: Final = "SENDGROUP_KEY_PREFIX"
+
+#: Deprecated alias of :data:`KEY_PREFIX_ENV` (the CLI's old name), still read for one release.
+KEY_PREFIX_ENV_DEPRECATED: Final = "QUEUE_PREFIX"
+
+#: Default ``maxTries`` of a job that does not carry one: the worker's ``WORKER_TRIES`` default,
+#: and what our producers write into every payload so that Laravel's ``queue:work`` (whose own
+#: default is ``--tries=1``) and this worker allow the same number of attempts on one queue.
+DEFAULT_TRIES: Final = 3
+
+_log = logging.getLogger("sendgroup_worker.config")
+
+
+def key_prefix_from_env(
+    environ: Mapping[str, str] | None = None, warn: Callable[[str], None] | None = None
+) -> str:
+    """The key prefix from :data:`KEY_PREFIX_ENV`, else from the deprecated
+    :data:`KEY_PREFIX_ENV_DEPRECATED` (with a warning passed to ``warn``, default: logged);
+    ``""`` when neither is set.
+
+    Raises :class:`ConfigError` when both are set to different values (the worker and the CLI
+    would otherwise watch different keys)."""
+    env = os.environ if environ is None else environ
+    new, old = env.get(KEY_PREFIX_ENV), env.get(KEY_PREFIX_ENV_DEPRECATED)
+    if new is not None and old is not None and new != old:
+        raise ConfigError(
+            f"{KEY_PREFIX_ENV}={new!r} and {KEY_PREFIX_ENV_DEPRECATED}={old!r} disagree: "
+            f"set only {KEY_PREFIX_ENV} ({KEY_PREFIX_ENV_DEPRECATED} is a deprecated alias)"
+        )
+    if new is not None:
+        return new
+    if old is not None:
+        (warn or _log.warning)(
+            f"{KEY_PREFIX_ENV_DEPRECATED} is deprecated and will be removed: "
+            f"set {KEY_PREFIX_ENV} instead"
+        )
+        return old
+    return ""
 
 
 def parse_duration(value: str | int | float) -> float:
@@ -120,7 +174,7 @@ class WorkerConfig(BaseModel):
     smtp_timeout: float = Field(30.0, gt=0)
     smtp_helo_name: str | None = None
 
-    tries: int = Field(3, ge=1, le=100)
+    tries: int = Field(DEFAULT_TRIES, ge=1, le=100)
     backoff: list[float] = Field(default_factory=lambda: [10.0, 60.0, 300.0])
     timeout: float = Field(60.0, gt=0)
     retry_after: float = Field(90.0, gt=0)
@@ -138,6 +192,12 @@ class WorkerConfig(BaseModel):
     backpressure_suspend_after: int = Field(20, ge=1)
     backpressure_suspend_for: float = Field(600.0, ge=0)
     backpressure_patterns: list[str] = Field(default_factory=list)
+
+    namespace: str = ""
+    group: str = ""
+    outcome_stream: str | None = None
+    outcome_stream_maxlen: int = Field(loopback.DEFAULT_MAXLEN, ge=0)
+    suppression_set: str | None = None
 
     metrics_port: int = Field(9090, ge=0, le=65535)
     metrics_host: str = "0.0.0.0"
@@ -184,6 +244,24 @@ class WorkerConfig(BaseModel):
         """SMTP per-command timeout, kept below the job timeout (the ladder's first rung)."""
         return min(self.smtp_timeout, self.timeout * 0.9)
 
+    @property
+    def outcome_stream_key(self) -> str | None:
+        """The outcome stream's key with the prefix, None when off (maxlen 0)."""
+        if self.outcome_stream_maxlen == 0:
+            return None
+        if self.outcome_stream:
+            return self.key_prefix + self.outcome_stream
+        return loopback.outcome_stream_key(self.namespace, self.key_prefix)
+
+    @property
+    def suppression_set_key(self) -> str | None:
+        """The suppression set's key with the prefix, None when ``SUPPRESSION_SET=off``."""
+        if self.suppression_set == "off":
+            return None
+        if self.suppression_set:
+            return self.key_prefix + self.suppression_set
+        return loopback.suppression_set_key(self.namespace, self.key_prefix)
+
     def patterns(self) -> list[re.Pattern[str]]:
         """The backpressure regexes, compiled (case-insensitive)."""
         return [re.compile(p, re.IGNORECASE) for p in self.backpressure_patterns]
@@ -211,7 +289,6 @@ class WorkerConfig(BaseModel):
 
         simple = {
             "SENDGROUP_QUEUE": "queue",
-            "SENDGROUP_KEY_PREFIX": "key_prefix",
             "REDIS_URL": "redis_url",
             "SMTP_HOST": "smtp_host",
             "SMTP_PORT": "smtp_port",
@@ -228,6 +305,11 @@ class WorkerConfig(BaseModel):
             "WARMUP_START_PER_HOUR": "warmup_start_per_hour",
             "WARMUP_GROWTH_PER_DAY": "warmup_growth_per_day",
             "BACKPRESSURE_SUSPEND_AFTER": "backpressure_suspend_after",
+            "SENDGROUP_NAMESPACE": "namespace",
+            "SENDGROUP_NAME": "group",
+            "OUTCOME_STREAM": "outcome_stream",
+            "OUTCOME_STREAM_MAXLEN": "outcome_stream_maxlen",
+            "SUPPRESSION_SET": "suppression_set",
             "METRICS_PORT": "metrics_port",
             "METRICS_HOST": "metrics_host",
             "LOG_LEVEL": "log_level",
@@ -241,6 +323,10 @@ class WorkerConfig(BaseModel):
             "BACKPRESSURE_SUSPEND_FOR": "backpressure_suspend_for",
         }
         problems: list[str] = []
+        try:
+            raw["key_prefix"] = key_prefix_from_env(env)
+        except ConfigError as exc:
+            problems.append(str(exc))
         for var, field in simple.items():
             value = get(var)
             if value is not None:

@@ -13,6 +13,7 @@ the worker runs the queue's ``begin_send`` check before them (exactly-once).
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -33,6 +34,7 @@ class Outcome(enum.StrEnum):
     TEMPORARY = "temporary"  # release with backoff (or fail when out of tries)
     PERMANENT = "permanent"  # straight to failed
     FENCED = "fenced"  # stopped because the job is no longer ours: touch nothing
+    SUPPRESSED = "suppressed"  # every recipient is suppressed: delete unsent, count nothing
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,13 +43,17 @@ class HandlerResult:
     (the SMTP reply for mail); ``reply_text``: a temporary reply's text for backpressure;
     ``from_provider``: whether a temporary outcome came from the provider (a 4xx reply, a
     connection or time-out) and so counts towards the group's backpressure suspension; False for
-    the worker's own trouble (a handler that raised), which is retried but suspends nothing."""
+    the worker's own trouble (a handler that raised), which is retried but suspends nothing.
+    ``recipients``: the envelope recipients (for the outcome stream); ``suppressed``: those left
+    out by the suppression screen."""
 
     outcome: Outcome
     exception: str = ""
     message: str = ""
     reply_text: str = ""
     from_provider: bool = True
+    recipients: tuple[str, ...] = ()
+    suppressed: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,8 +98,11 @@ class Registry:
         return sorted(self._handlers)
 
 
-def default_registry(pool: smtp.SmtpPool, metrics: WorkerMetrics) -> Registry:
-    """The worker's registry: :data:`SEND_MAIL` over ``pool`` and :data:`NOOP`."""
+def default_registry(
+    pool: smtp.SmtpPool, metrics: WorkerMetrics, screen: smtp.Screen | None = None
+) -> Registry:
+    """The worker's registry: :data:`SEND_MAIL` over ``pool`` (recipients checked with
+    ``screen`` right before the SMTP transaction, see ``loopback``) and :data:`NOOP`."""
     registry = Registry()
 
     async def send_mail(job: JobContext) -> HandlerResult:
@@ -102,9 +111,13 @@ def default_registry(pool: smtp.SmtpPool, metrics: WorkerMetrics) -> Registry:
         except smtp.InvalidMailData as exc:
             return HandlerResult(Outcome.PERMANENT, "InvalidMailData", str(exc))
         started = time.monotonic()
-        result = await pool.send(mail, job.fence)
+        result = await pool.send(mail, job.fence, screen)
         metrics.reply(result.reply_class.value, time.monotonic() - started)
-        return from_send_result(result)
+        return dataclasses.replace(
+            from_send_result(result),
+            recipients=tuple(mail.recipients),
+            suppressed=result.suppressed,
+        )
 
     async def noop(job: JobContext) -> HandlerResult:
         return HandlerResult(Outcome.DONE)
@@ -122,6 +135,8 @@ def from_send_result(result: smtp.SendResult) -> HandlerResult:
         return HandlerResult(Outcome.DONE, message=result.reply)
     if result.reply_class is cls.FENCED:
         return HandlerResult(Outcome.FENCED, message=result.text)
+    if result.reply_class is cls.SUPPRESSED:
+        return HandlerResult(Outcome.SUPPRESSED, message=result.text)
     if result.reply_class is cls.PERMANENT:
         return HandlerResult(Outcome.PERMANENT, "SmtpPermanentFailure", result.reply)
     if result.reply_class is cls.TEMPORARY:

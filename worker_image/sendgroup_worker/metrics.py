@@ -26,11 +26,12 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 #: Values of ``sendgroup_worker_jobs_total{outcome}`` (see the module docstring).
-OUTCOMES = ("delivered", "released", "failed", "lost", "skipped")
+OUTCOMES = ("delivered", "released", "failed", "lost", "skipped", "suppressed")
 #: Values of ``sendgroup_worker_smtp_replies_total{reply_class}``: the first digit of the final
 #: SMTP reply (RFC 5321 section 4.2.1), ``connection`` (no reply: connect/TLS/timeout error) or
-#: ``fenced`` (not sent: the reservation was lost before DATA).
-REPLY_CLASSES = ("2xx", "4xx", "5xx", "connection", "fenced")
+#: ``fenced`` (not sent: the reservation was lost before DATA) or ``suppressed`` (not sent: every
+#: recipient is in the namespace's suppression set).
+REPLY_CLASSES = ("2xx", "4xx", "5xx", "connection", "fenced", "suppressed")
 
 SEND_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 

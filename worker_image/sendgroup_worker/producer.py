@@ -26,6 +26,7 @@ from email_validator import EmailNotValidError, validate_email
 from tqdm import tqdm
 
 from sendgroup_worker import smtp
+from sendgroup_worker.config import DEFAULT_TRIES
 
 #: Handler name the worker registers for mail jobs.
 MAIL_JOB: Final = "sendgroups.SendMail"
@@ -124,7 +125,7 @@ def make_mail_payload(
     vars: Mapping[str, Any] | None = None,
     headers: Mapping[str, str] | None = None,
     *,
-    max_tries: int | None = None,
+    max_tries: int | None = DEFAULT_TRIES,
     max_exceptions: int | None = None,
     fail_on_timeout: bool = False,
     backoff: int | float | str | Sequence[int | float] | None = None,
@@ -144,7 +145,10 @@ def make_mail_payload(
     ``max_tries``,
     ``max_exceptions``, ``backoff`` (seconds: ``5``, ``[5, 10]`` or ``"5,10"``), ``timeout``
     (seconds), ``retry_until`` (unix seconds) override the group's defaults, as in Laravel;
-    None leaves them to the group. ``pushed_at`` defaults to now (unix seconds).
+    None leaves them to the group. ``max_tries`` defaults to :data:`DEFAULT_TRIES` (3), not
+    None: Laravel's ``queue:work`` allows 1 try to a job without ``maxTries`` and our worker
+    the group's ``tries``, so a payload that names its tries is handled alike by both kinds
+    of worker on one queue. ``pushed_at`` defaults to now (unix seconds).
     Raises ValueError on a missing recipient, sender or body, a line break in the subject
     (as given or rendered) or a header value, an invalid address (``to`` or ``from``,
     see :func:`check_address`), a template the worker could not render, or a malformed
@@ -214,7 +218,7 @@ class MailDefaults:
     html: str | None = None
     template: Mapping[str, str] | None = None
     headers: Mapping[str, str] = field(default_factory=dict)
-    max_tries: int | None = None
+    max_tries: int | None = DEFAULT_TRIES
     backoff: str | None = None
     timeout: int | None = None
 

@@ -6,7 +6,8 @@
 
 Connection options are shared: ``--redis-url`` (env ``REDIS_URL``) or ``--redis-url-file``
 (env ``REDIS_URL_FILE``, e.g. a mounted Secret key), ``--queue`` (env ``SENDGROUP_QUEUE``),
-``--prefix`` (env ``QUEUE_PREFIX`` or ``SENDGROUP_KEY_PREFIX``). The URL is never printed.
+``--prefix`` (env ``SENDGROUP_KEY_PREFIX``; ``QUEUE_PREFIX`` is a deprecated alias). The URL
+is never printed.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ import click
 import redis
 
 from sendgroup_worker import producer
+from sendgroup_worker.cli_prefix import key_prefix_option
+from sendgroup_worker.config import DEFAULT_TRIES
 from sendgroup_worker.queue.client import Queue
 from sendgroup_worker.queue.keys import InvalidQueueName, QueueKeys
 
@@ -68,12 +71,7 @@ def queue_options(f: F) -> F:
         required=True,
         help="Queue name (keys queues:<queue>...). Env SENDGROUP_QUEUE.",
     )
-    @click.option(
-        "--prefix",
-        envvar=["QUEUE_PREFIX", "SENDGROUP_KEY_PREFIX"],
-        default="",
-        help="Client-side key prefix, e.g. laravel_database_. Env QUEUE_PREFIX.",
-    )
+    @key_prefix_option("--prefix")
     @functools.wraps(f)
     def wrapper(
         redis_url: str | None,
@@ -170,8 +168,9 @@ def _open_rows(path: str, fmt: str | None) -> Iterator[tuple[IO[str], producer.R
 @click.option(
     "--max-tries",
     type=click.IntRange(1),
-    default=None,
-    help="Payload maxTries (default: the group's tries).",
+    default=DEFAULT_TRIES,
+    help="Payload maxTries, always written: any worker on the queue, ours or Laravel's "
+    "queue:work (whose own default is 1 try), then allows the same number of attempts.",
 )
 @click.option("--backoff", default=None, help="Payload backoff, seconds: '10' or '10,60,300'.")
 @click.option(
@@ -202,7 +201,7 @@ def push_command(
     html: str | None,
     template_file: TextIO | None,
     headers: tuple[str, ...],
-    max_tries: int | None,
+    max_tries: int,
     backoff: str | None,
     timeout: int | None,
     validate: bool,

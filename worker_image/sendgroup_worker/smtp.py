@@ -22,7 +22,7 @@ import re
 import socket
 import string
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from email.charset import QP, Charset
 from email.header import Header
@@ -40,6 +40,9 @@ JOB_HEADER: Final = "X-SendGroup-Job"
 #: Seconds a pooled connection may sit idle before it is checked with NOOP before reuse.
 IDLE_CHECK_AFTER: Final = 10.0
 
+#: The suppression screen: given the envelope recipients, returns those that must not be mailed.
+Screen = Callable[[Sequence[str]], Awaitable[Collection[str]]]
+
 
 class ReplyClass(enum.StrEnum):
     """How a send ended; the value is the metrics label."""
@@ -50,6 +53,8 @@ class ReplyClass(enum.StrEnum):
     CONNECTION = "connection"
     #: the worker stopped before DATA because it no longer holds the job (nothing was sent)
     FENCED = "fenced"
+    #: every recipient is in the suppression set (nothing was sent; see ``loopback``)
+    SUPPRESSED = "suppressed"
 
 
 def classify_code(code: int) -> ReplyClass:
@@ -67,12 +72,14 @@ def classify_code(code: int) -> ReplyClass:
 @dataclass(frozen=True, slots=True)
 class SendResult:
     """Outcome of one SMTP transaction: class, reply code (None without a reply), reply text,
-    recipients refused while others were accepted (address -> "code text")."""
+    recipients refused while others were accepted (address -> "code text"), recipients left
+    out of the envelope by the suppression screen."""
 
     reply_class: ReplyClass
     code: int | None
     text: str
     refused: Mapping[str, str] = field(default_factory=dict)
+    suppressed: tuple[str, ...] = ()
 
     @property
     def reply(self) -> str:
@@ -389,9 +396,20 @@ class SmtpPool:
         conn.last_used = time.monotonic()
         self._idle.append(conn)
 
-    async def send(self, mail: OutgoingMail, fence: Callable[[], bool] | None = None) -> SendResult:
+    async def send(
+        self,
+        mail: OutgoingMail,
+        fence: Callable[[], bool] | None = None,
+        screen: Screen | None = None,
+    ) -> SendResult:
         """Send ``mail``; ``fence()`` is asked right before DATA and, when it returns False,
         the transaction is reset and :attr:`ReplyClass.FENCED` returned (nothing was sent).
+
+        ``screen(recipients)`` is awaited once the connection is ready, right before MAIL FROM:
+        the recipients it returns are left out of the envelope (``SendResult.suppressed``);
+        when none is left, :attr:`ReplyClass.SUPPRESSED` is returned and nothing is sent. An
+        exception from ``screen`` propagates (the connection is closed): nothing goes out
+        unchecked.
 
         Recipients refused while at least one was accepted are reported in ``refused`` with
         an ``OK`` result (sending again would duplicate the mail for the accepted ones).
@@ -407,7 +425,7 @@ class SmtpPool:
                 return SendResult(ReplyClass.CONNECTION, None, _describe(exc))
             keep = False
             try:
-                result, keep = await self._transaction(conn.client, mail, fence)
+                result, keep = await self._transaction(conn.client, mail, fence, screen)
                 return result
             except aiosmtplib.SMTPResponseException as exc:
                 keep = exc.code != 421 and await _reset(conn.client)
@@ -421,23 +439,37 @@ class SmtpPool:
                     await _close(conn)
 
     async def _transaction(
-        self, client: aiosmtplib.SMTP, mail: OutgoingMail, fence: Callable[[], bool] | None
+        self,
+        client: aiosmtplib.SMTP,
+        mail: OutgoingMail,
+        fence: Callable[[], bool] | None,
+        screen: Screen | None = None,
     ) -> tuple[SendResult, bool]:
+        recipients = list(mail.recipients)
+        suppressed: tuple[str, ...] = ()
+        if screen is not None:
+            blocked = set(await screen(recipients))
+            suppressed = tuple(r for r in recipients if r in blocked)
+            recipients = [r for r in recipients if r not in blocked]
+            if not recipients:
+                text = "not sent: every recipient is in the suppression set"
+                return SendResult(ReplyClass.SUPPRESSED, None, text, suppressed=suppressed), True
         options = ["SMTPUTF8"] if mail.needs_utf8 else []
         encoding = "utf-8" if mail.needs_utf8 else "ascii"
         await client.mail(mail.sender, options=options, encoding=encoding)
         refused: dict[str, tuple[int, str]] = {}
-        for rcpt in mail.recipients:
+        for rcpt in recipients:
             try:
                 await client.rcpt(rcpt, encoding=encoding)
             except aiosmtplib.SMTPRecipientRefused as exc:
                 refused[rcpt] = (exc.code, exc.message)
-        if len(refused) == len(mail.recipients):
+        if len(refused) == len(recipients):
             # every recipient refused: the "worst" reply decides (any 4xx means try again)
             codes = [code for code, _ in refused.values()]
             code = next((c for c in codes if 400 <= c < 500), codes[0])
             text = next(t for c, t in refused.values() if c == code)
-            return SendResult(classify_code(code), code, text), await _reset(client)
+            result = SendResult(classify_code(code), code, text, suppressed=suppressed)
+            return result, await _reset(client)
         if fence is not None and not fence():
             return SendResult(ReplyClass.FENCED, None, "reservation lost before DATA"), (
                 await _reset(client)
@@ -448,6 +480,7 @@ class SmtpPool:
             response.code,
             response.message,
             {r: f"{c} {t}" for r, (c, t) in refused.items()},
+            suppressed,
         ), True
 
     async def close(self) -> None:

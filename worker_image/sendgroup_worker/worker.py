@@ -44,8 +44,9 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
-from sendgroup_worker import entry
+from sendgroup_worker import entry, laravel
 from sendgroup_worker import handlers as h
+from sendgroup_worker import loopback as lb
 from sendgroup_worker.backpressure import Backpressure
 from sendgroup_worker.config import WorkerConfig
 from sendgroup_worker.jobopts import JobOptions
@@ -154,6 +155,7 @@ class Worker:
         metrics: WorkerMetrics,
         limiter: RateLimiter,
         backpressure: Backpressure,
+        loopback: lb.Loopback | None = None,
     ) -> None:
         self.config = config
         self.client = client
@@ -165,6 +167,7 @@ class Worker:
         self.metrics = metrics
         self.limiter = limiter
         self.backpressure = backpressure
+        self.loopback = loopback or lb.Loopback(client, None, None)
         self.outage = Outage(metrics)
         self.clock = RedisClock(client)
         self.stopping = asyncio.Event()
@@ -396,6 +399,10 @@ class Worker:
             await self._fail(job, "InvalidPayload", "payload is not a JSON object")
             return
         handler = self.registry.get(payload.get("job"))
+        if handler is None and laravel.is_laravel_job(payload.get("job")):
+            reason = laravel.unrunnable_reason(payload, self.config.queue)
+            await self._fail(job, laravel.LARAVEL_JOB_EXCEPTION, reason)
+            return
         if handler is None:
             await self._fail(
                 job,
@@ -407,12 +414,15 @@ class Worker:
         opts = JobOptions.of(payload, self.config)
         now = self.clock.now()
         if opts.exceeded_before_run(job.attempts, now):
-            await self._fail(
-                job,
+            exceeded = h.HandlerResult(
+                h.Outcome.PERMANENT,
                 "MaxAttemptsExceededException",
                 f"{_display(payload)} has been attempted too many times"
                 + (" or run too long" if opts.retry_until is not None else ""),
             )
+            if handler.sends:
+                await self._record(job, exceeded, lb.FAILED)
+            await self._fail(job, exceeded.exception, exceeded.message)
             return
         if handler.sends:
             state = await self._retry(lambda: self.queue.begin_send(job))
@@ -453,23 +463,43 @@ class Worker:
             result = h.HandlerResult(
                 h.Outcome.TEMPORARY, type(exc).__name__, str(exc), from_provider=False
             )
-        await self._settle(lane, job, opts, result)
+        await self._settle(lane, job, opts, result, record=handler.sends)
 
     async def _settle(
-        self, lane: _Lane, job: Reserved, opts: JobOptions, result: h.HandlerResult
+        self,
+        lane: _Lane,
+        job: Reserved,
+        opts: JobOptions,
+        result: h.HandlerResult,
+        record: bool = False,
     ) -> None:
+        """Act on ``result``; with ``record`` (mail handlers) also write the outcome stream
+        entry (see :mod:`sendgroup_worker.loopback`), before the outcome is committed."""
         if result.outcome is h.Outcome.DONE:
             # acknowledged inside the lane's next reserve call (one round trip saved), or by
             # _flush before the lane waits or stops
             lane.ack = Ack.of(job, delivered=True)
             self.metrics.job("delivered")
+            if record:
+                await self._record(job, result, lb.DELIVERED)
             await self._best_effort(self.backpressure.record_success())
             return
         if result.outcome is h.Outcome.FENCED:
             self.metrics.job("lost")
             log.info("job %s: not sent, the reservation expired (%s)", job.uuid, result.message)
             return
+        if result.outcome is h.Outcome.SUPPRESSED:
+            if record:
+                await self._record(job, result, lb.SUPPRESSED)
+            lost = await self._retry(lambda: self.queue.done(job, delivered=False))
+            self.metrics.job("lost" if lost else "suppressed")
+            log.info(
+                "job %s: not sent: %s (%s)", job.uuid, result.message, ",".join(result.suppressed)
+            )
+            return
         if result.outcome is h.Outcome.PERMANENT:
+            if record:
+                await self._record(job, result, lb.FAILED)
             await self._fail(job, result.exception, result.message)
             return
         # temporary: 4xx, connection trouble, timeout (the provider's), or a handler that raised
@@ -480,6 +510,8 @@ class Worker:
             if suspended:
                 self.metrics.suspended.labels(self.config.queue).set(1)
         if opts.fails_after_temporary(job.attempts, self.clock.now()):
+            if record:
+                await self._record(job, result, lb.FAILED)
             await self._fail(
                 job,
                 result.exception or "MaxAttemptsExceededException",
@@ -487,6 +519,8 @@ class Worker:
             )
             return
         delay = opts.backoff_for(job.attempts)
+        if record:
+            await self._record(job, result, lb.DEFERRED, retry_in=delay)
         lost = await self._retry(lambda: self.queue.release(job, delay, now=self.clock.now()))
         if lost:
             self.metrics.job("lost")
@@ -511,6 +545,33 @@ class Worker:
             log.info("job %s: failed: %s: %s", job.uuid or "?", exception, message)
 
     # --- helpers ---------------------------------------------------------------------------
+    async def _record(
+        self,
+        job: Reserved,
+        result: h.HandlerResult,
+        outcome: str,
+        retry_in: float | None = None,
+    ) -> None:
+        """Write ``job``'s outcome stream entry, retried like a job outcome; never raises (a
+        Redis outage that outlasts a stop loses the entry, logged, but never the job)."""
+        entry = lb.Outcome(
+            uuid=job.uuid,
+            outcome=outcome,
+            reply=result.message,
+            attempt=job.attempts,
+            at=self.clock.now(),
+            queue=self.config.queue,
+            group=self.config.group,
+            to=result.recipients,
+            suppressed=result.suppressed,
+            exception=result.exception if outcome in (lb.FAILED, lb.DEFERRED) else "",
+            retry_in=retry_in,
+        )
+        try:
+            await self._retry(lambda: self.loopback.record(entry))
+        except REDIS_DOWN:
+            log.error("job %s: outcome %s not written to the outcome stream", job.uuid, outcome)
+
     async def _retry(self, call: Callable[[], Awaitable[T]]) -> T:
         """Run a Redis call until it succeeds: a finished job's outcome must reach Redis.
         Once the worker is stopping, gives up (re-raising) :data:`STOP_RETRY_LIMIT` seconds
@@ -615,5 +676,11 @@ def build_worker(config: WorkerConfig) -> Worker:
         config.backpressure_suspend_for,
         config.patterns(),
     )
-    registry = h.default_registry(pool, metrics)
-    return Worker(config, client, blocking, queue, pool, registry, metrics, limiter, backpressure)
+    loopback = lb.Loopback(
+        client, config.outcome_stream_key, config.suppression_set_key, config.outcome_stream_maxlen
+    )
+    screen = loopback.screen if loopback.suppressed is not None else None
+    registry = h.default_registry(pool, metrics, screen)
+    return Worker(
+        config, client, blocking, queue, pool, registry, metrics, limiter, backpressure, loopback
+    )

@@ -21,6 +21,7 @@ from typing import Any, NoReturn
 import click
 import redis
 
+from sendgroup_worker.cli_prefix import key_prefix_option
 from sendgroup_worker.dumps import paths
 from sendgroup_worker.dumps.dump import DEFAULT_CHUNK_JOBS, DumpError, dump_queue
 from sendgroup_worker.dumps.format import SegmentError, read_info, verify_segment
@@ -99,15 +100,7 @@ def _redis_options(f: Callable[..., Any]) -> Callable[..., Any]:
                 type=click.Path(dir_okay=False),
                 help="File holding the URL (a mounted Secret key). Env REDIS_URL_FILE.",
             ),
-            click.option(
-                "--prefix",
-                "--key-prefix",
-                "key_prefix",
-                default="",
-                envvar=["QUEUE_PREFIX", "SENDGROUP_KEY_PREFIX"],
-                help="Client-side key prefix of the producers (e.g. laravel_database_). "
-                "Env QUEUE_PREFIX.",
-            ),
+            key_prefix_option("--prefix", "--key-prefix", "key_prefix"),
             click.option(
                 "--lock-ttl",
                 default=30.0,

@@ -172,8 +172,9 @@ class QueueStats:
     """One atomic measurement of a queue (jobs; seconds; unix seconds).
 
     ``total`` = ready + delayed + reserved (what "empty"/"unchanged" mean everywhere).
-    ``oldest_job_age_seconds`` is measured_at - ``pushedAt`` of the ready list's head, None
-    when the list is empty or the head has no ``pushedAt`` (plain Laravel payloads have none).
+    ``oldest_job_age_seconds`` is measured_at - ``pushedAt`` of the ready list's head (Horizon
+    and our producer write it; else ``createdAt``, integer unix seconds, which Laravel 12
+    writes), None when the list is empty or the head has neither (Laravel 11 payloads).
     ``delivered``, ``failed_total`` and ``released`` are the counters kept since the group
     began; ``failed`` is the number of records currently in the failed structure.
     """

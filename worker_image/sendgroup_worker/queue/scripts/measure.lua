@@ -1,6 +1,7 @@
 -- measure: every count the operator needs, atomically.
 -- KEYS: 1 ready, 2 delayed, 3 reserved, 4 failed, 5 stats
--- Reply: {ready, delayed, reserved, failed, pushedAt of the ready head as text or "",
+-- Reply: {ready, delayed, reserved, failed, pushedAt (else Laravel 12's createdAt) of the
+--         ready head as text or "",
 --         delivered, failed_total, released, redis TIME seconds, redis TIME microseconds}
 local head = redis.call('LINDEX', KEYS[1], 0)
 local pushed_at = ''
@@ -8,6 +9,7 @@ if head then
   local ok, obj = pcall(cjson.decode, head)
   if ok and type(obj) == 'table' then
     local p = obj['pushedAt']
+    if p == nil then p = obj['createdAt'] end
     if type(p) == 'string' then
       pushed_at = p
     elseif type(p) == 'number' then

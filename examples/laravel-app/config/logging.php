@@ -1,0 +1,12 @@
+<?php
+
+return [
+    'default' => env('LOG_CHANNEL', 'stderr'),
+    'channels' => [
+        'stderr' => [
+            'driver' => 'monolog',
+            'handler' => Monolog\Handler\StreamHandler::class,
+            'with' => ['stream' => 'php://stderr'],
+        ],
+    ],
+];

@@ -1,0 +1,1 @@
+<p>Hello {{ $customer }}, your order is on its way.</p>

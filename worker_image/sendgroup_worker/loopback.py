@@ -1,0 +1,152 @@
+"""The loop back to the app: a per-message outcome stream and a suppression set, per namespace.
+
+Two Redis keys per Kubernetes namespace (``<ns>`` = ``SENDGROUP_NAMESPACE``, which the operator
+sets on every worker pod; ``default`` when unset), behind the producers' key prefix
+(``SENDGROUP_KEY_PREFIX``), so a Laravel app reads them through its usual phpredis connection:
+
+* ``sendgroups:<ns>:outcomes``, a stream: the workers add one entry per attempt of a mail job;
+  the app reads it (``XREAD`` / ``XREADGROUP``);
+* ``sendgroups:<ns>:suppressed``, a set of lower-case addresses: the app adds an address on an
+  unsubscribe or a bounce (``SADD``); the workers check it right before each send.
+
+Outcome entries (``XADD <key> MAXLEN ~ <n> * field value ...``, all values text):
+
+* ``uuid``: the job's uuid (also the ``X-SendGroup-Job`` header and the mail's Message-ID);
+* ``outcome``: ``delivered`` (the relay accepted it), ``deferred`` (a temporary failure,
+  retried after ``retryIn`` seconds), ``failed`` (a permanent failure or no tries left: the job
+  is in the failed list), ``suppressed`` (every recipient is in the suppression set: not
+  mailed, the job is deleted);
+* ``reply``: the SMTP reply (``250 2.0.0 Ok: queued``, ``550 5.1.1 no such user``) or reason;
+* ``exception``: for ``failed``/``deferred``, the failed-record class
+  (``SmtpPermanentFailure``, ``SmtpTemporaryFailure``, ``MaxAttemptsExceededException``, ...);
+* ``to``: the envelope recipients, comma-separated; ``suppressed``: recipients left out
+  because they are in the suppression set;
+* ``attempt``: the attempt number (1 = first); ``retryIn``: seconds until the retry;
+* ``queue``, ``group``: the queue and the SendGroup; ``at``: unix seconds (Redis clock).
+
+Delivery is at least once: an entry is written before the job's outcome is committed to the
+queue, so a worker killed in between writes it again on the job's next attempt (consumers key
+on ``uuid`` + ``outcome``; the last entry of a uuid is its latest state). The stream is capped
+with ``MAXLEN ~`` (``OUTCOME_STREAM_MAXLEN``, default 100,000 entries; Redis trims whole
+macro nodes, so it may hold a little more); ``0`` turns it off.
+
+The suppression set is checked in one round trip (``SISMEMBER`` per recipient, pipelined) once
+the SMTP connection is ready, right before MAIL FROM/RCPT/DATA, so an address added while a
+group was paused or dumped for days is never mailed. Addresses are compared lower-cased.
+Suppressed recipients are left out of the envelope; when none is left, the job ends
+``suppressed`` (deleted, counted neither delivered nor failed). A Redis error during the check
+fails the attempt (retried later): no mail goes out unchecked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Final
+
+import redis.asyncio
+
+#: Outcome values of a stream entry.
+DELIVERED: Final = "delivered"
+DEFERRED: Final = "deferred"
+FAILED: Final = "failed"
+SUPPRESSED: Final = "suppressed"
+
+#: Default cap of the outcome stream (entries, approximate).
+DEFAULT_MAXLEN: Final = 100_000
+
+#: Namespace used when ``SENDGROUP_NAMESPACE`` is unset (a worker run by hand).
+DEFAULT_NAMESPACE: Final = "default"
+
+
+def outcome_stream_key(namespace: str, prefix: str = "") -> str:
+    """``<prefix>sendgroups:<namespace>:outcomes``."""
+    return f"{prefix}sendgroups:{namespace or DEFAULT_NAMESPACE}:outcomes"
+
+
+def suppression_set_key(namespace: str, prefix: str = "") -> str:
+    """``<prefix>sendgroups:<namespace>:suppressed``."""
+    return f"{prefix}sendgroups:{namespace or DEFAULT_NAMESPACE}:suppressed"
+
+
+def normalize(address: str) -> str:
+    """How an address is stored in and compared with the suppression set: stripped,
+    lower-cased (bare address, no display name)."""
+    return address.strip().lower()
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """One stream entry (see the module table); ``fields()`` gives what XADD writes."""
+
+    uuid: str
+    outcome: str
+    reply: str
+    attempt: int
+    at: float
+    queue: str
+    group: str = ""
+    to: Sequence[str] = ()
+    suppressed: Sequence[str] = ()
+    exception: str = ""
+    retry_in: float | None = None
+
+    def fields(self) -> dict[str, str]:
+        """The entry's field -> value pairs (empty optional fields left out)."""
+        out = {
+            "uuid": self.uuid,
+            "outcome": self.outcome,
+            "reply": self.reply,
+            "attempt": str(self.attempt),
+            "at": f"{self.at:.3f}",
+            "queue": self.queue,
+        }
+        optional: Mapping[str, str] = {
+            "group": self.group,
+            "to": ",".join(self.to),
+            "suppressed": ",".join(self.suppressed),
+            "exception": self.exception,
+            "retryIn": "" if self.retry_in is None else f"{self.retry_in:g}",
+        }
+        out.update({k: v for k, v in optional.items() if v})
+        return out
+
+
+class Loopback:
+    """The worker's side: write outcomes (:meth:`record`), screen recipients (:meth:`screen`).
+
+    ``stream``/``suppressed``: key names, None to turn either off; ``maxlen``: the stream cap.
+    Redis errors propagate (the worker retries them)."""
+
+    def __init__(
+        self,
+        client: redis.asyncio.Redis[bytes],
+        stream: str | None,
+        suppressed: str | None,
+        maxlen: int = DEFAULT_MAXLEN,
+    ) -> None:
+        self.client = client
+        self.stream = stream if maxlen > 0 else None
+        self.suppressed = suppressed
+        self.maxlen = maxlen
+
+    async def record(self, outcome: Outcome) -> None:
+        """XADD one entry (no-op when the stream is off)."""
+        if self.stream is None:
+            return
+        await self.client.xadd(
+            self.stream,
+            outcome.fields(),
+            maxlen=self.maxlen,
+            approximate=True,
+        )
+
+    async def screen(self, recipients: Sequence[str]) -> Collection[str]:
+        """The recipients (as given) that are in the suppression set; one round trip."""
+        if self.suppressed is None or not recipients:
+            return ()
+        async with self.client.pipeline(transaction=False) as pipe:
+            for recipient in recipients:
+                pipe.sismember(self.suppressed, normalize(recipient))
+            flags = await pipe.execute()
+        return {r for r, hit in zip(recipients, flags, strict=True) if hit}
