@@ -232,7 +232,7 @@ def _operation_failed(b: Decisions, kind: str) -> None:
 def _run(
     b: Decisions, observed: Observed, measure: Measurement, allowed: int, settings: Settings
 ) -> None:
-    spec, st, now = b.spec, b.status, b.now
+    spec, st = b.spec, b.status
     dep = observed.deployment
     measured = isinstance(measure, QueueMeasure)
     total = measure.total if isinstance(measure, QueueMeasure) else st.queue.total
@@ -269,7 +269,20 @@ def _run(
             return
         # restored in this very pass: the workers are asked for now, not a pass later
         total = measure.total if isinstance(measure, QueueMeasure) else total
+    _serve(b, dep, total, measured, allowed, settings)
 
+
+def _serve(
+    b: Decisions,
+    dep: DeploymentObs | None,
+    total: int,
+    measured: bool,
+    allowed: int,
+    settings: Settings,
+) -> None:
+    """Not paused, nothing to restore: finish a Completed group, reap an idle one, or keep
+    the workers converged to the spec (``allowed`` of them) while there is work or workers."""
+    spec, st, now = b.spec, b.status, b.now
     conditions.remove_condition(st.conditions, conditions.DUMPED)
     throttled = (total > 0 or dep is not None) and allowed < st.workers.desired
     b.cond(
