@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validat
 from pydantic.alias_generators import to_camel
 
 from sendgroup_worker.queue.keys import QUEUE_NAME_PATTERN
+from sendgroup_worker.redisurl import PASSWORD_PATTERNS, URL_SCHEME_PATTERN
 
 GROUP: Final = "sendgroups.io"
 VERSION: Final = "v1alpha1"
@@ -150,18 +151,21 @@ class RedisSpec(_Model):
         max_length=2048,
         json_schema_extra=_validations(
             _cel(
-                "self.startsWith('redis://') || self.startsWith('rediss://')",
-                "redis.url must start with redis:// or rediss://",
+                f"self.matches('{URL_SCHEME_PATTERN}')",
+                "redis.url must start with redis://, rediss://, redis+cluster://, "
+                "rediss+cluster://, redis+sentinel:// or rediss+sentinel://",
             ),
             _cel(
-                "!self.matches('^rediss?://[^/@]*:[^/@]*@') && !self.matches('[?&](?i:password)=')",
+                " && ".join(f"!self.matches('{p}')" for p in PASSWORD_PATTERNS),
                 "redis.url must not contain a password (user:password@ or ?password=): put the "
                 "full URL in a Secret and reference it with redis.secretRef "
                 "(rule: no password in redis.url)",
             ),
         ),
     )
-    """Redis URL without password (redis:// or rediss://); default: the operator's
+    """Redis URL without password: redis[s]://host:port/db (standalone, or a cluster node:
+    detected), redis[s]+cluster://h1:p1,h2:p2/ (Redis Cluster seed nodes) or
+    redis[s]+sentinel://s1:26379,s2:26379/<master>[/db] (Sentinel); default: the operator's
     defaultRedisUrl."""
     secret_ref: SecretKeyRef | None = None
     """Secret key holding the full Redis URL, password inside; never copied into spec, status,
@@ -356,6 +360,13 @@ _SPEC_RULES = _validations(
     _cel(
         "has(self.queue) == has(oldSelf.queue)",
         "queue is immutable: it cannot be added or removed after creation (rule: self == oldSelf)",
+    ),
+    _cel(
+        "!has(self.redis) || !has(self.redis.url) "
+        "|| !self.redis.url.matches('^rediss?[+]cluster://') "
+        "|| (has(self.queue) && self.queue.matches('[{][^{}]+[}]'))",
+        "a queue on Redis Cluster needs a hash tag so all of its keys share one slot: set "
+        "spec.queue, e.g. '{mail-<name>}' (rule: hash tag on a cluster)",
     ),
     _cel(
         "oldSelf.state != 'Cancelled' || self.state == 'Cancelled'",

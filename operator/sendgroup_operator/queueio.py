@@ -15,14 +15,14 @@ messages name the exception type and the host only.
 from __future__ import annotations
 
 import json
-from typing import Any, Final
-from urllib.parse import urlsplit
+from typing import Any, Final, cast
 
-import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from sendgroup_operator.plan import QueueMeasure
 from sendgroup_worker.queue.keys import QueueKeys
+from sendgroup_worker.redisclient import AsyncClient, connect_async, is_cluster
+from sendgroup_worker.redisurl import RedisUrlError, describe
 
 SOCKET_TIMEOUT: Final = 3.0
 
@@ -32,9 +32,9 @@ class QueueUnavailable(Exception):
 
 
 def safe_host(url: str) -> str:
-    """``host:port`` of a Redis URL, without user or password."""
-    parts = urlsplit(url)
-    return f"{parts.hostname or '?'}:{parts.port or 6379}"
+    """The hosts of a Redis URL (``host:port``, ``cluster h1:p1,h2:p2``, ``sentinel master
+    'm' via s1:p1``), without user or password."""
+    return describe(url)
 
 
 def _pushed_at(payload: bytes | str | None) -> float | None:
@@ -73,24 +73,42 @@ class RedisQueues:
 
     def __init__(self, prefix: str = "") -> None:
         self.prefix = prefix
-        self._clients: dict[str, aioredis.Redis[bytes]] = {}
+        self._clients: dict[str, AsyncClient] = {}
 
-    def client(self, url: str) -> aioredis.Redis[bytes]:
+    async def client(self, url: str) -> AsyncClient:
         """The cached client for ``url`` (3 s socket timeouts, no retries: the reaper is the
-        retry loop)."""
+        retry loop); standalone, Redis Cluster or Sentinel (:mod:`sendgroup_worker.redisclient`).
+        A plain ``redis://`` URL is probed once (``INFO cluster``); a failed probe is not cached.
+        Raises :class:`QueueUnavailable`."""
         client = self._clients.get(url)
         if client is None:
-            client = aioredis.Redis.from_url(
-                url, socket_timeout=SOCKET_TIMEOUT, socket_connect_timeout=SOCKET_TIMEOUT
-            )
+            try:
+                client = await connect_async(
+                    url, socket_timeout=SOCKET_TIMEOUT, socket_connect_timeout=SOCKET_TIMEOUT
+                )
+            except RedisUrlError as exc:
+                raise QueueUnavailable(f"bad Redis URL: {exc}") from None
+            except (RedisError, OSError) as exc:
+                raise QueueUnavailable(
+                    f"Redis at {safe_host(url)} unreachable: {type(exc).__name__}"
+                ) from None
             self._clients[url] = client
         return client
 
     async def measure(self, url: str, queue: str) -> QueueMeasure:
-        """One atomic measurement of ``queue``. Raises :class:`QueueUnavailable`."""
+        """One atomic measurement of ``queue`` (a MULTI/EXEC transaction; on Redis Cluster the
+        keys share the queue's slot and TIME is a second call). Raises
+        :class:`QueueUnavailable`."""
         keys = QueueKeys(queue, self.prefix)
+        client = await self.client(url)
+        cluster = is_cluster(client)
+        if cluster and keys.slot_tag is None:
+            raise QueueUnavailable(
+                f"queue {queue!r} has no hash tag, so on Redis Cluster its keys land in "
+                f"different slots; name it like '{{{queue}}}' (spec.queue)"
+            )
         try:
-            pipe = self.client(url).pipeline(transaction=True)
+            pipe = client.pipeline(transaction=True)
             pipe.llen(keys.ready)
             pipe.zcard(keys.delayed)
             pipe.zcard(keys.reserved)
@@ -102,7 +120,11 @@ class RedisQueues:
             pipe.exists(keys.lock, keys.restored)
             pipe.hget(keys.backpressure, "until")
             pipe.exists(keys.paused)
-            pipe.time()
+            if not cluster:
+                pipe.time()
+            replies = await pipe.execute()
+            if cluster:
+                replies.append(await client.time())
             (
                 ready,
                 delayed,
@@ -116,7 +138,7 @@ class RedisQueues:
                 until_ms,
                 paused,
                 server_time,
-            ) = await pipe.execute()
+            ) = replies
         except (RedisError, OSError) as exc:
             raise QueueUnavailable(
                 f"Redis at {safe_host(url)} unreachable: {type(exc).__name__}"
@@ -141,7 +163,7 @@ class RedisQueues:
         keys existed. Raises :class:`QueueUnavailable`."""
         keys = QueueKeys(queue, self.prefix)
         try:
-            return int(await self.client(url).delete(*keys.all_keys))
+            return int(await (await self.client(url)).delete(*keys.all_keys))
         except (RedisError, OSError) as exc:
             raise QueueUnavailable(
                 f"Redis at {safe_host(url)} unreachable: {type(exc).__name__}"
@@ -151,7 +173,8 @@ class RedisQueues:
         """Set the purge marker (deleted by the purge Job with every other key).
         Raises :class:`QueueUnavailable`."""
         try:
-            await self.client(url).set(QueueKeys(queue, self.prefix).purge_requested, "1")
+            client = await self.client(url)
+            await client.set(QueueKeys(queue, self.prefix).purge_requested, "1")
         except (RedisError, OSError) as exc:
             raise QueueUnavailable(
                 f"Redis at {safe_host(url)} unreachable: {type(exc).__name__}"
@@ -172,5 +195,5 @@ class RedisQueues:
     async def close(self) -> None:
         """Close every pool."""
         for client in self._clients.values():
-            await client.connection_pool.disconnect()
+            await cast(Any, client).aclose()
         self._clients.clear()

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from sendgroup_operator import models
+from sendgroup_worker import redisurl
 
 DUMPS_MOUNT: Final = "/dumps"
 
@@ -259,8 +260,15 @@ class Settings:
         tls = e.get("SENDGROUP_DEFAULT_SMTP_TLS", d.default_smtp_tls) or d.default_smtp_tls
         if tls not in ("none", "starttls", "tls"):
             raise SettingsError(f"SENDGROUP_DEFAULT_SMTP_TLS={tls!r}: none, starttls or tls")
+        redis_url = e.get("SENDGROUP_DEFAULT_REDIS_URL") or d.default_redis_url
+        try:
+            redisurl.check(redis_url)
+        except redisurl.RedisUrlError as exc:
+            raise SettingsError(
+                f"SENDGROUP_DEFAULT_REDIS_URL: {redisurl.redact(str(exc), redis_url)}"
+            ) from None
         return cls(
-            default_redis_url=e.get("SENDGROUP_DEFAULT_REDIS_URL") or d.default_redis_url,
+            default_redis_url=redis_url,
             default_image=e.get("SENDGROUP_DEFAULT_IMAGE") or d.default_image,
             key_prefix=e.get("SENDGROUP_KEY_PREFIX", ""),
             image_pull_policy=e.get("SENDGROUP_IMAGE_PULL_POLICY") or d.image_pull_policy,

@@ -17,9 +17,8 @@ import time
 from collections.abc import Sequence
 from typing import Final
 
-from redis.asyncio import Redis
-
 from sendgroup_worker.ratelimit import load_script
+from sendgroup_worker.redisclient import AsyncClient
 
 CACHE_SECONDS: Final = 1.0
 
@@ -29,7 +28,7 @@ class Backpressure:
 
     def __init__(
         self,
-        redis: Redis[bytes],
+        redis: AsyncClient,
         key: str,
         suspend_after: int,
         suspend_for: float,

@@ -25,7 +25,7 @@ from typing import Final, Literal
 import pytimeparse2
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
-from sendgroup_worker import loopback
+from sendgroup_worker import loopback, redisurl
 
 SmtpTls = Literal["none", "starttls", "tls"]
 
@@ -37,7 +37,11 @@ ENV_VARS: Final[tuple[tuple[str, str, str], ...]] = (
         '""',
         "client-side key prefix, e.g. laravel_database_ (QUEUE_PREFIX: deprecated alias)",
     ),
-    ("REDIS_URL / REDIS_URL_FILE", "redis://127.0.0.1:6379/0", "Redis URL (password inside)"),
+    ("REDIS_URL / REDIS_URL_FILE", "redis://127.0.0.1:6379/0", "Redis URL (password inside): "
+     "redis[s]://, redis[s]+cluster://h1:p,h2:p/, redis[s]+sentinel://s1:p,s2:p/<master>"),
+    ("WORKER_REDIS_WAIT_REPLICAS", "0", "WAIT for this many replicas after each ack/release/"
+     "fail (durable against a primary loss; 0 = asynchronous replication)"),
+    ("WORKER_REDIS_WAIT_TIMEOUT", "1", "longest WAIT, seconds; then a warning and go on"),
     ("SMTP_HOST", "127.0.0.1", "SMTP relay host"),
     ("SMTP_PORT", "25", "SMTP relay port"),
     ("SMTP_TLS", "none", "none | starttls | tls (implicit TLS)"),
@@ -182,6 +186,8 @@ class WorkerConfig(BaseModel):
     max_jobs: int = Field(0, ge=0)
     max_time: float = Field(0.0, ge=0)
     block_for: float = Field(5.0, gt=0)
+    redis_wait_replicas: int = Field(0, ge=0, le=16)
+    redis_wait_timeout: float = Field(1.0, gt=0)
 
     rate_per_minute: int | None = Field(None, ge=1)
     rate_burst: int | None = Field(None, ge=1)
@@ -206,11 +212,11 @@ class WorkerConfig(BaseModel):
     @field_validator("redis_url")
     @classmethod
     def _redis_url_scheme(cls, value: str) -> str:
-        # redis-py's from_url accepts these; the message never repeats the URL (password).
-        scheme = value.partition("://")[0].lower() if "://" in value else ""
-        if scheme not in ("redis", "rediss", "unix"):
-            raise ValueError("must start with redis://, rediss:// or unix://")
-        return value
+        # every form of sendgroup_worker.redisurl; the message never repeats the URL (password)
+        try:
+            return redisurl.check(value)
+        except redisurl.RedisUrlError as exc:
+            raise ValueError(redisurl.redact(str(exc), value)) from None
 
     @field_validator("backpressure_patterns")
     @classmethod
@@ -300,6 +306,7 @@ class WorkerConfig(BaseModel):
             "WORKER_TRIES": "tries",
             "WORKER_CONCURRENCY": "concurrency",
             "WORKER_MAX_JOBS": "max_jobs",
+            "WORKER_REDIS_WAIT_REPLICAS": "redis_wait_replicas",
             "RATE_PER_MINUTE": "rate_per_minute",
             "RATE_BURST": "rate_burst",
             "WARMUP_START_PER_HOUR": "warmup_start_per_hour",
@@ -320,6 +327,7 @@ class WorkerConfig(BaseModel):
             "WORKER_RETRY_AFTER": "retry_after",
             "WORKER_MAX_TIME": "max_time",
             "WORKER_BLOCK_FOR": "block_for",
+            "WORKER_REDIS_WAIT_TIMEOUT": "redis_wait_timeout",
             "BACKPRESSURE_SUSPEND_FOR": "backpressure_suspend_for",
         }
         problems: list[str] = []
@@ -397,6 +405,9 @@ _FIELD_TO_VAR: Final = {
     "concurrency": "WORKER_CONCURRENCY",
     "max_jobs": "WORKER_MAX_JOBS",
     "backoff": "WORKER_BACKOFF",
+    "redis_url": "REDIS_URL",
+    "redis_wait_replicas": "WORKER_REDIS_WAIT_REPLICAS",
+    "redis_wait_timeout": "WORKER_REDIS_WAIT_TIMEOUT",
 }
 
 

@@ -24,7 +24,7 @@ from typing import IO, Any, TextIO, TypeVar, cast
 import click
 import redis
 
-from sendgroup_worker import producer
+from sendgroup_worker import producer, redisclient, redisurl
 from sendgroup_worker.cli_prefix import key_prefix_option
 from sendgroup_worker.config import DEFAULT_TRIES
 from sendgroup_worker.queue.client import Queue
@@ -36,15 +36,8 @@ DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 
 
 def _redacted(url: str) -> str:
-    """``url`` without user info or query (``redis://***@host:port/db?***``): either can hold
-    the password."""
-    scheme, sep, rest = url.partition("://")
-    if not sep:
-        return "<redis url>"
-    rest, query, _ = rest.partition("?")
-    host = rest.rsplit("@", 1)[-1]
-    shown = f"{scheme}://***@{host}" if "@" in rest else f"{scheme}://{host}"
-    return shown + ("?***" if query else "")
+    """A log-safe name of ``url``: its kind and hosts, never user, password or query."""
+    return redisurl.describe(url)
 
 
 def queue_options(f: F) -> F:
@@ -54,7 +47,9 @@ def queue_options(f: F) -> F:
         "--redis-url",
         envvar="REDIS_URL",
         default=None,
-        help=f"redis://[user:password@]host:port/db. Env REDIS_URL. [default: {DEFAULT_REDIS_URL}]",
+        help="redis[s]://[user:password@]host:port/db, redis[s]+cluster://h1:p1,h2:p2/ or "
+        "redis[s]+sentinel://s1:p1,s2:p2/<master>[/db]. Env REDIS_URL. "
+        f"[default: {DEFAULT_REDIS_URL}]",
     )
     @click.option(
         "--redis-url-file",
@@ -89,14 +84,21 @@ def queue_options(f: F) -> F:
         except InvalidQueueName as e:
             raise click.BadParameter(str(e), param_hint="--queue") from None
         try:
-            client = redis.Redis.from_url(url)
-        except ValueError as e:
-            raise click.ClickException(f"invalid Redis URL {_redacted(url)}: {e}") from None
-        try:
-            with _redis_errors(url):
+            target = redisurl.parse(url)
+        except redisurl.RedisUrlError as e:
+            message = redisurl.redact(str(e), url)
+            raise click.ClickException(f"invalid Redis URL: {message}") from None
+        with _redis_errors(url):
+            client = redisclient.connect(target)
+            try:
+                if redisclient.is_cluster(client) and keys.slot_tag is None:
+                    raise click.ClickException(
+                        f"queue {queue_name!r} has no hash tag, so on Redis Cluster its keys "
+                        f"land in different slots; name it like '{{{queue_name}}}'"
+                    )
                 return f(queue=Queue(client, keys), **kwargs)
-        finally:
-            client.close()
+            finally:
+                client.close()
 
     return cast(F, wrapper)
 
@@ -106,9 +108,11 @@ def _redis_errors(url: str) -> Iterator[None]:
     try:
         yield
     except redis.ConnectionError as e:
-        raise click.ClickException(f"cannot reach Redis at {_redacted(url)}: {e}") from None
+        raise click.ClickException(
+            f"cannot reach Redis at {_redacted(url)}: {redisurl.redact(str(e), url)}"
+        ) from None
     except redis.RedisError as e:
-        raise click.ClickException(f"Redis error: {e}") from None
+        raise click.ClickException(f"Redis error: {redisurl.redact(str(e), url)}") from None
 
 
 def _fmt_time(ts: float) -> str:

@@ -31,7 +31,7 @@ from datetime import UTC, datetime
 from importlib import resources
 from typing import Final
 
-from redis.asyncio import Redis
+from sendgroup_worker.redisclient import AsyncClient
 
 #: Longest single sleep while waiting for a slot (the wait re-checks stop and the rate).
 MAX_WAIT_STEP: Final = 1.0
@@ -89,7 +89,7 @@ class RateLimiter:
     handling retries).
     """
 
-    def __init__(self, redis: Redis[bytes], key: str, policy: RatePolicy) -> None:
+    def __init__(self, redis: AsyncClient, key: str, policy: RatePolicy) -> None:
         self.redis = redis
         self.key = key
         self.policy = policy

@@ -35,8 +35,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Final, TypeVar
 
-import redis.asyncio
-import redis.exceptions
 from tenacity import (
     AsyncRetrying,
     RetryCallState,
@@ -55,6 +53,8 @@ from sendgroup_worker.queue.client import AsyncQueue
 from sendgroup_worker.queue.keys import QueueKeys
 from sendgroup_worker.queue.protocol import Ack, Reserved
 from sendgroup_worker.ratelimit import RateLimiter, RatePolicy
+from sendgroup_worker.redisclient import TRANSIENT_ERRORS, AsyncClient, build_async, detect_sync
+from sendgroup_worker.redisurl import RedisTarget, parse
 from sendgroup_worker.smtp import SmtpPool, SmtpSettings
 
 log = logging.getLogger("sendgroup_worker.worker")
@@ -63,7 +63,9 @@ T = TypeVar("T")
 
 #: Errors that mean "Redis is not reachable right now" (BusyLoadingError, a ConnectionError
 #: subclass, covers a Redis that is still loading its data after a restart).
-REDIS_DOWN: Final = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError)
+#: With Redis Cluster and Sentinel, also a failover or a resharding in progress (see
+#: :data:`sendgroup_worker.redisclient.TRANSIENT_ERRORS`): one log line, then retries.
+REDIS_DOWN: Final = TRANSIENT_ERRORS
 
 #: The fence refuses SMTP DATA this many seconds before the reservation expires.
 FENCE_MARGIN: Final = 0.5
@@ -88,7 +90,7 @@ class RedisClock:
     reservation expires (scores written by ``reserve``, migrations by any worker, the fence
     before DATA), whatever the skew between pods' clocks."""
 
-    def __init__(self, client: redis.asyncio.Redis[bytes]) -> None:
+    def __init__(self, client: AsyncClient) -> None:
         self.client = client
         self.offset = 0.0
         self._at = -1e9
@@ -147,8 +149,8 @@ class Worker:
     def __init__(
         self,
         config: WorkerConfig,
-        client: redis.asyncio.Redis[bytes],
-        blocking: redis.asyncio.Redis[bytes],
+        client: AsyncClient,
+        blocking: AsyncClient,
         queue: AsyncQueue,
         pool: SmtpPool,
         registry: h.Registry,
@@ -632,18 +634,69 @@ def _short(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
+def _deployment_kind(target: RedisTarget) -> str:
+    """``standalone``, ``cluster`` or ``sentinel``. A plain ``redis://`` URL is probed with
+    ``INFO cluster``; while its server is unreachable the probe is retried with backoff (one
+    log line), and SIGTERM/SIGINT during that wait exit 0."""
+    if target.kind != "detect":
+        return target.kind
+    delay = 0.2
+    logged = False
+    stop: list[int] = []
+    previous = {s: signal.signal(s, lambda n, _f: stop.append(n)) for s in _STOP_SIGNALS}
+    try:
+        while not stop:
+            try:
+                kind = detect_sync(target, socket_timeout=5, socket_connect_timeout=5)
+            except REDIS_DOWN as exc:
+                if not logged:
+                    log.warning(
+                        "Redis at %s unreachable (%s); retrying with backoff",
+                        target.describe(),
+                        _short(exc),
+                    )
+                    logged = True
+                time.sleep(delay)
+                delay = min(delay * 2, OUTAGE_MAX_WAIT)
+                continue
+            if logged:
+                log.warning("Redis at %s reachable again", target.describe())
+            return kind
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    log.info("stopping (%s) before Redis was reachable", signal.Signals(stop[0]).name)
+    raise SystemExit(0)
+
+
+_STOP_SIGNALS: Final = (signal.SIGTERM, signal.SIGINT)
+
+
 def build_worker(config: WorkerConfig) -> Worker:
     """Wire a :class:`Worker` from ``config``: Redis clients (one for commands, one for the
-    blocking wait), queue client, SMTP pool (``concurrency`` connections), handlers, metrics,
-    rate limiter and backpressure. Opens no connection yet."""
-    client = redis.asyncio.Redis.from_url(
-        config.redis_url, socket_timeout=10, socket_connect_timeout=5
-    )
-    blocking = redis.asyncio.Redis.from_url(
-        config.redis_url, socket_timeout=config.block_for + 10, socket_connect_timeout=5
+    blocking wait; standalone, cluster or Sentinel from the URL), queue client, SMTP pool
+    (``concurrency`` connections), handlers, metrics, rate limiter and backpressure. Opens no
+    connection, except the ``INFO cluster`` probe of a plain ``redis://`` URL."""
+    target = parse(config.redis_url)
+    kind = _deployment_kind(target)
+    client = build_async(target, kind, socket_timeout=10, socket_connect_timeout=5)
+    blocking = build_async(
+        target, kind, socket_timeout=config.block_for + 10, socket_connect_timeout=5
     )
     keys = QueueKeys(config.queue, prefix=config.key_prefix)
-    queue = AsyncQueue(client, keys, retry_after=int(config.retry_after))
+    if kind == "cluster" and keys.slot_tag is None:
+        raise SystemExit(
+            f"worker: queue {config.queue!r} has no hash tag, so on Redis Cluster "
+            f"({target.describe()}) its keys land in different slots; name the queue with a "
+            f"hash tag, e.g. '{{{config.queue}}}' (SendGroup spec.queue)"
+        )
+    queue = AsyncQueue(
+        client,
+        keys,
+        retry_after=int(config.retry_after),
+        wait_replicas=config.redis_wait_replicas,
+        wait_timeout=config.redis_wait_timeout,
+    )
     metrics = WorkerMetrics(config.queue)
     pool = SmtpPool(
         SmtpSettings(

@@ -8,15 +8,14 @@ the password in anything we show.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final, TypeAlias, cast
-from urllib.parse import parse_qs, urlsplit
 
 import redis
 import redis.cluster
 
+from sendgroup_worker import redisclient, redisurl
 from sendgroup_worker.queue.keys import QueueKeys
 
 Client: TypeAlias = "redis.Redis[bytes] | redis.cluster.RedisCluster[bytes]"
@@ -35,8 +34,8 @@ class ClusterRuleError(Exception):
 def resolve_url(url: str | None, url_file: str | None) -> str:
     """The Redis URL: ``url`` if given, else the stripped contents of ``url_file``.
 
-    Raises :class:`ConfigError` when neither is set, the file cannot be read, or the scheme is
-    not ``redis``/``rediss``/``unix``.
+    Raises :class:`ConfigError` when neither is set, the file cannot be read, or the URL is not
+    one of :mod:`sendgroup_worker.redisurl`'s forms.
     """
     if not url and url_file:
         try:
@@ -45,45 +44,30 @@ def resolve_url(url: str | None, url_file: str | None) -> str:
             raise ConfigError(f"cannot read the Redis URL file {url_file}: {e.strerror}") from e
     if not url:
         raise ConfigError("no Redis URL: pass --redis-url, or set REDIS_URL or REDIS_URL_FILE")
-    scheme = urlsplit(url).scheme
-    if scheme not in ("redis", "rediss", "unix"):
-        raise ConfigError(f"Redis URL scheme {scheme!r} is not redis://, rediss:// or unix://")
-    return url
+    try:
+        return redisurl.check(url)
+    except redisurl.RedisUrlError as e:
+        raise ConfigError(redisurl.redact(str(e), url)) from None
 
 
 def redact(text: str, url: str) -> str:
-    """``text`` with the password of ``url`` (``user:password@`` or a ``?password=`` query
-    parameter, both honoured by redis-py) replaced by ``***``."""
-    try:
-        parts = urlsplit(url)
-        passwords = [parts.password or ""]
-        passwords += parse_qs(parts.query).get("password", [])
-    except ValueError:
-        return re.sub(r"//[^@/]*@", "//***@", text)
-    for password in filter(None, passwords):
-        text = text.replace(password, "***")
-    return re.sub(r"(rediss?://)[^@/\s]*@", r"\1***@", text)
+    """``text`` with every password of ``url`` replaced by ``***``
+    (:func:`sendgroup_worker.redisurl.redact`)."""
+    return redisurl.redact(text, url)
 
 
 def connect(url: str) -> Client:
-    """A client for ``url``: :class:`redis.cluster.RedisCluster` when the server reports
-    ``cluster_enabled:1`` (``INFO cluster``), else :class:`redis.Redis`.
+    """A client for ``url`` (:func:`sendgroup_worker.redisclient.connect`: standalone, Redis
+    Cluster, detected or named, or the Sentinel-managed primary), 60 s socket timeouts.
 
-    Raises ``redis.RedisError`` when the server cannot be reached.
+    Raises ``redis.RedisError`` when a ``redis://`` server cannot be probed.
     """
-    plain = redis.Redis.from_url(url, socket_timeout=_SOCKET_TIMEOUT)
-    try:
-        info = plain.info("cluster")
-    except redis.ResponseError:  # INFO restricted (some managed services): not a cluster
-        return plain
-    if int(info.get("cluster_enabled", 0)) == 1:
-        plain.close()
-        return redis.cluster.RedisCluster.from_url(url, socket_timeout=_SOCKET_TIMEOUT)
-    return plain
+    return redisclient.connect(url, socket_timeout=_SOCKET_TIMEOUT)
 
 
 def is_cluster(client: Client) -> bool:
-    return isinstance(client, redis.cluster.RedisCluster)
+    """True for a Redis Cluster client."""
+    return redisclient.is_cluster(client)
 
 
 def check_slot_rule(client: Client, keys: QueueKeys) -> None:

@@ -12,18 +12,29 @@ are compared byte for byte.
 
 from __future__ import annotations
 
+import hashlib
+import logging
+import time
 from collections.abc import Iterable, Sequence
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar, cast
 
 import redis
 import redis.asyncio
 import redis.asyncio.cluster
 import redis.cluster
+import redis.exceptions
 
 from sendgroup_worker.queue import protocol as p
 from sendgroup_worker.queue.keys import QueueKeys
+from sendgroup_worker.redisclient import AsyncClient, SyncClient, is_cluster
 
 T = TypeVar("T")
+
+log = logging.getLogger("sendgroup_worker.queue")
+
+#: The worker's write scripts that ``wait_replicas`` makes durable (acknowledgement, sent
+#: marker, reservation, retry and failure).
+DURABLE_SCRIPTS: Final = frozenset({"reserve", "done", "release", "fail"})
 
 #: Jobs retried per script call by ``failed_retry_all`` (each call is atomic and bounded).
 RETRY_ALL_CHUNK = 500
@@ -42,8 +53,7 @@ def _check_client(client: Any, keys: QueueKeys) -> None:
             "the queue needs a Redis client with decode_responses=False: payloads are bytes "
             "and are compared byte for byte"
         )
-    is_cluster = isinstance(client, redis.cluster.RedisCluster | redis.asyncio.cluster.RedisCluster)
-    if is_cluster and keys.slot_tag is None:
+    if is_cluster(client) and keys.slot_tag is None:
         raise ValueError(
             f"queue {keys.queue!r} has no hash tag: on Redis Cluster name it like "
             f"'{{{keys.queue}}}' so all of its keys share one slot"
@@ -86,7 +96,7 @@ class Queue(_Base):
 
     def __init__(
         self,
-        client: redis.Redis[bytes],
+        client: SyncClient,
         keys: QueueKeys,
         retry_after: int = 90,
         *,
@@ -100,7 +110,10 @@ class Queue(_Base):
             keys, retry_after, migrate_limit, failed_max_count, failed_max_age, sent_ttl
         )
         self.redis = client
-        self._scripts = {n: client.register_script(p.script_source(n)) for n in p.SCRIPT_NAMES}
+        self._scripts = {
+            n: client.register_script(p.script_source(n))
+            for n in p.SCRIPT_NAMES
+        }
 
     def run(self, call: p.ScriptCall[T]) -> T:
         """Run one prepared script call (one round trip) and return its parsed reply."""
@@ -219,7 +232,7 @@ class AsyncQueue(_Base):
 
     def __init__(
         self,
-        client: redis.asyncio.Redis[bytes],
+        client: AsyncClient,
         keys: QueueKeys,
         retry_after: int = 90,
         *,
@@ -227,18 +240,73 @@ class AsyncQueue(_Base):
         failed_max_count: int = 100_000,
         failed_max_age: int = 7 * 24 * 3600,
         sent_ttl: int = 7 * 24 * 3600,
+        wait_replicas: int = 0,
+        wait_timeout: float = 1.0,
     ) -> None:
         _check_client(client, keys)
         super().__init__(
             keys, retry_after, migrate_limit, failed_max_count, failed_max_age, sent_ttl
         )
         self.redis = client
-        self._scripts = {n: client.register_script(p.script_source(n)) for n in p.SCRIPT_NAMES}
+        self._scripts = {
+            n: client.register_script(p.script_source(n))
+            for n in p.SCRIPT_NAMES
+        }
+        self._sha = {
+            n: hashlib.sha1(p.script_source(n).encode()).hexdigest() for n in p.SCRIPT_NAMES
+        }
+        #: ``WAIT`` for this many replicas after every write script (0: asynchronous)
+        self.wait_replicas = wait_replicas
+        #: longest ``WAIT``, seconds
+        self.wait_timeout = wait_timeout
+        #: write calls whose ``WAIT`` timed out with fewer replicas than asked
+        self.wait_short = 0
+        self._wait_warned_at = -1e9
 
     async def run(self, call: p.ScriptCall[T]) -> T:
-        """Run one prepared script call (one round trip) and return its parsed reply."""
+        """Run one prepared script call (one round trip) and return its parsed reply. With
+        ``wait_replicas`` set, a write script (:data:`DURABLE_SCRIPTS`) is followed by ``WAIT
+        wait_replicas wait_timeout`` on the same connection (one pipelined round trip): the
+        reply comes back once the write reached that many replicas, or after the timeout
+        (counted in :attr:`wait_short`, logged at most once a minute)."""
+        if self.wait_replicas and call.script in DURABLE_SCRIPTS:
+            return call.parse(await self._run_durable(call))
         reply = await self._scripts[call.script](keys=list(call.keys), args=list(call.args))
         return call.parse(reply)
+
+    async def _run_durable(self, call: p.ScriptCall[Any]) -> Any:
+        timeout_ms = max(1, int(self.wait_timeout * 1000))
+        for _ in range(2):
+            pipe: Any = self.redis.pipeline(transaction=False)
+            pipe.evalsha(self._sha[call.script], len(call.keys), *call.keys, *call.args)
+            if is_cluster(self.redis):
+                node = cast(Any, self.redis).get_node_from_key(call.keys[0])
+                pipe.execute_command("WAIT", self.wait_replicas, timeout_ms, target_nodes=node)
+            else:
+                pipe.execute_command("WAIT", self.wait_replicas, timeout_ms)
+            reply, acked = await pipe.execute(raise_on_error=False)
+            if isinstance(reply, redis.exceptions.NoScriptError):
+                # a new primary after a failover has an empty script cache
+                await cast(Any, self.redis).script_load(p.script_source(call.script))
+                continue
+            if isinstance(reply, Exception):
+                raise reply
+            if isinstance(acked, Exception):
+                raise acked
+            if int(acked) < self.wait_replicas:
+                self.wait_short += 1
+                now = time.monotonic()
+                if now - self._wait_warned_at > 60:
+                    self._wait_warned_at = now
+                    log.warning(
+                        "WAIT: %d of %d replicas acknowledged within %gs; the write is not "
+                        "yet durable against a primary loss",
+                        int(acked),
+                        self.wait_replicas,
+                        self.wait_timeout,
+                    )
+            return reply
+        raise redis.exceptions.NoScriptError("script cache flushed twice in a row")
 
     async def reserve(
         self, count: int = 1, ack: Sequence[p.Ack] = (), now: float | None = None
@@ -340,4 +408,4 @@ class AsyncQueue(_Base):
         return await self.run(p.failed_forget_call(self.keys, None))
 
 
-__all__ = ["RETRY_ALL_CHUNK", "AsyncQueue", "Queue"]
+__all__ = ["DURABLE_SCRIPTS", "RETRY_ALL_CHUNK", "AsyncQueue", "Queue"]

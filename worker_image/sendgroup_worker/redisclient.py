@@ -1,0 +1,233 @@
+"""One connection factory for every Redis URL form (:mod:`sendgroup_worker.redisurl`), sync and
+asyncio: standalone (``redis.Redis``), Redis Cluster (``redis.cluster.RedisCluster``, which
+follows MOVED/ASK and re-reads the slot map after a failover or a resharding) and Sentinel
+(``Sentinel.master_for``: a client whose connections ask the Sentinels for the current primary,
+so a promoted replica is followed on the next reconnect).
+
+Used by the worker, the producer CLI and library, the failed-job and dump/restore/purge
+commands, and the operator's measurement and purge. Clients return bytes.
+
+A plain ``redis://`` URL is probed once with ``INFO cluster``: a server reporting
+``cluster_enabled:1`` gets a cluster client (a server that refuses INFO, as some managed
+services do, is taken as standalone).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final, TypeAlias, cast
+from urllib.parse import quote, urlencode
+
+import redis
+import redis.asyncio
+import redis.asyncio.cluster
+import redis.asyncio.connection
+import redis.asyncio.sentinel
+import redis.cluster
+import redis.connection
+import redis.exceptions
+import redis.sentinel
+
+from sendgroup_worker.redisurl import RedisTarget, parse
+
+#: A sync client: ``redis.Redis``, a Sentinel-managed ``redis.Redis`` or a
+#: ``redis.cluster.RedisCluster``. Typed as ``redis.Redis``: the cluster client has the same
+#: command methods (routing each by its keys' slot); the types-redis stubs lack many of them.
+SyncClient: TypeAlias = "redis.Redis[bytes]"
+#: The asyncio twin of :data:`SyncClient` (``redis.asyncio.cluster.RedisCluster`` inside).
+AsyncClient: TypeAlias = "redis.asyncio.Redis[bytes]"
+
+#: Errors that mean "the deployment cannot answer right now, retry later": connection loss and
+#: timeouts, a cluster without a primary for the slot (failover in progress), a slot being
+#: migrated (TRYAGAIN), a former primary now read-only, a Sentinel without a known primary
+#: (``MasterNotFoundError`` is a ConnectionError).
+TRANSIENT_ERRORS: Final = (
+    redis.exceptions.ConnectionError,
+    redis.exceptions.TimeoutError,
+    redis.exceptions.ClusterDownError,
+    redis.exceptions.TryAgainError,
+    redis.exceptions.ReadOnlyError,
+    redis.exceptions.SlotNotCoveredError,
+    redis.exceptions.ClusterError,
+    OSError,
+)
+
+
+def _node_url(target: RedisTarget, host: str, port: int, db: int | None = None) -> str:
+    """A one-node ``redis(s)://`` URL for redis-py's own ``parse_url`` (option types)."""
+    auth = ""
+    if target.username or target.password:
+        auth = quote(target.username or "", safe="")
+        if target.password is not None:
+            auth += ":" + quote(target.password, safe="")
+        auth += "@"
+    host_text = f"[{host}]" if ":" in host else host
+    query = urlencode(target.options)
+    db_part = target.db if db is None else db
+    return f"{target.scheme}://{auth}{host_text}:{port}/{db_part}" + (f"?{query}" if query else "")
+
+
+def _kwargs(target: RedisTarget, host: str, port: int, asyncio: bool) -> dict[str, Any]:
+    url = _node_url(target, host, port)
+    if asyncio:
+        return dict(redis.asyncio.connection.parse_url(url))
+    return dict(redis.connection.parse_url(url))
+
+
+def _cluster_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
+    kw = {k: v for k, v in kwargs.items() if k not in ("host", "port", "db")}
+    cls = kw.pop("connection_class", None)
+    if cls is not None and cls.__name__ == "SSLConnection":
+        kw["ssl"] = True
+    return kw
+
+
+def _sentinel_auth(target: RedisTarget, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Connection settings for the Sentinels themselves: socket and TLS options, and the
+    URL's credentials unless ``sentinel_auth=none``."""
+    keep = ("socket_", "ssl", "connection_class")
+    kw = {k: v for k, v in kwargs.items() if k.startswith(keep)}
+    if target.sentinel_auth:
+        for name in ("username", "password"):
+            if name in kwargs:
+                kw[name] = kwargs[name]
+    return kw
+
+
+# --- sync ------------------------------------------------------------------------------------
+def connect(url: str | RedisTarget, **overrides: Any) -> SyncClient:
+    """A sync client for ``url``. ``overrides``: connection keywords (``socket_timeout``...).
+
+    Raises :class:`~sendgroup_worker.redisurl.RedisUrlError` for a bad URL, and
+    ``redis.RedisError`` when a ``redis://`` URL's server cannot be probed.
+    """
+    target = parse(url) if isinstance(url, str) else url
+    if target.socket is not None:
+        return redis.Redis(
+            unix_socket_path=target.socket,
+            db=target.db,
+            username=target.username,
+            password=target.password,
+            **overrides,
+        )
+    host, port = target.nodes[0]
+    kwargs = _kwargs(target, host, port, asyncio=False) | overrides
+    if target.kind == "sentinel":
+        assert target.service is not None
+        sentinel = redis.sentinel.Sentinel(
+            list(target.nodes), sentinel_kwargs=_sentinel_auth(target, kwargs), **kwargs
+        )
+        kw = {k: v for k, v in kwargs.items() if k not in ("host", "port")}
+        return cast(SyncClient, sentinel.master_for(target.service, **kw))
+    if target.kind == "cluster":
+        return _sync_cluster(target, kwargs)
+    plain: redis.Redis[bytes] = redis.Redis(**kwargs)
+    if target.kind == "standalone":
+        return plain
+    try:
+        info = plain.info("cluster")
+    except redis.exceptions.ResponseError:  # INFO refused (some managed services)
+        return plain
+    if int(info.get("cluster_enabled", 0)) == 1:
+        plain.close()
+        return _sync_cluster(target, kwargs)
+    return plain
+
+
+def _sync_cluster(target: RedisTarget, kwargs: dict[str, Any]) -> SyncClient:
+    nodes = [redis.cluster.ClusterNode(h, p) for h, p in target.nodes]
+    return cast(
+        SyncClient, redis.cluster.RedisCluster(startup_nodes=nodes, **_cluster_kwargs(kwargs))
+    )
+
+
+# --- asyncio ---------------------------------------------------------------------------------
+async def connect_async(url: str | RedisTarget, **overrides: Any) -> AsyncClient:
+    """The asyncio twin of :func:`connect`. Only a plain ``redis://`` URL opens a connection
+    here (the ``INFO cluster`` probe; raises ``redis.RedisError`` when it fails); every other
+    form connects on first use."""
+    target = parse(url) if isinstance(url, str) else url
+    kind: str = target.kind
+    if kind == "detect":
+        kind = await detect_async(target, **overrides)
+    return build_async(target, kind, **overrides)
+
+
+async def detect_async(target: RedisTarget, **overrides: Any) -> str:
+    """``cluster`` or ``standalone`` for a ``redis://`` URL, from ``INFO cluster``."""
+    host, port = target.nodes[0]
+    kwargs = _kwargs(target, host, port, asyncio=True) | overrides
+    plain: redis.asyncio.Redis[bytes] = redis.asyncio.Redis(**kwargs)
+    try:
+        info = await plain.info("cluster")
+    except redis.exceptions.ResponseError:
+        return "standalone"
+    finally:
+        await plain.close()
+    return "cluster" if int(info.get("cluster_enabled", 0)) == 1 else "standalone"
+
+
+def detect_sync(target: RedisTarget, **overrides: Any) -> str:
+    """The sync twin of :func:`detect_async`."""
+    host, port = target.nodes[0]
+    kwargs = _kwargs(target, host, port, asyncio=False) | overrides
+    plain: redis.Redis[bytes] = redis.Redis(**kwargs)
+    try:
+        info = plain.info("cluster")
+    except redis.exceptions.ResponseError:
+        return "standalone"
+    finally:
+        plain.close()
+    return "cluster" if int(info.get("cluster_enabled", 0)) == 1 else "standalone"
+
+
+def build_async(target: RedisTarget, kind: str, **overrides: Any) -> AsyncClient:
+    """An asyncio client of ``kind`` (``standalone``, ``cluster``, ``sentinel``) for
+    ``target``, opening no connection."""
+    if target.socket is not None:
+        return redis.asyncio.Redis(
+            unix_socket_path=target.socket,
+            db=target.db,
+            username=target.username,
+            password=target.password,
+            **overrides,
+        )
+    host, port = target.nodes[0]
+    kwargs = _kwargs(target, host, port, asyncio=True) | overrides
+    if kind == "sentinel":
+        assert target.service is not None
+        sentinel = redis.asyncio.sentinel.Sentinel(
+            list(target.nodes), sentinel_kwargs=_sentinel_auth(target, kwargs), **kwargs
+        )
+        kw = {k: v for k, v in kwargs.items() if k not in ("host", "port")}
+        return cast(AsyncClient, sentinel.master_for(target.service, **kw))
+    if kind == "cluster":
+        nodes = [redis.asyncio.cluster.ClusterNode(h, p) for h, p in target.nodes]
+        return cast(
+            AsyncClient,
+            redis.asyncio.cluster.RedisCluster(startup_nodes=nodes, **_cluster_kwargs(kwargs)),
+        )
+    return redis.asyncio.Redis(**kwargs)
+
+
+def is_cluster(client: object) -> bool:
+    """True for a Redis Cluster client (sync or asyncio)."""
+    return isinstance(client, redis.cluster.RedisCluster | redis.asyncio.cluster.RedisCluster)
+
+
+async def aclose(client: AsyncClient) -> None:
+    """Close every connection of ``client`` (any kind)."""
+    await cast(Any, client).aclose()
+
+
+__all__ = [
+    "TRANSIENT_ERRORS",
+    "AsyncClient",
+    "SyncClient",
+    "aclose",
+    "build_async",
+    "connect",
+    "connect_async",
+    "detect_async",
+    "detect_sync",
+    "is_cluster",
+]
