@@ -1,12 +1,12 @@
 """The operator's Redis adapter: measure a queue in one round trip, purge its keys.
 
 Key names come only from ``sendgroup_worker.queue.keys.QueueKeys``. The measurement is one
-MULTI/EXEC transaction (atomic, one round trip): LLEN ready, ZCARD delayed/reserved/failed,
-HMGET stats delivered/failed, LINDEX ready 0 (the oldest job's ``pushedAt``, else
-``createdAt``), EXISTS of the dump's staging keys, of the purge marker, of the dump/restore lock
-and restore progress, of the pause marker, the workers' backpressure deadline (HGET
-``backpressure`` ``until``) and TIME. "Empty" and "unchanged" always mean ready + delayed +
-reserved.
+Lua script (atomic, one round trip, on any deployment: its keys share the queue's slot): LLEN
+ready, ZCARD delayed/reserved/failed, HMGET stats delivered/failed, LINDEX ready 0 (the oldest
+job's ``pushedAt``, else ``createdAt``), EXISTS of the dump's staging keys, of the purge marker,
+of the dump/restore lock and restore progress, of the pause marker, the workers' backpressure
+deadline (HGET ``backpressure`` ``until``) and TIME. "Empty" and "unchanged" always mean ready +
+delayed + reserved.
 
 Errors never carry the URL (it may hold a password from a Secret): :class:`QueueUnavailable`
 messages name the exception type and the host only.
@@ -67,6 +67,31 @@ def _int(value: Any) -> int:
         return 0
 
 
+#: The measurement, atomic in one script. KEYS: ready, delayed, reserved, failed, stats, purge
+#: marker, lock, restore progress, backpressure, pause marker, then the dump's staging keys
+#: (KEYS[11..]). Reply: LLEN ready, ZCARD delayed/reserved/failed, HMGET stats
+#: delivered/failed, LINDEX ready 0, EXISTS staging, EXISTS marker, EXISTS lock+restored, HGET
+#: backpressure until, EXISTS pause marker, TIME.
+_MEASURE_LUA: Final = """
+local staging = 0
+for i = 11, #KEYS do staging = staging + redis.call('EXISTS', KEYS[i]) end
+return {
+  redis.call('LLEN', KEYS[1]),
+  redis.call('ZCARD', KEYS[2]),
+  redis.call('ZCARD', KEYS[3]),
+  redis.call('ZCARD', KEYS[4]),
+  redis.call('HMGET', KEYS[5], 'delivered', 'failed'),
+  redis.call('LINDEX', KEYS[1], 0),
+  staging,
+  redis.call('EXISTS', KEYS[6]),
+  redis.call('EXISTS', KEYS[7]) + redis.call('EXISTS', KEYS[8]),
+  redis.call('HGET', KEYS[9], 'until'),
+  redis.call('EXISTS', KEYS[10]),
+  redis.call('TIME'),
+}
+"""
+
+
 class RedisQueues:
     """One connection pool per Redis URL, shared by all groups using it. ``prefix``: the
     producers' client-side key prefix (``laravel_database_``), as in ``QueueKeys``."""
@@ -96,35 +121,31 @@ class RedisQueues:
         return client
 
     async def measure(self, url: str, queue: str) -> QueueMeasure:
-        """One atomic measurement of ``queue`` (a MULTI/EXEC transaction; on Redis Cluster the
-        keys share the queue's slot and TIME is a second call). Raises
-        :class:`QueueUnavailable`."""
+        """One atomic measurement of ``queue`` (:data:`_MEASURE_LUA`, one round trip; on Redis
+        Cluster the keys share the queue's slot). Raises :class:`QueueUnavailable`."""
         keys = QueueKeys(queue, self.prefix)
         client = await self.client(url)
-        cluster = is_cluster(client)
-        if cluster and keys.slot_tag is None:
+        if is_cluster(client) and keys.slot_tag is None:
             raise QueueUnavailable(
                 f"queue {queue!r} has no hash tag, so on Redis Cluster its keys land in "
                 f"different slots; name it like '{{{queue}}}' (spec.queue)"
             )
         try:
-            pipe = client.pipeline(transaction=True)
-            pipe.llen(keys.ready)
-            pipe.zcard(keys.delayed)
-            pipe.zcard(keys.reserved)
-            pipe.zcard(keys.failed)
-            pipe.hmget(keys.stats, ["delivered", "failed"])
-            pipe.lindex(keys.ready, 0)
-            pipe.exists(*keys.staging_keys)
-            pipe.exists(keys.purge_requested)
-            pipe.exists(keys.lock, keys.restored)
-            pipe.hget(keys.backpressure, "until")
-            pipe.exists(keys.paused)
-            if not cluster:
-                pipe.time()
-            replies = await pipe.execute()
-            if cluster:
-                replies.append(await client.time())
+            replies = await cast(Any, client).eval(
+                _MEASURE_LUA,
+                11,
+                keys.ready,
+                keys.delayed,
+                keys.reserved,
+                keys.failed,
+                keys.stats,
+                keys.purge_requested,
+                keys.lock,
+                keys.restored,
+                keys.backpressure,
+                keys.paused,
+                *keys.staging_keys,
+            )
             (
                 ready,
                 delayed,
@@ -185,7 +206,7 @@ class RedisQueues:
         workers' ``reserve`` hands out nothing. Raises :class:`QueueUnavailable`."""
         key = QueueKeys(queue, self.prefix).paused
         try:
-            client = self.client(url)
+            client = await self.client(url)
             await (client.set(key, "1") if paused else client.delete(key))
         except (RedisError, OSError) as exc:
             raise QueueUnavailable(

@@ -1,4 +1,5 @@
-"""A real 3-master Redis Cluster on loopback (no replicas), for hash-tag and CROSSSLOT tests.
+"""A real 3-master Redis Cluster on loopback (optionally one replica per master), for hash-tag,
+CROSSSLOT, failover and resharding tests.
 
 Each node is a :class:`RedisServer` started with ``cluster-enabled yes``; the slots are
 assigned with ``redis-cli --cluster create`` (Debian's ``redis-tools``, installed with
@@ -36,24 +37,54 @@ def _cluster_ports() -> tuple[int, int]:
 
 
 class RedisCluster:
-    """Three ``redis-server`` cluster nodes on free loopback ports."""
+    """``masters`` ``redis-server`` cluster nodes on free loopback ports, plus ``replicas``
+    replicas per master. ``node_timeout``: ``cluster-node-timeout`` in ms (a dead primary is
+    replaced by its replica about that long after it died). ``build``: the server build
+    (:func:`tests.support.redis_server.server_binary`)."""
 
-    def __init__(self, nodes: int = 3) -> None:
+    def __init__(
+        self,
+        nodes: int = 3,
+        replicas: int = 0,
+        node_timeout: int = 5000,
+        build: str | None = None,
+    ) -> None:
+        self.replicas = replicas
         self.servers = []
-        for _ in range(nodes):
+        for _ in range(nodes * (1 + replicas)):
             port, bus = _cluster_ports()
             config = {
                 "cluster-enabled": "yes",
                 "cluster-config-file": "nodes.conf",
-                "cluster-node-timeout": "5000",
+                "cluster-node-timeout": str(node_timeout),
                 "cluster-port": str(bus),
             }
-            self.servers.append(RedisServer(config=config, port=port))
+            self.servers.append(RedisServer(config=config, port=port, build=build))
 
     @property
     def url(self) -> str:
         """URL of the first node (cluster clients discover the others from it)."""
         return f"redis://127.0.0.1:{self.servers[0].port}/0"
+
+    @property
+    def seed_url(self) -> str:
+        """``redis+cluster://`` URL naming every node as a seed."""
+        return "redis+cluster://" + ",".join(f"127.0.0.1:{s.port}" for s in self.servers) + "/"
+
+    def primary_for(self, key: str) -> RedisServer:
+        """The server that owns ``key``'s slot now."""
+        for s in self.servers:
+            if s.proc is None:
+                continue
+            try:
+                slot = int(s.client().cluster("keyslot", key))
+                for start, end, primary, *_ in s.client().execute_command("CLUSTER", "SLOTS"):
+                    if start <= slot <= end:
+                        port = int(primary[1])
+                        return next(x for x in self.servers if x.port == port)
+            except redis.RedisError:
+                continue
+        raise RuntimeError(f"no live node knows the owner of {key!r}")
 
     @property
     def startup_nodes(self) -> list[redis.cluster.ClusterNode]:
@@ -80,7 +111,8 @@ class RedisCluster:
             raise
         addrs = [f"127.0.0.1:{s.port}" for s in self.servers]
         out = subprocess.run(
-            [cli, "--cluster", "create", *addrs, "--cluster-yes"],
+            [cli, "--cluster", "create", *addrs, "--cluster-yes",
+             "--cluster-replicas", str(self.replicas)],
             capture_output=True, text=True, timeout=60, check=False,
         )  # fmt: skip
         if out.returncode != 0:
@@ -89,11 +121,21 @@ class RedisCluster:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             states = [s.client().cluster("info") for s in self.servers]
-            if all(st.get("cluster_state") == "ok" for st in states):
+            if all(st.get("cluster_state") == "ok" for st in states) and self._replicas_synced():
                 return self
             time.sleep(0.1)
         self.cleanup()
         raise RuntimeError("Redis Cluster did not reach cluster_state:ok within 30 s")
+
+    def _replicas_synced(self) -> bool:
+        if not self.replicas:
+            return True
+        links = 0
+        for s in self.servers:
+            info = s.client().info("replication")
+            if info.get("role") == "slave" and info.get("master_link_status") == "up":
+                links += 1
+        return links == len(self.servers) // (1 + self.replicas) * self.replicas
 
     def cleanup(self) -> None:
         for s in self.servers:

@@ -17,8 +17,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-import redis
-
+from sendgroup_worker import redisclient
 from sendgroup_worker.queue.client import Queue
 from sendgroup_worker.queue.keys import QueueKeys
 from sendgroup_worker.queue.protocol import QueueStats
@@ -140,7 +139,7 @@ def worker_env(redis_url: str, queue: str, smtp_port: int, **extra: Any) -> dict
 
 def sync_queue(redis_url: str, queue: str, retry_after: int = 3) -> Queue:
     """A sync queue client for pushing and measuring from the test."""
-    return Queue(redis.Redis.from_url(redis_url), QueueKeys(queue), retry_after=retry_after)
+    return Queue(redisclient.connect(redis_url), QueueKeys(queue), retry_after=retry_after)
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:

@@ -37,10 +37,18 @@ ENV_VARS: Final[tuple[tuple[str, str, str], ...]] = (
         '""',
         "client-side key prefix, e.g. laravel_database_ (QUEUE_PREFIX: deprecated alias)",
     ),
-    ("REDIS_URL / REDIS_URL_FILE", "redis://127.0.0.1:6379/0", "Redis URL (password inside): "
-     "redis[s]://, redis[s]+cluster://h1:p,h2:p/, redis[s]+sentinel://s1:p,s2:p/<master>"),
-    ("WORKER_REDIS_WAIT_REPLICAS", "0", "WAIT for this many replicas after each ack/release/"
-     "fail (durable against a primary loss; 0 = asynchronous replication)"),
+    (
+        "REDIS_URL / REDIS_URL_FILE",
+        "redis://127.0.0.1:6379/0",
+        "Redis URL (password inside): "
+        "redis[s]://, redis[s]+cluster://h1:p,h2:p/, redis[s]+sentinel://s1:p,s2:p/<master>",
+    ),
+    (
+        "WORKER_REDIS_WAIT_REPLICAS",
+        "0",
+        "WAIT for this many replicas after each ack/release/"
+        "fail (durable against a primary loss; 0 = asynchronous replication)",
+    ),
     ("WORKER_REDIS_WAIT_TIMEOUT", "1", "longest WAIT, seconds; then a warning and go on"),
     ("SMTP_HOST", "127.0.0.1", "SMTP relay host"),
     ("SMTP_PORT", "25", "SMTP relay port"),

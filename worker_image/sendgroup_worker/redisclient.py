@@ -162,7 +162,7 @@ async def detect_async(target: RedisTarget, **overrides: Any) -> str:
     except redis.exceptions.ResponseError:
         return "standalone"
     finally:
-        await plain.close()
+        await cast(Any, plain).aclose()
     return "cluster" if int(info.get("cluster_enabled", 0)) == 1 else "standalone"
 
 

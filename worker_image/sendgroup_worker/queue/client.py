@@ -110,10 +110,7 @@ class Queue(_Base):
             keys, retry_after, migrate_limit, failed_max_count, failed_max_age, sent_ttl
         )
         self.redis = client
-        self._scripts = {
-            n: client.register_script(p.script_source(n))
-            for n in p.SCRIPT_NAMES
-        }
+        self._scripts = {n: client.register_script(p.script_source(n)) for n in p.SCRIPT_NAMES}
 
     def run(self, call: p.ScriptCall[T]) -> T:
         """Run one prepared script call (one round trip) and return its parsed reply."""
@@ -248,10 +245,7 @@ class AsyncQueue(_Base):
             keys, retry_after, migrate_limit, failed_max_count, failed_max_age, sent_ttl
         )
         self.redis = client
-        self._scripts = {
-            n: client.register_script(p.script_source(n))
-            for n in p.SCRIPT_NAMES
-        }
+        self._scripts = {n: client.register_script(p.script_source(n)) for n in p.SCRIPT_NAMES}
         self._sha = {
             n: hashlib.sha1(p.script_source(n).encode()).hexdigest() for n in p.SCRIPT_NAMES
         }

@@ -1,0 +1,181 @@
+"""Every component on each way users run Redis: standalone, a 3-master Redis Cluster with one
+replica per master, and a primary + replica under Sentinel, all real servers on loopback.
+
+One group's life on each: the producer CLI pushes, two worker processes send through the real
+SMTP sink (shared rate limit, a 5xx to the failed list), ``stats``/``failed`` commands, the
+operator's measurement, then dump, restore and purge Jobs' commands. On the cluster the worker
+is also pointed at a plain ``redis://`` URL of a node that does not own the queue's slot (the
+URL form of a managed service's configuration endpoint): detected, MOVED followed."""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from sendgroup_operator.queueio import QueueUnavailable, RedisQueues
+from sendgroup_worker.cli import main
+from sendgroup_worker.queue.keys import QueueKeys
+from tests.support.redis_cluster import RedisCluster
+from tests.support.redis_sentinel import SentinelSetup
+from tests.support.redis_server import RedisServer
+from tests.support.smtp_sink import SmtpSink
+from tests.support.workers import (
+    WorkerProcess,
+    counts,
+    drained,
+    sync_queue,
+    wait_for,
+    worker_env,
+)
+
+pytestmark = pytest.mark.redis
+
+Q = "{mail-dep}"
+
+
+class Deployment:
+    """One running deployment: ``url`` for every component, ``worker_url`` for the workers."""
+
+    def __init__(self, kind: str, url: str, worker_url: str, stop: object) -> None:
+        self.kind = kind
+        self.url = url
+        self.worker_url = worker_url
+        self.stop = stop
+
+
+@pytest.fixture(scope="module", params=["standalone", "cluster", "sentinel"])
+def deployment(request: pytest.FixtureRequest) -> Iterator[Deployment]:
+    kind = request.param
+    if kind == "standalone":
+        server = RedisServer().start()
+        yield Deployment(kind, server.url, server.url, server)
+        server.cleanup()
+    elif kind == "cluster":
+        cluster = RedisCluster(replicas=1).start()
+        owner = cluster.primary_for(QueueKeys(Q).ready)
+        other = next(
+            s for s in cluster.servers if s is not owner and s.client().info()["role"] == "master"
+        )
+        # workers: a plain redis:// URL of a node that does NOT own the slot (detected: cluster)
+        yield Deployment(kind, cluster.seed_url, other.url, cluster)
+        cluster.cleanup()
+    else:
+        setup = SentinelSetup().start()
+        yield Deployment(kind, setup.url, setup.url, setup)
+        setup.cleanup()
+
+
+def cli(url: str, *args: str) -> tuple[int, str]:
+    env = {"REDIS_URL": url, "SENDGROUP_QUEUE": Q}
+    result = CliRunner().invoke(main, list(args), env=env, catch_exceptions=False)
+    return result.exit_code, result.stdout + result.stderr
+
+
+def _csv(path: Path, recipients: list[str]) -> Path:
+    with path.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["to", "subject", "text"])
+        for r in recipients:
+            w.writerow([r, "hi", "body"])
+    return path
+
+
+def test_one_group_life_on_each_deployment(
+    deployment: Deployment, smtp_sink: SmtpSink, tmp_path: Path
+) -> None:
+    url = deployment.url
+    q = sync_queue(url, Q)
+    q.clear()
+    q.failed_flush()
+    q.redis.delete(QueueKeys(Q).stats, QueueKeys(Q).sent)
+    recipients = [f"user{i}@dep.example" for i in range(200)]
+    smtp_sink.script("user7@dep.example", "550 5.1.1 no such user")
+    code, out = cli(url, "push", str(_csv(tmp_path / "r.csv", recipients)), "--from", "a@b.c")
+    assert code == 0, out
+    assert q.measure().ready == 200
+
+    env = worker_env(deployment.worker_url, Q, smtp_sink.port, RATE_PER_MINUTE=30000)
+    workers = [WorkerProcess(env, name=f"w{i}") for i in range(2)]
+    try:
+        wait_for(lambda: len(smtp_sink.snapshot()) >= 199, 60, "199 mails at the sink")
+        wait_for(drained(q), 15, "queue drained")
+    finally:
+        for w in workers:
+            w.stop()
+    per_rcpt = smtp_sink.per_recipient()
+    assert set(per_rcpt) == set(recipients) - {"user7@dep.example"}
+    assert set(per_rcpt.values()) == {1}
+    logs = "".join(w.log() for w in workers)
+    assert "Traceback" not in logs, logs[-3000:]
+    stats = q.measure()
+    assert counts(stats) == (0, 0, 0, 1)
+    assert (stats.delivered, stats.failed_total) == (199, 1)
+
+    code, out = cli(url, "stats", "--json")
+    assert code == 0, out
+    assert json.loads(out)["failed"] == 1
+    code, out = cli(url, "failed", "list")
+    assert code == 0 and "550" in out, out
+
+    async def measure() -> tuple[int, int, int]:
+        queues = RedisQueues()
+        try:
+            m = await queues.measure(url, Q)
+            return m.ready + m.delayed + m.reserved, m.delivered, m.failed
+        finally:
+            await queues.close()
+
+    assert asyncio.run(measure()) == (0, 199, 1)
+
+    # pause -> dump -> restore -> purge, through the Jobs' commands
+    code, out = cli(
+        url, "push", str(_csv(tmp_path / "more.csv", ["late@dep.example"] * 50)), "--from", "a@b.c"
+    )
+    assert code == 0, out
+    dumps = tmp_path / "dumps"
+    dumps.mkdir()
+    code, out = cli(url, "dump", "--dumps-dir", str(dumps))
+    assert code == 0, out
+    assert q.measure().total == 0
+    assert any(p.is_file() for p in dumps.rglob("*")), "no segment file on the volume"
+    code, out = cli(url, "restore", "--dumps-dir", str(dumps))
+    assert code == 0, out
+    assert q.measure().ready == 50
+    code, out = cli(url, "purge", "--dumps-dir", str(dumps))
+    assert code == 0, out
+    assert q.measure().total == 0 and q.measure().failed == 0
+
+
+def test_untagged_queue_on_a_cluster_is_refused_clearly(
+    deployment: Deployment, smtp_sink: SmtpSink
+) -> None:
+    if deployment.kind != "cluster":
+        assert sync_queue(deployment.url, "mail-untagged").size() == 0  # fine elsewhere
+        return
+    message = "has no hash tag"
+    worker = WorkerProcess(worker_env(deployment.worker_url, "mail-untagged", smtp_sink.port))
+    try:
+        assert worker.wait(30) != 0
+    finally:
+        worker.stop()
+    log = worker.log()
+    assert message in log and "Traceback" not in log, log
+    env = {"REDIS_URL": deployment.url, "SENDGROUP_QUEUE": "mail-untagged"}
+    result = CliRunner().invoke(main, ["stats"], env=env)
+    assert result.exit_code != 0 and message in result.output
+
+    async def measure() -> None:
+        queues = RedisQueues()
+        try:
+            await queues.measure(deployment.url, "mail-untagged")
+        finally:
+            await queues.close()
+
+    with pytest.raises(QueueUnavailable, match=message):
+        asyncio.run(measure())
