@@ -179,3 +179,52 @@ def test_untagged_queue_on_a_cluster_is_refused_clearly(
 
     with pytest.raises(QueueUnavailable, match=message):
         asyncio.run(measure())
+
+
+def test_wait_replicas_makes_acks_durable_and_costs_one_wait(
+    deployment: Deployment, pytestconfig: pytest.Config
+) -> None:
+    """``WORKER_REDIS_WAIT_REPLICAS``: each reserve/done is followed by WAIT on the same
+    connection. With a replica every WAIT is acknowledged; standalone (no replica) reports
+    each one as short after the timeout. Reports the cost per job (reserve + done)."""
+    from sendgroup_worker.queue.client import AsyncQueue
+    from sendgroup_worker.redisclient import connect_async
+    from tests.support.workers import mail_payload
+
+    jobs = 200
+
+    async def run(wait: int, timeout: float) -> tuple[float, int, int]:
+        client = await connect_async(deployment.url)
+        try:
+            q = AsyncQueue(client, QueueKeys(Q), 30, wait_replicas=wait, wait_timeout=timeout)
+            await q.clear()
+            await q.push_many([mail_payload(f"w{i}@x.example") for i in range(jobs)])
+            loop = asyncio.get_running_loop()
+            start = loop.time()
+            done = 0
+            for _ in range(jobs):
+                (job,) = await q.reserve(1)
+                assert await q.done(job) is False
+                done += 1
+            elapsed = loop.time() - start
+            assert await q.size() == 0
+            return elapsed / jobs * 1000, q.wait_short, done
+        finally:
+            await client.aclose()  # type: ignore[attr-defined]
+
+    if deployment.kind == "standalone":
+        _, short, done = asyncio.run(run(1, 0.01))
+        assert (short, done) == (2 * jobs, jobs)  # no replica: every WAIT timed out, all done
+        return
+    plain_ms, short0, _ = asyncio.run(run(0, 1.0))
+    durable_ms, short1, done = asyncio.run(run(1, 1.0))
+    # a replica answers WAIT within the timeout (a rare late one is counted, not hidden)
+    assert (short0, done) == (0, jobs) and short1 <= 2 * jobs // 100
+    from tests.support.reporting import report_line
+
+    report_line(
+        pytestconfig,
+        f"WAIT cost on {deployment.kind}: reserve+done {plain_ms:.2f} ms/job asynchronous, "
+        f"{durable_ms:.2f} ms/job with WORKER_REDIS_WAIT_REPLICAS=1 "
+        f"(x{durable_ms / plain_ms:.1f}; {short1} of {2 * jobs} WAITs short)",
+    )

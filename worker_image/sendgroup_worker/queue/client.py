@@ -12,6 +12,7 @@ are compared byte for byte.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import time
@@ -26,7 +27,7 @@ import redis.exceptions
 
 from sendgroup_worker.queue import protocol as p
 from sendgroup_worker.queue.keys import QueueKeys
-from sendgroup_worker.redisclient import AsyncClient, SyncClient, is_cluster
+from sendgroup_worker.redisclient import TRANSIENT_ERRORS, AsyncClient, SyncClient, is_cluster
 
 T = TypeVar("T")
 
@@ -256,6 +257,7 @@ class AsyncQueue(_Base):
         #: write calls whose ``WAIT`` timed out with fewer replicas than asked
         self.wait_short = 0
         self._wait_warned_at = -1e9
+        self._node_clients: dict[str, redis.asyncio.Redis[bytes]] = {}
 
     async def run(self, call: p.ScriptCall[T]) -> T:
         """Run one prepared script call (one round trip) and return its parsed reply. With
@@ -270,18 +272,25 @@ class AsyncQueue(_Base):
 
     async def _run_durable(self, call: p.ScriptCall[Any]) -> Any:
         timeout_ms = max(1, int(self.wait_timeout * 1000))
-        for _ in range(2):
-            pipe: Any = self.redis.pipeline(transaction=False)
+        for _ in range(3):
+            conn = self._durable_client(call.keys[0])
+            pipe = conn.pipeline(transaction=False)
             pipe.evalsha(self._sha[call.script], len(call.keys), *call.keys, *call.args)
-            if is_cluster(self.redis):
-                node = cast(Any, self.redis).get_node_from_key(call.keys[0])
-                pipe.execute_command("WAIT", self.wait_replicas, timeout_ms, target_nodes=node)
-            else:
-                pipe.execute_command("WAIT", self.wait_replicas, timeout_ms)
-            reply, acked = await pipe.execute(raise_on_error=False)
+            pipe.execute_command("WAIT", self.wait_replicas, timeout_ms)
+            try:
+                reply, acked = await pipe.execute(raise_on_error=False)
+            except TRANSIENT_ERRORS:
+                await self._forget_node(conn)
+                raise
             if isinstance(reply, redis.exceptions.NoScriptError):
                 # a new primary after a failover has an empty script cache
-                await cast(Any, self.redis).script_load(p.script_source(call.script))
+                await cast(Any, conn).script_load(p.script_source(call.script))
+                continue
+            if isinstance(reply, redis.exceptions.AskError):  # MOVED (a subclass) or ASK
+                # the slot moved (resharding, failover): let the cluster client re-read the
+                # slot map by following the redirection itself, then go to the new owner
+                await self._forget_node(conn)
+                await self.redis.exists(call.keys[0])
                 continue
             if isinstance(reply, Exception):
                 raise reply
@@ -300,7 +309,36 @@ class AsyncQueue(_Base):
                         self.wait_timeout,
                     )
             return reply
-        raise redis.exceptions.NoScriptError("script cache flushed twice in a row")
+        raise redis.exceptions.TryAgainError("slot kept moving during a durable write")
+
+    def _durable_client(self, key: str) -> redis.asyncio.Redis[bytes]:
+        """The client whose pipeline runs a script and its WAIT on one connection: the client
+        itself, or on Redis Cluster a plain client of the node owning ``key``'s slot (redis-py's
+        cluster pipeline refuses scripts, and WAIT must follow the write on its connection)."""
+        if not is_cluster(self.redis):
+            return self.redis
+        node = cast(Any, self.redis).get_node_from_key(key)
+        client = self._node_clients.get(node.name)
+        if client is None:
+            pool = redis.asyncio.ConnectionPool(
+                connection_class=node.connection_class, **node.connection_kwargs
+            )
+            client = redis.asyncio.Redis(connection_pool=pool)
+            self._node_clients[node.name] = client
+        return client
+
+    async def _forget_node(self, conn: redis.asyncio.Redis[bytes]) -> None:
+        """After an error on a cluster node's own client: drop it, and have the cluster client
+        re-read the slot map on its next call (a failover may have promoted a replica)."""
+        if conn is self.redis:
+            return
+        for name, client in list(self._node_clients.items()):
+            if client is conn:
+                del self._node_clients[name]
+        with contextlib.suppress(Exception):
+            await cast(Any, conn).aclose()
+        with contextlib.suppress(Exception):
+            await cast(Any, self.redis).aclose()  # next call re-initializes the slot map
 
     async def reserve(
         self, count: int = 1, ack: Sequence[p.Ack] = (), now: float | None = None
