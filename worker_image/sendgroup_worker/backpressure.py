@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import Final
 
 from sendgroup_worker.ratelimit import load_script
-from sendgroup_worker.redisclient import AsyncClient
+from sendgroup_worker.redisclient import AsyncClient, AsyncScript
 
 CACHE_SECONDS: Final = 1.0
 
@@ -39,8 +39,8 @@ class Backpressure:
         self.suspend_after = suspend_after
         self.suspend_for = suspend_for
         self.patterns = list(patterns)
-        self._failure = redis.register_script(load_script("backpressure_failure.lua"))
-        self._state = redis.register_script(load_script("backpressure_state.lua"))
+        self._failure = AsyncScript(redis, load_script("backpressure_failure.lua"))
+        self._state = AsyncScript(redis, load_script("backpressure_state.lua"))
         #: last known run of temporary failures in the group
         self.run = 0
         self._suspended_until = 0.0  # monotonic

@@ -31,7 +31,7 @@ from datetime import UTC, datetime
 from importlib import resources
 from typing import Final
 
-from sendgroup_worker.redisclient import AsyncClient
+from sendgroup_worker.redisclient import AsyncClient, AsyncScript
 
 #: Longest single sleep while waiting for a slot (the wait re-checks stop and the rate).
 MAX_WAIT_STEP: Final = 1.0
@@ -93,7 +93,7 @@ class RateLimiter:
         self.redis = redis
         self.key = key
         self.policy = policy
-        self._script = redis.register_script(load_script("gcra.lua"))
+        self._script = AsyncScript(redis, load_script("gcra.lua"))
         self.current_per_minute: float | None = policy.allowed_per_minute(datetime.now(UTC))
 
     @property

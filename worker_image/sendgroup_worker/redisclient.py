@@ -14,6 +14,8 @@ services do, is taken as standalone).
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Sequence
 from typing import Any, Final, TypeAlias, cast
 from urllib.parse import quote, urlencode
 
@@ -209,6 +211,50 @@ def build_async(target: RedisTarget, kind: str, **overrides: Any) -> AsyncClient
     return redis.asyncio.Redis(**kwargs)
 
 
+class Script:
+    """A Lua script run by EVALSHA, falling back to EVAL (which also caches it on that server)
+    on NOSCRIPT, sync: ``script(keys=[...], args=[...])``. Unlike redis-py's ``Script``, the
+    fallback goes to the server owning the keys, so it works on Redis Cluster right after a
+    failover (the promoted replica's script cache is empty) and after SCRIPT FLUSH."""
+
+    def __init__(self, client: SyncClient, source: str) -> None:
+        self.client = client
+        self.source = source
+        self.sha = hashlib.sha1(source.encode()).hexdigest()
+        self._pipelined: Any = None
+
+    def __call__(
+        self, keys: Sequence[Any] = (), args: Sequence[Any] = (), client: Any = None
+    ) -> Any:
+        """Run the script; ``client``: a (non-cluster) pipeline to queue it on instead, which
+        loads missing scripts itself before it executes (redis-py's ``Script`` path)."""
+        if client is not None:
+            if self._pipelined is None:
+                self._pipelined = cast(Any, self.client).register_script(self.source)
+            return self._pipelined(keys=keys, args=args, client=client)
+        c: Any = self.client
+        try:
+            return c.evalsha(self.sha, len(keys), *keys, *args)
+        except redis.exceptions.NoScriptError:
+            return c.eval(self.source, len(keys), *keys, *args)
+
+
+class AsyncScript:
+    """The asyncio twin of :class:`Script`: ``await script(keys=[...], args=[...])``."""
+
+    def __init__(self, client: AsyncClient, source: str) -> None:
+        self.client = client
+        self.source = source
+        self.sha = hashlib.sha1(source.encode()).hexdigest()
+
+    async def __call__(self, keys: Sequence[Any] = (), args: Sequence[Any] = ()) -> Any:
+        c: Any = self.client
+        try:
+            return await c.evalsha(self.sha, len(keys), *keys, *args)
+        except redis.exceptions.NoScriptError:
+            return await c.eval(self.source, len(keys), *keys, *args)
+
+
 def is_cluster(client: object) -> bool:
     """True for a Redis Cluster client (sync or asyncio)."""
     return isinstance(client, redis.cluster.RedisCluster | redis.asyncio.cluster.RedisCluster)
@@ -222,6 +268,8 @@ async def aclose(client: AsyncClient) -> None:
 __all__ = [
     "TRANSIENT_ERRORS",
     "AsyncClient",
+    "AsyncScript",
+    "Script",
     "SyncClient",
     "aclose",
     "build_async",

@@ -92,7 +92,7 @@ def redis_version(client: Client) -> str:
 
 
 def script(client: Client, lua: str) -> Callable[..., Any]:
-    """``client.register_script(lua)``: a callable ``(keys=[...], args=[...])`` that runs the
-    script by EVALSHA (loading it on NOSCRIPT). redis-py's RedisCluster has the method too
-    (routing by the keys' slot); the types-redis stubs only lack it, hence the cast."""
-    return cast("redis.Redis[bytes]", client).register_script(lua)
+    """A callable ``(keys=[...], args=[...])`` that runs ``lua`` by EVALSHA, falling back to
+    EVAL on the keys' server on NOSCRIPT (:class:`sendgroup_worker.redisclient.Script`; works
+    on Redis Cluster right after a failover)."""
+    return redisclient.Script(cast("redis.Redis[bytes]", client), lua)

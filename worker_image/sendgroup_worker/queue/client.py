@@ -2,9 +2,9 @@
 ``redis.asyncio.Redis``).
 
 Both are thin transports over :mod:`sendgroup_worker.queue.protocol`: every method builds a
-:class:`~sendgroup_worker.queue.protocol.ScriptCall` there, runs it by EVALSHA (redis-py's
-``Script`` falls back to loading the script on NOSCRIPT) and parses the reply there. Each method
-is ONE round trip unless its docstring says otherwise.
+:class:`~sendgroup_worker.queue.protocol.ScriptCall` there, runs it by EVALSHA (falling
+back to EVAL on NOSCRIPT, :class:`~sendgroup_worker.redisclient.Script`) and parses the reply
+there. Each method is ONE round trip unless its docstring says otherwise.
 
 The Redis client must return bytes (``decode_responses=False``, redis-py's default): payloads
 are compared byte for byte.
@@ -27,7 +27,14 @@ import redis.exceptions
 
 from sendgroup_worker.queue import protocol as p
 from sendgroup_worker.queue.keys import QueueKeys
-from sendgroup_worker.redisclient import TRANSIENT_ERRORS, AsyncClient, SyncClient, is_cluster
+from sendgroup_worker.redisclient import (
+    TRANSIENT_ERRORS,
+    AsyncClient,
+    AsyncScript,
+    Script,
+    SyncClient,
+    is_cluster,
+)
 
 T = TypeVar("T")
 
@@ -111,7 +118,7 @@ class Queue(_Base):
             keys, retry_after, migrate_limit, failed_max_count, failed_max_age, sent_ttl
         )
         self.redis = client
-        self._scripts = {n: client.register_script(p.script_source(n)) for n in p.SCRIPT_NAMES}
+        self._scripts = {n: Script(client, p.script_source(n)) for n in p.SCRIPT_NAMES}
 
     def run(self, call: p.ScriptCall[T]) -> T:
         """Run one prepared script call (one round trip) and return its parsed reply."""
@@ -246,7 +253,7 @@ class AsyncQueue(_Base):
             keys, retry_after, migrate_limit, failed_max_count, failed_max_age, sent_ttl
         )
         self.redis = client
-        self._scripts = {n: client.register_script(p.script_source(n)) for n in p.SCRIPT_NAMES}
+        self._scripts = {n: AsyncScript(client, p.script_source(n)) for n in p.SCRIPT_NAMES}
         self._sha = {
             n: hashlib.sha1(p.script_source(n).encode()).hexdigest() for n in p.SCRIPT_NAMES
         }
