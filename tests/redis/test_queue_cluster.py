@@ -18,11 +18,11 @@ from tests.support.redis_cluster import RedisCluster
 pytestmark = pytest.mark.redis
 
 
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[RedisCluster]:
-    c = RedisCluster().start()
-    yield c
-    c.cleanup()
+@pytest.fixture
+def cluster(redis_cluster: RedisCluster) -> Iterator[RedisCluster]:
+    """The session's cluster (one per server build, see tests/conftest.py), flushed."""
+    redis_cluster.client().flushall(target_nodes=redis.cluster.RedisCluster.PRIMARIES)
+    yield redis_cluster
 
 
 def test_every_operation_on_a_hash_tagged_queue(cluster: RedisCluster) -> None:

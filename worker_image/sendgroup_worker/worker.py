@@ -651,7 +651,7 @@ def _deployment_kind(target: RedisTarget) -> str:
             except REDIS_DOWN as exc:
                 if not logged:
                     log.warning(
-                        "Redis at %s unreachable (%s); retrying with backoff",
+                        "Redis unreachable at start (%s: %s); retrying with backoff",
                         target.describe(),
                         _short(exc),
                     )
@@ -660,7 +660,7 @@ def _deployment_kind(target: RedisTarget) -> str:
                 delay = min(delay * 2, OUTAGE_MAX_WAIT)
                 continue
             if logged:
-                log.warning("Redis at %s reachable again", target.describe())
+                log.warning("Redis reachable again (%s)", target.describe())
             return kind
     finally:
         for s, handler in previous.items():
