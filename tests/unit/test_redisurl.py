@@ -80,6 +80,8 @@ def test_acl_user_password_and_options() -> None:
 def test_unix_socket() -> None:
     t = parse("unix:///run/redis.sock?db=2")
     assert (t.socket, t.db, t.kind) == ("/run/redis.sock", 2, "standalone")
+    t = parse("unix://u:p%40ss@/run/redis.sock")
+    assert (t.username, t.password, t.socket) == ("u", "p@ss", "/run/redis.sock")
 
 
 @pytest.mark.parametrize(

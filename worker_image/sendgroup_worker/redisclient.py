@@ -104,13 +104,7 @@ def connect(url: str | RedisTarget, **overrides: Any) -> SyncClient:
     """
     target = parse(url) if isinstance(url, str) else url
     if target.socket is not None:
-        return redis.Redis(
-            unix_socket_path=target.socket,
-            db=target.db,
-            username=target.username,
-            password=target.password,
-            **overrides,
-        )
+        return _sync_plain(target, overrides)
     host, port = target.nodes[0]
     kwargs = _kwargs(target, host, port, asyncio=False) | overrides
     if target.kind == "sentinel":
@@ -122,7 +116,7 @@ def connect(url: str | RedisTarget, **overrides: Any) -> SyncClient:
         return cast(SyncClient, sentinel.master_for(target.service, **kw))
     if target.kind == "cluster":
         return _sync_cluster(target, kwargs)
-    plain: redis.Redis[bytes] = redis.Redis(**kwargs)
+    plain = _sync_plain(target, overrides)
     if target.kind == "standalone":
         return plain
     try:
@@ -156,9 +150,7 @@ async def connect_async(url: str | RedisTarget, **overrides: Any) -> AsyncClient
 
 async def detect_async(target: RedisTarget, **overrides: Any) -> str:
     """``cluster`` or ``standalone`` for a ``redis://`` URL, from ``INFO cluster``."""
-    host, port = target.nodes[0]
-    kwargs = _kwargs(target, host, port, asyncio=True) | overrides
-    plain: redis.asyncio.Redis[bytes] = redis.asyncio.Redis(**kwargs)
+    plain = _async_plain(target, overrides)
     try:
         info = await plain.info("cluster")
     except redis.exceptions.ResponseError:
@@ -170,9 +162,7 @@ async def detect_async(target: RedisTarget, **overrides: Any) -> str:
 
 def detect_sync(target: RedisTarget, **overrides: Any) -> str:
     """The sync twin of :func:`detect_async`."""
-    host, port = target.nodes[0]
-    kwargs = _kwargs(target, host, port, asyncio=False) | overrides
-    plain: redis.Redis[bytes] = redis.Redis(**kwargs)
+    plain = _sync_plain(target, overrides)
     try:
         info = plain.info("cluster")
     except redis.exceptions.ResponseError:
@@ -186,13 +176,7 @@ def build_async(target: RedisTarget, kind: str, **overrides: Any) -> AsyncClient
     """An asyncio client of ``kind`` (``standalone``, ``cluster``, ``sentinel``) for
     ``target``, opening no connection."""
     if target.socket is not None:
-        return redis.asyncio.Redis(
-            unix_socket_path=target.socket,
-            db=target.db,
-            username=target.username,
-            password=target.password,
-            **overrides,
-        )
+        return _async_plain(target, overrides)
     host, port = target.nodes[0]
     kwargs = _kwargs(target, host, port, asyncio=True) | overrides
     if kind == "sentinel":
@@ -208,7 +192,33 @@ def build_async(target: RedisTarget, kind: str, **overrides: Any) -> AsyncClient
             AsyncClient,
             redis.asyncio.cluster.RedisCluster(startup_nodes=nodes, **_cluster_kwargs(kwargs)),
         )
-    return redis.asyncio.Redis(**kwargs)
+    return _async_plain(target, overrides)
+
+
+def _one_server_url(target: RedisTarget) -> str:
+    if target.socket is None:
+        host, port = target.nodes[0]
+        return _node_url(target, host, port)
+    auth = ""
+    if target.username or target.password:
+        auth = quote(target.username or "", safe="")
+        if target.password is not None:
+            auth += ":" + quote(target.password, safe="")
+        auth += "@"
+    query = urlencode([("db", str(target.db)), *target.options])
+    return f"unix://{auth}{quote(target.socket)}?{query}"
+
+
+def _sync_plain(target: RedisTarget, overrides: dict[str, Any]) -> SyncClient:
+    """A one-server client built as ``redis.Redis.from_url`` builds it: its connections raise
+    on the first failure (no hidden retries with backoff), so the caller's own retry loop sees,
+    logs and paces every outage."""
+    return redis.Redis.from_url(_one_server_url(target), **overrides)
+
+
+def _async_plain(target: RedisTarget, overrides: dict[str, Any]) -> AsyncClient:
+    """The asyncio twin of :func:`_sync_plain`."""
+    return redis.asyncio.Redis.from_url(_one_server_url(target), **overrides)
 
 
 class Script:

@@ -195,7 +195,7 @@ def parse(url: str) -> RedisTarget:
         db = _db(options.pop("db", "0"))
         if "cluster" in options or "sentinel_auth" in options:
             raise RedisUrlError("unix:// Redis URLs name one server: no cluster/sentinel options")
-        user, password = _userinfo(netloc)
+        user, password = _userinfo(netloc.rpartition("@")[0])
         return RedisTarget(
             kind="standalone",
             tls=False,
