@@ -17,11 +17,9 @@ from __future__ import annotations
 import json
 from typing import Any, Final, cast
 
-from redis.exceptions import RedisError
-
 from sendgroup_operator.plan import QueueMeasure
 from sendgroup_worker.queue.keys import QueueKeys
-from sendgroup_worker.redisclient import AsyncClient, connect_async, is_cluster
+from sendgroup_worker.redisclient import REDIS_ERRORS, AsyncClient, connect_async, is_cluster
 from sendgroup_worker.redisurl import RedisUrlError, describe
 
 SOCKET_TIMEOUT: Final = 3.0
@@ -113,7 +111,7 @@ class RedisQueues:
                 )
             except RedisUrlError as exc:
                 raise QueueUnavailable(f"bad Redis URL: {exc}") from None
-            except (RedisError, OSError) as exc:
+            except (*REDIS_ERRORS, OSError) as exc:
                 raise QueueUnavailable(
                     f"Redis at {safe_host(url)} unreachable: {type(exc).__name__}"
                 ) from None
@@ -160,7 +158,7 @@ class RedisQueues:
                 paused,
                 server_time,
             ) = replies
-        except (RedisError, OSError) as exc:
+        except (*REDIS_ERRORS, OSError) as exc:
             raise QueueUnavailable(
                 f"Redis at {safe_host(url)} unreachable: {type(exc).__name__}"
             ) from None
@@ -185,7 +183,7 @@ class RedisQueues:
         keys = QueueKeys(queue, self.prefix)
         try:
             return int(await (await self.client(url)).delete(*keys.all_keys))
-        except (RedisError, OSError) as exc:
+        except (*REDIS_ERRORS, OSError) as exc:
             raise QueueUnavailable(
                 f"Redis at {safe_host(url)} unreachable: {type(exc).__name__}"
             ) from None
@@ -196,7 +194,7 @@ class RedisQueues:
         try:
             client = await self.client(url)
             await client.set(QueueKeys(queue, self.prefix).purge_requested, "1")
-        except (RedisError, OSError) as exc:
+        except (*REDIS_ERRORS, OSError) as exc:
             raise QueueUnavailable(
                 f"Redis at {safe_host(url)} unreachable: {type(exc).__name__}"
             ) from None

@@ -228,3 +228,43 @@ def test_wait_replicas_makes_acks_durable_and_costs_one_wait(
         f"{durable_ms:.2f} ms/job with WORKER_REDIS_WAIT_REPLICAS=1 "
         f"(x{durable_ms / plain_ms:.1f}; {short1} of {2 * jobs} WAITs short)",
     )
+
+
+def test_an_acl_user_in_the_url_works_on_each_deployment(deployment: Deployment) -> None:
+    """An ACL user limited to the queue's keys (``~*{mail-dep}*``), named in the URL: the
+    producer, the worker's queue client and the operator's measurement all log in as it; a
+    wrong password is an authentication error that never shows the password."""
+    from sendgroup_worker import redisclient
+    from sendgroup_worker.redisurl import parse
+
+    target = parse(deployment.url)
+    servers: list[RedisServer] = list(getattr(deployment.stop, "servers", [deployment.stop]))
+    for s in servers:
+        s.client().execute_command(
+            "ACL", "SETUSER", "mailer", "reset", "on", ">s3cr3t-pw", "~*{mail-dep}*",
+            "+@all", "-@dangerous", "+info", "+cluster|slots", "+cluster|shards",
+        )  # fmt: skip
+    scheme = deployment.url.split("://", 1)[0]
+    hosts = ",".join(f"{h}:{p}" for h, p in target.nodes)
+    path = "/mymaster/0?sentinel_auth=none" if target.kind == "sentinel" else "/0"
+    url = f"{scheme}://mailer:s3cr3t-pw@{hosts}{path}"
+    q = sync_queue(url, Q)
+    q.clear()
+    q.push_many([b'{"uuid":"a1","job":"x","attempts":0,"data":{}}'])
+    assert q.measure().ready == 1
+    (job,) = q.reserve(1)
+    assert q.done(job) is False and q.size() == 0
+
+    async def measure() -> int:
+        queues = RedisQueues()
+        try:
+            return (await queues.measure(url, Q)).delivered
+        finally:
+            await queues.close()
+
+    assert asyncio.run(measure()) >= 1
+    bad = url.replace("s3cr3t-pw", "wrong-pw")
+    with pytest.raises(redisclient.REDIS_ERRORS) as caught:
+        sync_queue(bad, Q).size()
+    assert "wrong-pw" not in str(caught.value)
+    assert redisclient.is_cluster(q.redis) is (deployment.kind == "cluster")

@@ -111,7 +111,7 @@ def _redis_errors(url: str) -> Iterator[None]:
         raise click.ClickException(
             f"cannot reach Redis at {_redacted(url)}: {redisurl.redact(str(e), url)}"
         ) from None
-    except redis.RedisError as e:
+    except redisclient.REDIS_ERRORS as e:
         raise click.ClickException(f"Redis error: {redisurl.redact(str(e), url)}") from None
 
 

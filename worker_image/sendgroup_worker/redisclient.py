@@ -50,8 +50,14 @@ TRANSIENT_ERRORS: Final = (
     redis.exceptions.ReadOnlyError,
     redis.exceptions.SlotNotCoveredError,
     redis.exceptions.ClusterError,
+    # raised by the cluster client when no seed node lets it in (all down, or a bad password:
+    # the same retry-and-log-once as a standalone server's AuthenticationError)
+    redis.exceptions.RedisClusterException,
     OSError,
 )
+
+#: Every error a Redis call can raise (redis-py's cluster errors are not RedisErrors).
+REDIS_ERRORS: Final = (redis.exceptions.RedisError, redis.exceptions.RedisClusterException)
 
 
 def _node_url(target: RedisTarget, host: str, port: int, db: int | None = None) -> str:
@@ -276,6 +282,7 @@ async def aclose(client: AsyncClient) -> None:
 
 
 __all__ = [
+    "REDIS_ERRORS",
     "TRANSIENT_ERRORS",
     "AsyncClient",
     "AsyncScript",

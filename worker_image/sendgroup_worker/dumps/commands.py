@@ -19,7 +19,6 @@ from collections.abc import Callable
 from typing import Any, NoReturn
 
 import click
-import redis
 
 from sendgroup_worker.cli_prefix import key_prefix_option
 from sendgroup_worker.dumps import paths
@@ -38,6 +37,7 @@ from sendgroup_worker.dumps.redisconn import (
 )
 from sendgroup_worker.dumps.restore import restore_queue
 from sendgroup_worker.queue.keys import InvalidQueueName, QueueKeys
+from sendgroup_worker.redisclient import REDIS_ERRORS
 
 EXIT_LOCKED = 3
 EXIT_SEGMENT = 4
@@ -157,7 +157,7 @@ def _run(ctx: _Ctx, command: str, ttl: float, wait: float, body: Callable[[Queue
         _fail(str(e), EXIT_RULE, ctx.url)
     except (LockLost, DumpError) as e:
         _fail(str(e), 1, ctx.url)
-    except redis.RedisError as e:
+    except REDIS_ERRORS as e:
         _fail(f"{command} of queue {ctx.keys.queue!r}: Redis error: {e}", 1, ctx.url)
     except OSError as e:
         _fail(f"{command} of queue {ctx.keys.queue!r}: {e}", 1, ctx.url)
