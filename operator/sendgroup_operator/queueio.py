@@ -206,7 +206,7 @@ class RedisQueues:
         try:
             client = await self.client(url)
             await (client.set(key, "1") if paused else client.delete(key))
-        except (RedisError, OSError) as exc:
+        except (*REDIS_ERRORS, OSError) as exc:
             raise QueueUnavailable(
                 f"Redis at {safe_host(url)} unreachable: {type(exc).__name__}"
             ) from None
