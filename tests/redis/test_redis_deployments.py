@@ -268,3 +268,73 @@ def test_an_acl_user_in_the_url_works_on_each_deployment(deployment: Deployment)
         sync_queue(bad, Q).size()
     assert "wrong-pw" not in str(caught.value)
     assert redisclient.is_cluster(q.redis) is (deployment.kind == "cluster")
+
+
+def test_rediss_url_with_a_ca_file_worker_cli_and_operator(
+    smtp_sink: SmtpSink, tmp_path: Path
+) -> None:
+    """``rediss://...?ssl_ca_certs=...``: the server's certificate checked against the CA file
+    (a self-signed one made here with openssl), for the worker, the CLI and the operator."""
+    import shutil
+    import subprocess
+
+    from tests.support.redis_server import free_port
+
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        pytest.fail("openssl not found: apt-get install openssl (makes the test certificate)")
+    cert, key = tmp_path / "redis.pem", tmp_path / "redis.key"
+    subprocess.run(
+        [openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+         "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    tls_port = free_port()
+    server = RedisServer(
+        config={
+            "tls-port": str(tls_port),
+            "tls-cert-file": str(cert),
+            "tls-key-file": str(key),
+            "tls-ca-cert-file": str(cert),
+            "tls-auth-clients": "no",
+        }
+    ).start()
+    try:
+        url = f"rediss://127.0.0.1:{tls_port}/0?ssl_ca_certs={cert}"
+        q = sync_queue(url, Q)
+        code, out = cli(
+            url,
+            "push",
+            str(_csv(tmp_path / "r.csv", [f"t{i}@tls.example" for i in range(20)])),
+            "--from",
+            "a@b.c",
+        )
+        assert code == 0, out
+        worker = WorkerProcess(worker_env(url, Q, smtp_sink.port), name="tls")
+        try:
+            wait_for(lambda: len(smtp_sink.snapshot()) >= 20, 30, "20 mails over TLS Redis")
+            wait_for(drained(q), 10, "queue drained")
+        finally:
+            worker.stop()
+        assert "Traceback" not in worker.log()
+
+        async def delivered() -> int:
+            queues = RedisQueues()
+            try:
+                return (await queues.measure(url, Q)).delivered
+            finally:
+                await queues.close()
+
+        assert asyncio.run(delivered()) == 20
+        # a server certificate the CA file does not vouch for: a clear error, no traceback
+        other = tmp_path / "other.pem"
+        subprocess.run(
+            [openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+             "-subj", "/CN=x", "-keyout", str(tmp_path / "o.key"), "-out", str(other)],
+            check=True, capture_output=True,
+        )  # fmt: skip
+        code, out = cli(f"rediss://127.0.0.1:{tls_port}/0?ssl_ca_certs={other}", "stats")
+        assert code == 1 and "cannot reach Redis at 127.0.0.1" in out and "certificate" in out
+    finally:
+        server.cleanup()
