@@ -67,6 +67,10 @@ T = TypeVar("T")
 #: :data:`sendgroup_worker.redisclient.TRANSIENT_ERRORS`): one log line, then retries.
 REDIS_DOWN: Final = TRANSIENT_ERRORS
 
+#: :data:`REDIS_DOWN` raised by redis-py itself (not a bare OSError, which a handler's SMTP
+#: connection may raise too).
+REDIS_CALL_DOWN: Final = tuple(e for e in TRANSIENT_ERRORS if e is not OSError)
+
 #: The fence refuses SMTP DATA this many seconds before the reservation expires.
 FENCE_MARGIN: Final = 0.5
 
@@ -75,6 +79,9 @@ CLOCK_REFRESH: Final = 30.0
 
 #: Once stopping, a job outcome that cannot reach Redis is retried this long (seconds).
 STOP_RETRY_LIMIT: Final = 10.0
+
+#: An outage ends after this many seconds without a failed Redis call.
+OUTAGE_QUIET: Final = 1.0
 
 #: Longest back-off between two attempts to reach Redis during an outage (seconds).
 OUTAGE_MAX_WAIT: Final = 5.0
@@ -112,23 +119,28 @@ class RedisClock:
 
 class Outage:
     """Shared Redis outage state of one worker: logs the start and the end of an outage once,
-    whatever the number of lanes hitting it; keeps the ``redis_up`` gauge."""
+    whatever the number of lanes hitting it; keeps the ``redis_up`` gauge. The end is declared
+    after :data:`OUTAGE_QUIET` seconds without a failure, so a failover or resharding (some
+    calls already answered by the new primary, others still aimed at the dead one) is one
+    outage, not a line pair per call."""
 
     def __init__(self, metrics: WorkerMetrics) -> None:
         self.metrics = metrics
         self.since: float | None = None
+        self.last_failure = 0.0
 
     def failed(self, exc: BaseException) -> None:
         """Note a failed Redis call."""
+        self.last_failure = time.monotonic()
         if self.since is None:
-            self.since = time.monotonic()
+            self.since = self.last_failure
             self.metrics.redis_up.labels(self.metrics.queue).set(0)
             log.warning("Redis unreachable (%s); retrying with backoff", _short(exc))
 
     def ok(self) -> None:
         """Note a successful Redis call."""
-        if self.since is not None:
-            log.warning("Redis reachable again after %.1fs", time.monotonic() - self.since)
+        if self.since is not None and time.monotonic() - self.last_failure >= OUTAGE_QUIET:
+            log.warning("Redis reachable again after %.1fs", self.last_failure - self.since)
             self.since = None
             self.metrics.redis_up.labels(self.metrics.queue).set(1)
 
@@ -460,6 +472,16 @@ class Worker:
                     "TimeoutExceededException",
                     f"{_display(payload)} has timed out after {timeout:g}s",
                 )
+        except REDIS_CALL_DOWN as exc:
+            # a Redis call inside the handler (the suppression check) during an outage or a
+            # failover: the attempt is retried later; one outage line, no traceback per job
+            self.outage.failed(exc)
+            result = h.HandlerResult(
+                h.Outcome.TEMPORARY,
+                type(exc).__name__,
+                f"Redis unreachable during the send: {_short(exc)}",
+                from_provider=False,
+            )
         except Exception as exc:
             log.exception("job %s: handler raised", job.uuid)
             result = h.HandlerResult(
