@@ -42,7 +42,7 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
-from sendgroup_worker import entry, laravel
+from sendgroup_worker import entry, laravel, redisclient
 from sendgroup_worker import handlers as h
 from sendgroup_worker import loopback as lb
 from sendgroup_worker.backpressure import Backpressure
@@ -243,10 +243,9 @@ class Worker:
             if timer is not None:
                 timer.cancel()
             await self.pool.close()
-            with contextlib.suppress(Exception):
-                await self.client.connection_pool.disconnect()
-            with contextlib.suppress(Exception):
-                await self.blocking.connection_pool.disconnect()
+            for client in (self.client, self.blocking):  # standalone, cluster or sentinel
+                with contextlib.suppress(Exception):
+                    await redisclient.aclose(client)
         log.info("worker stopped (%s) after %d jobs", self.stop_reason, self.finished)
         return 0
 
