@@ -1,9 +1,9 @@
 """Pure builders of the children of a SendGroup: names, labels, the worker Deployment and the
 dump/restore/purge Jobs. Plain dicts in the Kubernetes API's JSON shape; no client calls.
 
-This module is the ONE place that spells the worker's environment variables
-(:data:`ENV_*`) and the dump/restore commands' arguments, so they can be aligned with
-``sendgroup_worker`` in one edit.
+The worker's environment variables are the rows of
+:data:`sendgroup_contract.worker_settings.WORKER_SETTINGS` (the worker's config reads the same
+table); this module is the one place that spells the dump/restore commands' arguments.
 """
 
 from __future__ import annotations
@@ -14,36 +14,13 @@ import re
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-from sendgroup_operator import builders_laravel, durations, models
+from sendgroup_contract import durations
+from sendgroup_contract import worker_settings as ws
+from sendgroup_operator import builders_laravel, models
 from sendgroup_operator.settings import DUMPS_MOUNT, Settings
 
 MAX_NAME: Final = 63
 HASH_LEN: Final = 8
-
-# --- the worker's environment (sendgroup_worker reads these) ------------------------------
-ENV_QUEUE: Final = "SENDGROUP_QUEUE"
-ENV_KEY_PREFIX: Final = "SENDGROUP_KEY_PREFIX"
-ENV_GROUP: Final = "SENDGROUP_NAME"
-ENV_NAMESPACE: Final = "SENDGROUP_NAMESPACE"
-ENV_REDIS_URL: Final = "REDIS_URL"
-ENV_SMTP_HOST: Final = "SMTP_HOST"
-ENV_SMTP_PORT: Final = "SMTP_PORT"
-ENV_SMTP_TLS: Final = "SMTP_TLS"
-ENV_SMTP_USERNAME: Final = "SMTP_USERNAME"
-ENV_SMTP_PASSWORD: Final = "SMTP_PASSWORD"
-ENV_TRIES: Final = "WORKER_TRIES"
-ENV_BACKOFF: Final = "WORKER_BACKOFF"
-ENV_TIMEOUT: Final = "WORKER_TIMEOUT"
-ENV_RETRY_AFTER: Final = "WORKER_RETRY_AFTER"
-ENV_RATE_PER_MINUTE: Final = "RATE_PER_MINUTE"
-ENV_RATE_BURST: Final = "RATE_BURST"
-ENV_WARMUP_START_PER_HOUR: Final = "WARMUP_START_PER_HOUR"
-ENV_WARMUP_GROWTH_PER_DAY: Final = "WARMUP_GROWTH_PER_DAY"
-ENV_WARMUP_SINCE: Final = "WARMUP_SINCE"
-ENV_BACKPRESSURE_SUSPEND_AFTER: Final = "BACKPRESSURE_SUSPEND_AFTER"
-ENV_BACKPRESSURE_SUSPEND_FOR: Final = "BACKPRESSURE_SUSPEND_FOR"
-ENV_BACKPRESSURE_PATTERNS: Final = "BACKPRESSURE_PATTERNS"
-ENV_METRICS_PORT: Final = "METRICS_PORT"
 
 WORKER_COMMAND: Final = ("sendgroup-worker", "work")
 #: ``sendgroup-worker <cmd> --queue Q --dumps-dir DIR`` per Job kind; Redis from $REDIS_URL.
@@ -196,12 +173,12 @@ def image(spec: models.SendGroupSpec, settings: Settings) -> str:
     return settings.default_image
 
 
-def _value(name: str, value: object) -> dict[str, Any]:
-    return {"name": name, "value": str(value)}
+def _value(setting: ws.WorkerSetting, value: object) -> dict[str, Any]:
+    return {"name": setting.env, "value": str(value)}
 
 
-def _secret(name: str, secret: str, key: str) -> dict[str, Any]:
-    return {"name": name, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}}
+def _secret(setting: ws.WorkerSetting, secret: str, key: str) -> dict[str, Any]:
+    return {"name": setting.env, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}}
 
 
 def redis_env(spec: models.SendGroupSpec, settings: Settings) -> dict[str, Any]:
@@ -209,52 +186,52 @@ def redis_env(spec: models.SendGroupSpec, settings: Settings) -> dict[str, Any]:
     appears in the pod spec), else the password-less ``redis.url`` or the operator default."""
     redis = spec.redis
     if redis is not None and redis.secret_ref is not None:
-        return _secret(ENV_REDIS_URL, redis.secret_ref.name, redis.secret_ref.key)
+        return _secret(ws.REDIS_URL, redis.secret_ref.name, redis.secret_ref.key)
     url = redis.url if redis is not None and redis.url else settings.default_redis_url
-    return _value(ENV_REDIS_URL, url)
+    return _value(ws.REDIS_URL, url)
 
 
 def worker_env(
     ref: GroupRef, spec: models.SendGroupSpec, settings: Settings
 ) -> list[dict[str, Any]]:
-    """Environment of a worker container (names: the ``ENV_*`` constants)."""
+    """Environment of a worker container: rows of the contract's ``WORKER_SETTINGS``."""
     w = spec.worker
     smtp = spec.smtp or models.SmtpSpec()
     env = [
-        _value(ENV_QUEUE, spec.queue_name(ref.name)),
-        _value(ENV_KEY_PREFIX, settings.key_prefix),
-        _value(ENV_GROUP, ref.name),
-        _value(ENV_NAMESPACE, ref.namespace),
+        _value(ws.QUEUE, spec.queue_name(ref.name)),
+        _value(ws.KEY_PREFIX, settings.key_prefix),
+        _value(ws.GROUP, ref.name),
+        _value(ws.NAMESPACE, ref.namespace),
         redis_env(spec, settings),
-        _value(ENV_SMTP_HOST, smtp.host or settings.default_smtp_host),
-        _value(ENV_SMTP_PORT, smtp.port or settings.default_smtp_port),
-        _value(ENV_SMTP_TLS, (smtp.tls.value if smtp.tls else settings.default_smtp_tls)),
-        _value(ENV_TRIES, w.tries),
-        _value(ENV_BACKOFF, ",".join(str(b) for b in w.backoff)),
-        _value(ENV_TIMEOUT, w.timeout),
-        _value(ENV_RETRY_AFTER, w.retry_after),
-        _value(ENV_BACKPRESSURE_SUSPEND_AFTER, spec.backpressure.suspend_after),
+        _value(ws.SMTP_HOST, smtp.host or settings.default_smtp_host),
+        _value(ws.SMTP_PORT, smtp.port or settings.default_smtp_port),
+        _value(ws.SMTP_TLS, (smtp.tls.value if smtp.tls else settings.default_smtp_tls)),
+        _value(ws.TRIES, w.tries),
+        _value(ws.BACKOFF, ",".join(str(b) for b in w.backoff)),
+        _value(ws.TIMEOUT, w.timeout),
+        _value(ws.RETRY_AFTER, w.retry_after),
+        _value(ws.BACKPRESSURE_SUSPEND_AFTER, spec.backpressure.suspend_after),
         _value(
-            ENV_BACKPRESSURE_SUSPEND_FOR,
+            ws.BACKPRESSURE_SUSPEND_FOR,
             int(durations.parse_seconds(spec.backpressure.suspend_for)),
         ),
-        _value(ENV_METRICS_PORT, WORKER_METRICS_PORT),
+        _value(ws.METRICS_PORT, WORKER_METRICS_PORT),
     ]
     if smtp.secret_ref is not None:
-        env.append(_secret(ENV_SMTP_USERNAME, smtp.secret_ref.name, smtp.secret_ref.username_key))
-        env.append(_secret(ENV_SMTP_PASSWORD, smtp.secret_ref.name, smtp.secret_ref.password_key))
+        env.append(_secret(ws.SMTP_USERNAME, smtp.secret_ref.name, smtp.secret_ref.username_key))
+        env.append(_secret(ws.SMTP_PASSWORD, smtp.secret_ref.name, smtp.secret_ref.password_key))
     if spec.rate is not None and spec.rate.per_minute is not None:
-        env.append(_value(ENV_RATE_PER_MINUTE, spec.rate.per_minute))
+        env.append(_value(ws.RATE_PER_MINUTE, spec.rate.per_minute))
         burst = spec.rate.burst or -(-spec.rate.per_minute // 60)
-        env.append(_value(ENV_RATE_BURST, burst))
+        env.append(_value(ws.RATE_BURST, burst))
     if spec.warmup is not None and spec.warmup.start_per_hour is not None:
-        env.append(_value(ENV_WARMUP_START_PER_HOUR, spec.warmup.start_per_hour))
-        env.append(_value(ENV_WARMUP_GROWTH_PER_DAY, spec.warmup.growth_per_day))
+        env.append(_value(ws.WARMUP_START_PER_HOUR, spec.warmup.start_per_hour))
+        env.append(_value(ws.WARMUP_GROWTH_PER_DAY, spec.warmup.growth_per_day))
         since = spec.warmup.since.isoformat() if spec.warmup.since else ref.created_at
         if since:
-            env.append(_value(ENV_WARMUP_SINCE, since))
+            env.append(_value(ws.WARMUP_SINCE, since))
     if spec.backpressure.patterns:
-        env.append(_value(ENV_BACKPRESSURE_PATTERNS, "\n".join(spec.backpressure.patterns)))
+        env.append(_value(ws.BACKPRESSURE_PATTERNS, "\n".join(spec.backpressure.patterns)))
     return env
 
 
@@ -337,9 +314,9 @@ def _laravel_container(
     queue = spec.queue_name(ref.name)
     smtp = spec.smtp or models.SmtpSpec()
     identity = [
-        _value(ENV_QUEUE, queue),
-        _value(ENV_GROUP, ref.name),
-        _value(ENV_NAMESPACE, ref.namespace),
+        _value(ws.QUEUE, queue),
+        _value(ws.GROUP, ref.name),
+        _value(ws.NAMESPACE, ref.namespace),
     ]
     return {
         "command": builders_laravel.queue_work_command(spec, queue),
@@ -400,8 +377,8 @@ def job(
         "imagePullPolicy": settings.image_pull_policy,
         "command": job_command(ref, spec, kind),
         "env": [
-            _value(ENV_QUEUE, spec.queue_name(ref.name)),
-            _value(ENV_KEY_PREFIX, settings.key_prefix),
+            _value(ws.QUEUE, spec.queue_name(ref.name)),
+            _value(ws.KEY_PREFIX, settings.key_prefix),
             redis_env(spec, settings),
         ],
         "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "512Mi"}},

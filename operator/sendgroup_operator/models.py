@@ -20,7 +20,10 @@ from typing import Annotated, Any, Final, Literal
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
 from pydantic.alias_generators import to_camel
 
-from sendgroup_worker.queue.keys import QUEUE_NAME_PATTERN
+# Defined by the contract, re-exported (``X as X``) for the CRD generator and the operator.
+from sendgroup_contract.durations import DURATION_PATTERN as DURATION_PATTERN
+from sendgroup_contract.keys import QUEUE_NAME_PATTERN as QUEUE_NAME_PATTERN
+from sendgroup_contract.tls import SmtpTls as SmtpTls
 from sendgroup_worker.redisurl import PASSWORD_PATTERNS, URL_SCHEME_PATTERN
 
 GROUP: Final = "sendgroups.io"
@@ -35,9 +38,6 @@ CATEGORIES: Final = ("mail",)
 #: Upper bound of ``spec.workers`` written into the CRD (operator setting ``maxWorkersPerGroup``
 #: defaults to the same value; the operator also clamps to its own setting at run time).
 MAX_WORKERS_PER_GROUP_DEFAULT: Final = 50
-
-#: Well-formed duration: one or more ``<digits><unit>`` with unit s, m, h or d (``1h30m``).
-DURATION_PATTERN: Final = r"^([0-9]+(s|m|h|d))+$"
 
 
 def _cel(rule: str, message: str, **extra: str) -> dict[str, str]:
@@ -100,12 +100,6 @@ class DeletionPolicy(StrEnum):
 
     PURGE = "Purge"
     RETAIN = "Retain"
-
-
-class SmtpTls(StrEnum):
-    NONE = "none"
-    STARTTLS = "starttls"
-    TLS = "tls"
 
 
 class Phase(StrEnum):

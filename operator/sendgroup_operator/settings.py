@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from sendgroup_contract.tls import SmtpTls
 from sendgroup_operator import models
 from sendgroup_worker import redisurl
 
@@ -258,7 +259,7 @@ class Settings:
             n.strip() for n in e.get("SENDGROUP_WATCH_NAMESPACES", "").split(",") if n.strip()
         )
         tls = e.get("SENDGROUP_DEFAULT_SMTP_TLS", d.default_smtp_tls) or d.default_smtp_tls
-        if tls not in ("none", "starttls", "tls"):
+        if tls not in set(SmtpTls):
             raise SettingsError(f"SENDGROUP_DEFAULT_SMTP_TLS={tls!r}: none, starttls or tls")
         redis_url = e.get("SENDGROUP_DEFAULT_REDIS_URL") or d.default_redis_url
         try:

@@ -17,10 +17,10 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from sendgroup_contract.measure import QueueMeasure
 from sendgroup_worker import redisclient
 from sendgroup_worker.queue.client import Queue
 from sendgroup_worker.queue.keys import QueueKeys
-from sendgroup_worker.queue.protocol import QueueStats
 
 WORKER_BIN = Path(sys.executable).with_name("sendgroup-worker")
 
@@ -158,6 +158,6 @@ def drained(q: Queue) -> Callable[[], bool]:
     return lambda: q.measure().total == 0
 
 
-def counts(stats: QueueStats) -> tuple[int, int, int, int]:
+def counts(stats: QueueMeasure) -> tuple[int, int, int, int]:
     """(ready, delayed, reserved, failed) for assertions."""
     return (stats.ready, stats.delayed, stats.reserved, stats.failed)

@@ -1,24 +1,10 @@
-"""Durations (the CRD's syntax, pytimeparse2's arithmetic) and operator settings from env."""
+"""Operator settings from env (durations: tests/unit/test_contract.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from sendgroup_operator import durations
 from sendgroup_operator.settings import Settings, SettingsError
-
-
-@pytest.mark.parametrize(
-    ("text", "seconds"), [("90s", 90), ("30m", 1800), ("1h30m", 5400), ("2d", 172800)]
-)
-def test_parse(text: str, seconds: float) -> None:
-    assert durations.parse_seconds(text) == seconds
-
-
-@pytest.mark.parametrize("text", ["", "30", "5 m", "1.5h", "m", "-5s", "10w"])
-def test_reject(text: str) -> None:
-    with pytest.raises(durations.InvalidDuration):
-        durations.parse_seconds(text)
 
 
 def test_settings_defaults_and_env() -> None:

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from sendgroup_contract import measure
 from sendgroup_worker.queue import protocol as p
 from sendgroup_worker.queue.keys import QueueKeys
 
@@ -15,6 +16,9 @@ KEYS = QueueKeys("{mail-x}", prefix="laravel_database_")
 def test_every_script_is_lib_plus_body_and_uses_only_its_keys() -> None:
     for name in p.SCRIPT_NAMES:
         src = p.script_source(name)
+        if name == "measure":  # the contract's script, the very text the operator runs
+            assert src == measure.SCRIPT
+            continue
         assert src.startswith("-- Shared helpers")
         assert f"===== {name}.lua =====" in src
     with pytest.raises(KeyError):
@@ -43,27 +47,6 @@ def test_parse_reserve_reply() -> None:
     assert r.jobs[1].payload is None  # Python cannot read it: the worker fails the job
     paused = p.parse_reserve_reply([[], [0, 0, 1]])
     assert paused.paused and paused.jobs == []
-
-
-@pytest.mark.parametrize(
-    ("value", "expected"),
-    [("1796002801.014", 1796002801.014), (1796000000, 1796000000.0), ("", None),
-     (None, None), (True, None), ("nan", None), ("soon", None), (b"12.5", 12.5)],
-)  # fmt: skip
-def test_pushed_at_string_or_number(value: object, expected: float | None) -> None:
-    assert p.parse_pushed_at(value) == expected
-
-
-def test_measure_reply_uses_server_time_unless_now_given() -> None:
-    reply = [3, 1, 2, 4, b"1000.5", 10, 4, 2, b"1010", b"500000"]
-    s = p.parse_measure_reply(reply)
-    assert (s.ready, s.delayed, s.reserved, s.failed, s.total) == (3, 1, 2, 4, 6)
-    assert (s.delivered, s.failed_total, s.released) == (10, 4, 2)
-    assert s.measured_at == 1010.5 and s.oldest_job_age_seconds == 10.0
-    assert p.parse_measure_reply(reply, now=1001).oldest_job_age_seconds == 0.5
-    assert (
-        p.parse_measure_reply([0, 0, 0, 0, b"", 0, 0, 0, b"1", b"0"]).oldest_job_age_seconds is None
-    )
 
 
 def test_failed_record_keeps_non_utf8_payload_bytes() -> None:

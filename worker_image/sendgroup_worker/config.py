@@ -1,9 +1,11 @@
 """The worker's settings, read from environment variables (the operator sets them on the pod).
 
-Every variable, its unit and default is listed in :data:`ENV_VARS` (also printed by
-``sendgroup-worker work --help-env``). Durations accept seconds (``90``) or a pytimeparse2
-expression (``10m``, ``1h30m``). ``*_FILE`` variants read the value from a file, the way a
-Kubernetes Secret is mounted; the file wins over the plain variable.
+Every variable, its field, kind, default and meaning is a row of
+:data:`sendgroup_contract.worker_settings.WORKER_SETTINGS` (also printed by
+``sendgroup-worker work --help-env``); the operator's builder writes the same rows. Durations
+accept seconds (``90``) or the CRD's duration language (``10m``, ``1h30m``). ``*_FILE`` variants
+read the value from a file, the way a Kubernetes Secret is mounted; the file wins over the
+plain variable.
 
 Timeout ladder (Laravel's, see the seeds): SMTP client timeout < job ``timeout`` <
 ``retry_after`` < the pod's termination grace period. ``timeout < retry_after`` is enforced here
@@ -18,70 +20,21 @@ import math
 import os
 import re
 from collections.abc import Callable, Mapping
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
-from typing import Final, Literal
+from typing import Final
 
-import pytimeparse2
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
+from sendgroup_contract import durations, timestamps
+from sendgroup_contract import worker_settings as ws
+from sendgroup_contract.tls import SmtpTls
 from sendgroup_worker import loopback, redisurl
 
-SmtpTls = Literal["none", "starttls", "tls"]
-
-#: (variable, default shown to users, meaning). The order is the documentation order.
-ENV_VARS: Final[tuple[tuple[str, str, str], ...]] = (
-    ("SENDGROUP_QUEUE", "required", "queue name (keys queues:<queue>...)"),
-    (
-        "SENDGROUP_KEY_PREFIX",
-        '""',
-        "client-side key prefix, e.g. laravel_database_ (QUEUE_PREFIX: deprecated alias)",
-    ),
-    (
-        "REDIS_URL / REDIS_URL_FILE",
-        "redis://127.0.0.1:6379/0",
-        "Redis URL (password inside): "
-        "redis[s]://, redis[s]+cluster://h1:p,h2:p/, redis[s]+sentinel://s1:p,s2:p/<master>",
-    ),
-    (
-        "WORKER_REDIS_WAIT_REPLICAS",
-        "0",
-        "WAIT for this many replicas after each ack/release/"
-        "fail (durable against a primary loss; 0 = asynchronous replication)",
-    ),
-    ("WORKER_REDIS_WAIT_TIMEOUT", "1", "longest WAIT, seconds; then a warning and go on"),
-    ("SMTP_HOST", "127.0.0.1", "SMTP relay host"),
-    ("SMTP_PORT", "25", "SMTP relay port"),
-    ("SMTP_TLS", "none", "none | starttls | tls (implicit TLS)"),
-    ("SMTP_CA_FILE", "system CAs", "PEM bundle that verifies the relay's certificate"),
-    ("SMTP_USERNAME / SMTP_USERNAME_FILE", "none", "AUTH user (optional)"),
-    ("SMTP_PASSWORD / SMTP_PASSWORD_FILE", "none", "AUTH password (optional)"),
-    ("SMTP_TIMEOUT", "30", "seconds per SMTP command; clamped below the job timeout"),
-    ("SMTP_HELO_NAME", "host name", "name sent in EHLO"),
-    ("WORKER_TRIES", "3", "max attempts per job (payload maxTries wins)"),
-    ("WORKER_BACKOFF", "10,60,300", "seconds before retry n; the last value repeats"),
-    ("WORKER_TIMEOUT", "60", "one job's time limit, seconds (payload timeout wins)"),
-    ("WORKER_RETRY_AFTER", "90", "reservation lifetime, seconds; must be > WORKER_TIMEOUT"),
-    ("WORKER_CONCURRENCY", "4", "sends in flight per process (one SMTP connection each)"),
-    ("WORKER_MAX_JOBS", "0", "exit 0 after this many jobs (0 = never)"),
-    ("WORKER_MAX_TIME", "0", "exit 0 after this long, seconds/duration (0 = never)"),
-    ("WORKER_BLOCK_FOR", "5", "idle BLPOP timeout on the notify list, seconds"),
-    ("RATE_PER_MINUTE", "unlimited", "messages per minute for the whole group"),
-    ("RATE_BURST", "ceil(perMinute/60)", "messages allowed at once"),
-    ("WARMUP_START_PER_HOUR", "none", "warm-up: allowed per hour on day 0"),
-    ("WARMUP_GROWTH_PER_DAY", "2.0", "warm-up: factor per day since WARMUP_SINCE"),
-    ("WARMUP_SINCE", "process start", "warm-up start, ISO 8601 or unix seconds"),
-    ("BACKPRESSURE_SUSPEND_AFTER", "20", "temporary failures in a row that suspend the group"),
-    ("BACKPRESSURE_SUSPEND_FOR", "10m", "how long a suspension lasts"),
-    ("BACKPRESSURE_PATTERNS", "none", "JSON list or one regex per line; a 4xx match suspends"),
-    ("SENDGROUP_NAMESPACE", "default", "namespace: names the outcome stream and suppression set"),
-    ("SENDGROUP_NAME", '""', "the SendGroup's name (field group of outcome entries)"),
-    ("OUTCOME_STREAM", "sendgroups:<ns>:outcomes", "outcome stream key (key prefix applied)"),
-    ("OUTCOME_STREAM_MAXLEN", "100000", "outcome stream cap, entries (MAXLEN ~); 0 = off"),
-    ("SUPPRESSION_SET", "sendgroups:<ns>:suppressed", "suppression set key; off = no check"),
-    ("METRICS_PORT", "9090", "Prometheus metrics port (0 = off)"),
-    ("METRICS_HOST", "0.0.0.0", "address the metrics server binds"),
-    ("LOG_LEVEL", "INFO", "DEBUG, INFO, WARNING, ERROR"),
+#: (variable, default shown to users, meaning), in documentation order: a view of the one
+#: table, :data:`sendgroup_contract.worker_settings.WORKER_SETTINGS`.
+ENV_VARS: Final[tuple[tuple[str, str, str], ...]] = tuple(
+    (setting.shown, setting.default, setting.doc) for setting in ws.WORKER_SETTINGS
 )
 
 
@@ -91,10 +44,10 @@ class ConfigError(ValueError):
 
 #: The one variable naming the producers' client-side key prefix, for every command (worker,
 #: push/stats/failed, dump/restore/purge) and the operator.
-KEY_PREFIX_ENV: Final = "SENDGROUP_KEY_PREFIX"
+KEY_PREFIX_ENV: Final = ws.KEY_PREFIX.env
 
 #: Deprecated alias of :data:`KEY_PREFIX_ENV` (the CLI's old name), still read for one release.
-KEY_PREFIX_ENV_DEPRECATED: Final = "QUEUE_PREFIX"
+KEY_PREFIX_ENV_DEPRECATED: Final = ws.KEY_PREFIX.deprecated[0]
 
 #: Default ``maxTries`` of a job that does not carry one: the worker's ``WORKER_TRIES`` default,
 #: and what our producers write into every payload so that Laravel's ``queue:work`` (whose own
@@ -131,22 +84,8 @@ def key_prefix_from_env(
     return ""
 
 
-def parse_duration(value: str | int | float) -> float:
-    """Seconds from ``90``, ``"90"``, ``"1.5"``, ``"10m"``, ``"1h30m"``. Raises ValueError."""
-    if isinstance(value, int | float):
-        seconds = float(value)
-    else:
-        text = value.strip()
-        try:
-            seconds = float(text)
-        except ValueError:
-            parsed = pytimeparse2.parse(text)
-            if parsed is None:
-                raise ValueError(f"not a duration: {value!r} (use seconds or e.g. 10m)") from None
-            seconds = float(parsed.total_seconds() if hasattr(parsed, "total_seconds") else parsed)
-    if seconds < 0 or math.isnan(seconds):
-        raise ValueError(f"duration must be >= 0, got {value!r}")
-    return seconds
+#: Seconds from ``90``, ``"1.5"``, ``"10m"``, ``"1h30m"`` (the contract's one parser).
+parse_duration: Final = durations.parse_env_seconds
 
 
 def parse_backoff(value: str | int | float | list[int | float] | None) -> list[float]:
@@ -179,7 +118,7 @@ class WorkerConfig(BaseModel):
 
     smtp_host: str = "127.0.0.1"
     smtp_port: int = Field(25, ge=1, le=65535)
-    smtp_tls: SmtpTls = "none"
+    smtp_tls: SmtpTls = SmtpTls.NONE
     smtp_ca_file: str | None = None
     smtp_username: str | None = None
     smtp_password: str | None = Field(None, repr=False)
@@ -289,86 +228,42 @@ class WorkerConfig(BaseModel):
         env = os.environ if environ is None else environ
         raw: dict[str, object] = {}
 
-        def get(name: str) -> str | None:
-            file_name = env.get(f"{name}_FILE")
-            if file_name:
-                try:
-                    return Path(file_name).read_text().strip()
-                except OSError as exc:
-                    raise ConfigError(
-                        f"{name}_FILE: cannot read {file_name}: {exc.strerror or exc}"
-                    ) from None
-            value = env.get(name)
-            return value if value not in (None, "") else None
+        def get(setting: ws.WorkerSetting) -> str | None:
+            # The current name before the deprecated ones; for each, ``<NAME>_FILE`` (documented
+            # for the secrets, read for every variable) wins over the plain variable.
+            for name in (setting.env, *setting.deprecated):
+                file_name = env.get(f"{name}_FILE")
+                if file_name:
+                    try:
+                        return Path(file_name).read_text().strip()
+                    except OSError as exc:
+                        raise ConfigError(
+                            f"{name}_FILE: cannot read {file_name}: {exc.strerror or exc}"
+                        ) from None
+                value = env.get(name)
+                if value not in (None, ""):
+                    return value
+            return None
 
-        simple = {
-            "SENDGROUP_QUEUE": "queue",
-            "REDIS_URL": "redis_url",
-            "SMTP_HOST": "smtp_host",
-            "SMTP_PORT": "smtp_port",
-            "SMTP_TLS": "smtp_tls",
-            "SMTP_CA_FILE": "smtp_ca_file",
-            "SMTP_USERNAME": "smtp_username",
-            "SMTP_PASSWORD": "smtp_password",
-            "SMTP_HELO_NAME": "smtp_helo_name",
-            "WORKER_TRIES": "tries",
-            "WORKER_CONCURRENCY": "concurrency",
-            "WORKER_MAX_JOBS": "max_jobs",
-            "WORKER_REDIS_WAIT_REPLICAS": "redis_wait_replicas",
-            "RATE_PER_MINUTE": "rate_per_minute",
-            "RATE_BURST": "rate_burst",
-            "WARMUP_START_PER_HOUR": "warmup_start_per_hour",
-            "WARMUP_GROWTH_PER_DAY": "warmup_growth_per_day",
-            "BACKPRESSURE_SUSPEND_AFTER": "backpressure_suspend_after",
-            "SENDGROUP_NAMESPACE": "namespace",
-            "SENDGROUP_NAME": "group",
-            "OUTCOME_STREAM": "outcome_stream",
-            "OUTCOME_STREAM_MAXLEN": "outcome_stream_maxlen",
-            "SUPPRESSION_SET": "suppression_set",
-            "METRICS_PORT": "metrics_port",
-            "METRICS_HOST": "metrics_host",
-            "LOG_LEVEL": "log_level",
-        }
-        durations = {
-            "SMTP_TIMEOUT": "smtp_timeout",
-            "WORKER_TIMEOUT": "timeout",
-            "WORKER_RETRY_AFTER": "retry_after",
-            "WORKER_MAX_TIME": "max_time",
-            "WORKER_BLOCK_FOR": "block_for",
-            "WORKER_REDIS_WAIT_TIMEOUT": "redis_wait_timeout",
-            "BACKPRESSURE_SUSPEND_FOR": "backpressure_suspend_for",
-        }
         problems: list[str] = []
         try:
-            raw["key_prefix"] = key_prefix_from_env(env)
+            raw["key_prefix"] = key_prefix_from_env(env)  # its alias rule: see the function
         except ConfigError as exc:
             problems.append(str(exc))
-        for var, field in simple.items():
-            value = get(var)
-            if value is not None:
-                raw[field] = value
-        for var, field in durations.items():
-            value = get(var)
-            if value is not None:
-                try:
-                    raw[field] = parse_duration(value)
-                except ValueError as exc:
-                    problems.append(f"{var}: {exc}")
-        backoff = get("WORKER_BACKOFF")
-        if backoff is not None:
+        for setting in ws.WORKER_SETTINGS:
+            if setting is ws.KEY_PREFIX:
+                continue
+            value = get(setting)
+            if value is None:
+                continue
+            parse = _PARSERS.get(setting.kind)
+            if parse is None:
+                raw[setting.field] = value
+                continue
             try:
-                raw["backoff"] = parse_backoff(backoff)
+                raw[setting.field] = parse(value)
             except ValueError as exc:
-                problems.append(f"WORKER_BACKOFF: {exc}")
-        since = get("WARMUP_SINCE")
-        if since is not None:
-            try:
-                raw["warmup_since"] = parse_time(since)
-            except ValueError as exc:
-                problems.append(f"WARMUP_SINCE: {exc}")
-        patterns = env.get("BACKPRESSURE_PATTERNS")
-        if patterns:
-            raw["backpressure_patterns"] = _parse_patterns(patterns)
+                problems.append(f"{setting.env}: {exc}")
         if problems:
             raise ConfigError("; ".join(problems))
         try:
@@ -381,48 +276,37 @@ class WorkerConfig(BaseModel):
             raise ConfigError("; ".join(lines)) from None
 
 
-def parse_time(value: str) -> datetime:
-    """A point in time from ISO 8601 (``2026-11-30T00:00:00Z``) or unix seconds (UTC)."""
-    text = value.strip()
-    try:
-        return datetime.fromtimestamp(float(text), tz=UTC)
-    except ValueError:
-        pass
-    parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+#: A point in time from ISO 8601 or unix seconds (the contract's one parser).
+parse_time: Final = timestamps.parse_time
 
 
 def _parse_patterns(text: str) -> list[str]:
+    """A JSON list of strings, or one pattern per non-blank line. Raises ValueError."""
     stripped = text.strip()
     if stripped.startswith("["):
         try:
             loaded = json.loads(stripped)
         except ValueError as exc:
-            raise ConfigError(f"BACKPRESSURE_PATTERNS: not a JSON list: {exc}") from None
+            raise ValueError(f"not a JSON list: {exc}") from None
         if not isinstance(loaded, list) or not all(isinstance(p, str) for p in loaded):
-            raise ConfigError("BACKPRESSURE_PATTERNS: a JSON list of strings is expected")
+            raise ValueError("a JSON list of strings is expected")
         return list(loaded)
     return [line.strip() for line in stripped.splitlines() if line.strip()]
 
 
-_FIELD_TO_VAR: Final = {
-    "queue": "SENDGROUP_QUEUE",
-    "tries": "WORKER_TRIES",
-    "timeout": "WORKER_TIMEOUT",
-    "retry_after": "WORKER_RETRY_AFTER",
-    "concurrency": "WORKER_CONCURRENCY",
-    "max_jobs": "WORKER_MAX_JOBS",
-    "backoff": "WORKER_BACKOFF",
-    "redis_url": "REDIS_URL",
-    "redis_wait_replicas": "WORKER_REDIS_WAIT_REPLICAS",
-    "redis_wait_timeout": "WORKER_REDIS_WAIT_TIMEOUT",
+#: How each kind of :data:`~sendgroup_contract.worker_settings.WORKER_SETTINGS` row is parsed
+#: before validation (``str``, ``int``, ``float`` and ``tls`` are left to pydantic).
+_PARSERS: Final[dict[str, Callable[[str], object]]] = {
+    "duration": parse_duration,
+    "backoff": lambda text: parse_backoff(text),
+    "time": parse_time,
+    "patterns": _parse_patterns,
 }
 
 
 def _var_for(field: str) -> str:
-    if field in _FIELD_TO_VAR:
-        return _FIELD_TO_VAR[field]
-    return field.upper()
+    setting = ws.BY_FIELD.get(field)
+    return setting.env if setting is not None else field.upper()
 
 
 def env_help() -> str:

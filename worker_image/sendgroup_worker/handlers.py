@@ -20,11 +20,13 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from sendgroup_contract import jobs
 from sendgroup_worker import smtp
 from sendgroup_worker.metrics import WorkerMetrics
 
-SEND_MAIL: Final = "sendgroups.SendMail"
-NOOP: Final = "sendgroups.Noop"
+#: Job names (``sendgroup_contract.jobs``) under the names the worker and the bench use.
+SEND_MAIL: Final = jobs.MAIL_JOB
+NOOP: Final = jobs.NOOP_JOB
 
 
 class Outcome(enum.StrEnum):

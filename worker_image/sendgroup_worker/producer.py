@@ -25,11 +25,9 @@ from typing import Any, Final, Literal, Protocol
 from email_validator import EmailNotValidError, validate_email
 from tqdm import tqdm
 
+from sendgroup_contract.jobs import MAIL_JOB as MAIL_JOB
 from sendgroup_worker import smtp
 from sendgroup_worker.config import DEFAULT_TRIES
-
-#: Handler name the worker registers for mail jobs.
-MAIL_JOB: Final = "sendgroups.SendMail"
 
 #: Row fields that map onto ``data`` directly; any other CSV column / JSON key becomes a
 #: template variable in ``data.vars`` (mail merge).

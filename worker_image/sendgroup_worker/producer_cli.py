@@ -296,7 +296,7 @@ def stats_command(queue: Queue, as_json: bool) -> None:
         "delivered": s.delivered,
         "failedTotal": s.failed_total,
         "released": s.released,
-        "measuredAt": _fmt_time(s.measured_at),
+        "measuredAt": None if s.measured_at is None else _fmt_time(s.measured_at),
     }
     if as_json:
         click.echo(json.dumps(data))

@@ -12,38 +12,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
+from sendgroup_contract.measure import QueueMeasure as QueueMeasure
 from sendgroup_operator import builders, models
 
 # ------------------------------------------------------------------------------ inputs
-
-
-@dataclass(frozen=True)
-class QueueMeasure:
-    """One atomic measurement of a queue (jobs; times in unix seconds).
-
-    ``staging`` counts the dump's staging keys present; ``delivered``/``failed_total`` are the
-    workers' counters since the group began; ``busy``: a dump/restore/purge holds the queue's
-    lock or a restore's progress record exists (the command is mid-way); ``paused``: the
-    group's pause marker is set (workers reserve nothing while it is).
-    """
-
-    ready: int = 0
-    delayed: int = 0
-    reserved: int = 0
-    failed: int = 0
-    delivered: int = 0
-    failed_total: int = 0
-    oldest_pushed_at: float | None = None
-    staging: int = 0
-    purge_requested: bool = False
-    suspended_seconds: float = 0.0
-    busy: bool = False
-    paused: bool = False
-
-    @property
-    def total(self) -> int:
-        """ready + delayed + reserved: what "empty" and "unchanged" mean."""
-        return self.ready + self.delayed + self.reserved
 
 
 @dataclass(frozen=True)

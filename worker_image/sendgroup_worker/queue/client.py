@@ -190,7 +190,7 @@ class Queue(_Base):
         """ready + delayed + reserved (jobs)."""
         return self.run(p.size_call(self.keys))
 
-    def measure(self, now: float | None = None) -> p.QueueStats:
+    def measure(self, now: float | None = None) -> p.QueueMeasure:
         """All counts and the oldest job's age, atomically, in one round trip."""
         return self.run(p.measure_call(self.keys, now))
 
@@ -408,7 +408,7 @@ class AsyncQueue(_Base):
         """See :meth:`Queue.size`."""
         return await self.run(p.size_call(self.keys))
 
-    async def measure(self, now: float | None = None) -> p.QueueStats:
+    async def measure(self, now: float | None = None) -> p.QueueMeasure:
         """See :meth:`Queue.measure`."""
         return await self.run(p.measure_call(self.keys, now))
 

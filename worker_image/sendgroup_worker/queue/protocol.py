@@ -30,7 +30,9 @@ from functools import cache
 from importlib import resources
 from typing import Any, Final, Generic, Literal, TypeVar
 
-from sendgroup_worker.queue.keys import QueueKeys
+from sendgroup_contract import measure
+from sendgroup_contract.keys import QueueKeys
+from sendgroup_contract.measure import QueueMeasure
 
 T = TypeVar("T")
 
@@ -68,6 +70,8 @@ def script_source(name: str) -> str:
     """
     if name not in SCRIPT_NAMES:
         raise KeyError(f"unknown queue script {name!r}")
+    if name == "measure":  # shared with the operator: lives in the contract, needs no _lib
+        return measure.SCRIPT
     folder = resources.files("sendgroup_worker.queue") / "scripts"
     lib = (folder / "_lib.lua").read_text(encoding="utf-8")
     body = (folder / f"{name}.lua").read_text(encoding="utf-8")
@@ -168,34 +172,6 @@ class ReserveResult:
 
 
 @dataclass(frozen=True, slots=True)
-class QueueStats:
-    """One atomic measurement of a queue (jobs; seconds; unix seconds).
-
-    ``total`` = ready + delayed + reserved (what "empty"/"unchanged" mean everywhere).
-    ``oldest_job_age_seconds`` is measured_at - ``pushedAt`` of the ready list's head (Horizon
-    and our producer write it; else ``createdAt``, integer unix seconds, which Laravel 12
-    writes), None when the list is empty or the head has neither (Laravel 11 payloads).
-    ``delivered``, ``failed_total`` and ``released`` are the counters kept since the group
-    began; ``failed`` is the number of records currently in the failed structure.
-    """
-
-    ready: int
-    delayed: int
-    reserved: int
-    failed: int
-    oldest_job_age_seconds: float | None
-    delivered: int
-    failed_total: int
-    released: int
-    measured_at: float
-
-    @property
-    def total(self) -> int:
-        """ready + delayed + reserved."""
-        return self.ready + self.delayed + self.reserved
-
-
-@dataclass(frozen=True, slots=True)
 class FailedJob:
     """A record of the failed structure.
 
@@ -245,24 +221,6 @@ def decode_payload(data: bytes) -> dict[str, Any] | None:
     except (ValueError, UnicodeDecodeError):
         return None
     return obj if isinstance(obj, dict) else None
-
-
-def parse_pushed_at(value: Any) -> float | None:
-    """``pushedAt`` as unix seconds: Horizon writes a JSON string (``"1796002801.014"``),
-    other producers a number. None when absent or unreadable."""
-    if isinstance(value, bool) or value is None:
-        return None
-    if isinstance(value, int | float):
-        return float(value)
-    if isinstance(value, bytes):
-        value = value.decode("ascii", "replace")
-    if isinstance(value, str):
-        try:
-            parsed = float(value.strip())
-        except ValueError:
-            return None
-        return parsed if math.isfinite(parsed) else None
-    return None
 
 
 def _as_bytes(value: Any) -> bytes:
@@ -497,32 +455,15 @@ def clear_call(keys: QueueKeys) -> ScriptCall[int]:
     return ScriptCall("clear", keys.laravel_keys, (), _as_int)
 
 
-def parse_measure_reply(reply: Any, now: float | None = None) -> QueueStats:
-    """Turn the reply of ``measure.lua`` into :class:`QueueStats`; ``now`` overrides the Redis
-    server clock as ``measured_at``."""
-    measured_at = now if now is not None else _as_int(reply[8]) + _as_int(reply[9]) / 1e6
-    pushed_at = parse_pushed_at(_as_bytes(reply[4]).decode("ascii", "replace") or None)
-    return QueueStats(
-        ready=_as_int(reply[0]),
-        delayed=_as_int(reply[1]),
-        reserved=_as_int(reply[2]),
-        failed=_as_int(reply[3]),
-        oldest_job_age_seconds=None if pushed_at is None else max(0.0, measured_at - pushed_at),
-        delivered=_as_int(reply[5]),
-        failed_total=_as_int(reply[6]),
-        released=_as_int(reply[7]),
-        measured_at=measured_at,
-    )
-
-
-def measure_call(keys: QueueKeys, now: float | None = None) -> ScriptCall[QueueStats]:
-    """Counts, oldest job age and counters in one atomic script (see :class:`QueueStats`).
+def measure_call(keys: QueueKeys, now: float | None = None) -> ScriptCall[QueueMeasure]:
+    """The contract's one measurement (:mod:`sendgroup_contract.measure`, the script the
+    operator runs too): counts, oldest job, counters, dump/purge/lock state, atomically.
     ``measured_at`` is the Redis server's clock unless ``now`` is given."""
     return ScriptCall(
         "measure",
-        (keys.ready, keys.delayed, keys.reserved, keys.failed, keys.stats),
+        measure.script_keys(keys),
         (),
-        lambda reply: parse_measure_reply(reply, now),
+        lambda reply: measure.parse_reply(reply, now),
     )
 
 
@@ -588,8 +529,8 @@ __all__ = [
     "BeginSend",
     "FailedJob",
     "FailedPage",
+    "QueueMeasure",
     "QueueSettings",
-    "QueueStats",
     "ReserveResult",
     "Reserved",
     "RetryResult",
@@ -607,8 +548,6 @@ __all__ = [
     "measure_call",
     "now_seconds",
     "parse_failed_record",
-    "parse_measure_reply",
-    "parse_pushed_at",
     "parse_reserve_reply",
     "push_calls",
     "release_call",

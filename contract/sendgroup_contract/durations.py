@@ -1,0 +1,68 @@
+"""Durations as a SendGroup spells them (``90s``, ``30m``, ``1h30m``, ``2d``) -> seconds.
+
+One language, one parser: :data:`DURATION_PATTERN` is written into the CRD's CEL rules
+(``sendgroup_operator.models``), and :func:`parse_seconds` accepts exactly the strings that
+pattern accepts, read the way the API server's RE2 reads it (whole string, no trailing newline).
+A property test (``tests/unit/test_contract_durations.py``) checks the two agree.
+
+The worker's environment also takes a plain number of seconds (``90``, ``1.5``): see
+:func:`parse_env_seconds`, which the operator relies on when it writes whole seconds.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Final
+
+#: Well-formed duration: one or more ``<digits><unit>`` with unit s, m, h or d (``1h30m``).
+#: Units may repeat and come in any order (``1m1m`` = 120 s), as the pattern allows.
+DURATION_PATTERN: Final = r"^([0-9]+(s|m|h|d))+$"
+
+#: Seconds per unit letter.
+UNIT_SECONDS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+_WHOLE: Final = re.compile(DURATION_PATTERN)
+_PART: Final = re.compile(r"([0-9]+)([smhd])")
+
+
+class InvalidDuration(ValueError):
+    """A duration string that the CRD would reject."""
+
+
+def parse_seconds(text: str) -> int:
+    """Whole seconds in ``text`` (``"1h30m"`` -> ``5400``); the sum of every part.
+
+    Raises :class:`InvalidDuration` unless ``text`` is matched whole by
+    :data:`DURATION_PATTERN`.
+    """
+    if not _WHOLE.fullmatch(text):
+        raise InvalidDuration(f"invalid duration {text!r}: use e.g. 90s, 30m, 1h30m or 2d")
+    return sum(int(number) * UNIT_SECONDS[unit] for number, unit in _PART.findall(text))
+
+
+def parse_env_seconds(value: str | int | float) -> float:
+    """Seconds from a worker environment value: a number of seconds (``90``, ``"1.5"``) or a
+    duration in the CRD's language (``"10m"``, ``"1h30m"``). Surrounding blanks are ignored.
+
+    Raises :class:`InvalidDuration` (a ValueError) for anything else, NaN, infinities and
+    negative numbers.
+    """
+    if isinstance(value, bool):
+        raise InvalidDuration(f"not a duration: {value!r}")
+    if isinstance(value, int | float):
+        seconds = float(value)
+    else:
+        text = value.strip()
+        try:
+            seconds = float(text)
+        except ValueError:
+            try:
+                return float(parse_seconds(text))
+            except InvalidDuration:
+                raise InvalidDuration(
+                    f"not a duration: {value!r} (use seconds, or e.g. 90s, 10m, 1h30m, 2d)"
+                ) from None
+    if math.isnan(seconds) or math.isinf(seconds) or seconds < 0:
+        raise InvalidDuration(f"duration must be a finite number of seconds >= 0, got {value!r}")
+    return seconds
