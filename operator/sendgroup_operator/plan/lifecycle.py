@@ -1,7 +1,7 @@
 """The pure planner: ``(group, spec, status, observed children, measured queue, allowed
 workers, settings, now) -> Plan(actions, status, events)``.
 
-No kopf, kubernetes or redis imports (tests/unit/test_layers.py checks it): everything this
+No kopf, kubernetes or redis imports (.importlinter checks it): everything this
 module knows arrives as plain data, so every decision is unit-tested with an injected clock.
 Level-triggered: the same inputs give the same plan, and every state a crash can leave behind
 is only a starting point for the next pass (a Job that exists is adopted by name, a clock
