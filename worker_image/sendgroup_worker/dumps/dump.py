@@ -33,6 +33,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
+from sendgroup_contract import timestamps
 from sendgroup_worker.dumps import faults, paths, scripts
 from sendgroup_worker.dumps.format import (
     FORMAT_VERSION,
@@ -87,19 +88,25 @@ class DumpResult(QueueCounts):
         }
 
 
-def _staging(keys: QueueKeys) -> tuple[str, str, str, str, str]:
-    return (
-        keys.staging("ready"),
-        keys.staging("delayed"),
-        keys.staging("reserved"),
-        keys.staging("failed"),
-        keys.staging("failed:jobs"),
-    )
+def move_keys(keys: QueueKeys) -> list[str]:
+    """KEYS of both moves between the live keys and staging (``scripts.STAGE`` and
+    ``scripts.UNSTAGE``): the 5 live data keys, their staging names in the same order
+    (``QueueKeys.staging_data_keys``), the staging meta record, notify."""
+    return [
+        keys.ready,
+        keys.delayed,
+        keys.reserved,
+        keys.failed,
+        keys.failed_jobs,
+        *keys.staging_data_keys,
+        keys.staging_meta,
+        keys.notify,
+    ]
 
 
 def staging_pending(client: Client, keys: QueueKeys) -> bool:
     """True when an interrupted dump left its staging record behind."""
-    return bool(client.exists(keys.staging("meta")))
+    return bool(client.exists(keys.staging_meta))
 
 
 def dump_queue(
@@ -121,30 +128,12 @@ def dump_queue(
     started = time.monotonic()
     version = redis_version(client)
     result = DumpResult(queue=keys.queue, redis_version=version)
-    s_ready, s_delayed, s_reserved, s_failed, s_failed_jobs = _staging(keys)
-    meta = keys.staging("meta")
 
     lock.ensure()
     segment_id = paths.new_segment_id()
-    created_at = datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+    created_at = timestamps.format_created_at(datetime.now(UTC))
     stage = script(client, scripts.STAGE)
-    reply = stage(
-        keys=[
-            keys.ready,
-            keys.delayed,
-            keys.reserved,
-            keys.failed,
-            keys.failed_jobs,
-            s_ready,
-            s_delayed,
-            s_reserved,
-            s_failed,
-            s_failed_jobs,
-            meta,
-            keys.notify,
-        ],
-        args=[segment_id, created_at],
-    )
+    reply = stage(keys=move_keys(keys), args=[segment_id, created_at])
     status = int(reply[0])
     if status == 0:
         result.seconds = time.monotonic() - started
@@ -153,6 +142,7 @@ def dump_queue(
     result.resumed = status == 2
     faults.checkpoint("dump:after-stage")
 
+    s_ready, s_delayed, s_reserved, _s_failed, _s_failed_jobs = keys.staging_data_keys
     expected = {
         "ready": int(client.llen(s_ready)),
         "delayed": int(client.zcard(s_delayed)),
@@ -192,8 +182,6 @@ def _finish(
     expected: dict[str, int],
     started: float,
 ) -> DumpResult:
-    s_ready, s_delayed, s_reserved, s_failed, s_failed_jobs = _staging(keys)
-    meta = keys.staging("meta")
     segment_id = header.segment
     paths.ensure_dir(directory)
     counts = None
@@ -223,7 +211,7 @@ def _finish(
     faults.checkpoint("dump:before-delete")
     lock.ensure()
     drop = script(client, scripts.DROP_STAGING)
-    drop(keys=[s_ready, s_delayed, s_reserved, s_failed, s_failed_jobs, meta], args=[segment_id])
+    drop(keys=list(keys.staging_keys), args=[segment_id])
     faults.checkpoint("dump:after-delete")
     result.seconds = time.monotonic() - started
     return result
@@ -244,7 +232,7 @@ def _write_segment(
 ) -> tuple[Any, int]:
     """Stream the staging keys into ``final`` via a fsynced temporary file; returns
     (Counts, bytes)."""
-    s_ready, s_delayed, s_reserved, s_failed, s_failed_jobs = _staging(keys)
+    s_ready, s_delayed, s_reserved, s_failed, s_failed_jobs = keys.staging_data_keys
     tmp = paths.temp_path(directory, header.segment)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
     with os.fdopen(fd, "wb") as fh:
@@ -413,8 +401,7 @@ def unstage(
     *and* jobs back in the live keys. Needs no free space on the volume. No-op without staging.
     """
     result = UnstageResult()
-    meta = keys.staging("meta")
-    raw = client.hget(meta, "segment")
+    raw = client.hget(keys.staging_meta, "segment")
     if raw is None:
         return result
     segment_id = _text(raw)
@@ -433,30 +420,10 @@ def unstage(
         if removed:
             paths.fsync_dir(directory)
     move = script(client, scripts.UNSTAGE)
-    s_ready, s_delayed, s_reserved, s_failed, s_failed_jobs = _staging(keys)
     step = 0
     while True:
         lock.ensure()
-        r = [
-            int(x)
-            for x in move(
-                keys=[
-                    keys.ready,
-                    keys.notify,
-                    keys.delayed,
-                    keys.reserved,
-                    keys.failed,
-                    keys.failed_jobs,
-                    s_ready,
-                    s_delayed,
-                    s_reserved,
-                    s_failed,
-                    s_failed_jobs,
-                    meta,
-                ],
-                args=[chunk_jobs],
-            )
-        ]
+        r = [int(x) for x in move(keys=move_keys(keys), args=[chunk_jobs])]
         result.ready += r[0]
         result.delayed += r[1]
         result.reserved += r[2]

@@ -59,15 +59,16 @@ def purge_queue(
     started = time.monotonic()
     faults.checkpoint("purge:before-delete")
     lock.ensure()
+    s_ready, s_delayed, s_reserved, s_failed, _s_failed_jobs = keys.staging_data_keys
     counted = [
         keys.ready,
         keys.delayed,
         keys.reserved,
-        keys.staging("ready"),
-        keys.staging("delayed"),
-        keys.staging("reserved"),
+        s_ready,
+        s_delayed,
+        s_reserved,
         keys.failed,
-        keys.staging("failed"),
+        s_failed,
     ]
     purge = script(client, scripts.PURGE)
     reply = [int(x) for x in purge(keys=[*counted, *keys.all_keys])]

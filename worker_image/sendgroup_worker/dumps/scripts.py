@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from typing import Final
 
-#: KEYS: ready, delayed, reserved, failed, failed_jobs, their 5 staging names, staging meta,
-#: notify. ARGV: new segment id, createdAt.
+#: KEYS (``sendgroup_worker.dumps.dump.move_keys``, shared with :data:`UNSTAGE`): ready,
+#: delayed, reserved, failed, failed_jobs, their 5 staging names, staging meta, notify.
+#: ARGV: new segment id, createdAt.
 #: Returns {0} (nothing to dump), {1, id, createdAt} (staged now) or {2, id, createdAt}
 #: (an interrupted dump's staging found: resume it).
 STAGE: Final = """
@@ -117,8 +118,9 @@ counts[9] = deleted
 return counts
 """
 
-#: KEYS: ready, notify, delayed, reserved, failed, failed_jobs, the 5 staging keys, staging
-#: meta. ARGV: max records per kind in this call.
+#: KEYS: the same 12 as :data:`STAGE` (``sendgroup_worker.dumps.dump.move_keys``): ready,
+#: delayed, reserved, failed, failed_jobs, their 5 staging names, staging meta, notify.
+#: ARGV: max records per kind in this call.
 #: Moves up to ARGV[1] records of each kind from staging back into the live keys (ready
 #: appended with notify tokens; sorted sets and failed entries added with NX semantics) and
 #: removes them from staging, atomically; when staging is empty deletes the meta record.
@@ -126,52 +128,52 @@ return counts
 UNSTAGE: Final = """
 local n = tonumber(ARGV[1])
 local moved = {0, 0, 0, 0, 0}
-local items = redis.call('LRANGE', KEYS[7], 0, n - 1)
+local items = redis.call('LRANGE', KEYS[6], 0, n - 1)
 if #items > 0 then
   redis.call('RPUSH', KEYS[1], unpack(items))
   local tokens = {}
   for i = 1, #items do tokens[i] = '1' end
-  redis.call('RPUSH', KEYS[2], unpack(tokens))
-  redis.call('LTRIM', KEYS[7], #items, -1)
+  redis.call('RPUSH', KEYS[12], unpack(tokens))
+  redis.call('LTRIM', KEYS[6], #items, -1)
   moved[1] = #items
 end
 for k = 0, 1 do
-  local z = redis.call('ZRANGE', KEYS[8 + k], 0, n - 1, 'WITHSCORES')
+  local z = redis.call('ZRANGE', KEYS[7 + k], 0, n - 1, 'WITHSCORES')
   if #z > 0 then
     local args = {}
     for i = 1, #z, 2 do
       args[#args + 1] = z[i + 1]
       args[#args + 1] = z[i]
     end
-    redis.call('ZADD', KEYS[3 + k], 'NX', unpack(args))
-    redis.call('ZREMRANGEBYRANK', KEYS[8 + k], 0, #z / 2 - 1)
+    redis.call('ZADD', KEYS[2 + k], 'NX', unpack(args))
+    redis.call('ZREMRANGEBYRANK', KEYS[7 + k], 0, #z / 2 - 1)
     moved[2 + k] = #z / 2
   end
 end
-local f = redis.call('ZRANGE', KEYS[10], 0, n - 1, 'WITHSCORES')
+local f = redis.call('ZRANGE', KEYS[9], 0, n - 1, 'WITHSCORES')
 for i = 1, #f, 2 do
-  redis.call('ZADD', KEYS[5], 'NX', f[i + 1], f[i])
-  local rec = redis.call('HGET', KEYS[11], f[i])
+  redis.call('ZADD', KEYS[4], 'NX', f[i + 1], f[i])
+  local rec = redis.call('HGET', KEYS[10], f[i])
   if rec then
-    redis.call('HSETNX', KEYS[6], f[i], rec)
-    redis.call('HDEL', KEYS[11], f[i])
+    redis.call('HSETNX', KEYS[5], f[i], rec)
+    redis.call('HDEL', KEYS[10], f[i])
   end
 end
 if #f > 0 then
-  redis.call('ZREMRANGEBYRANK', KEYS[10], 0, #f / 2 - 1)
+  redis.call('ZREMRANGEBYRANK', KEYS[9], 0, #f / 2 - 1)
   moved[4] = #f / 2
-elseif redis.call('EXISTS', KEYS[11]) == 1 then
+elseif redis.call('EXISTS', KEYS[10]) == 1 then
   -- records without an index entry
-  local scan = redis.call('HSCAN', KEYS[11], 0, 'COUNT', n)
+  local scan = redis.call('HSCAN', KEYS[10], 0, 'COUNT', n)
   local kv = scan[2]
   for i = 1, #kv, 2 do
-    redis.call('HSETNX', KEYS[6], kv[i], kv[i + 1])
-    redis.call('HDEL', KEYS[11], kv[i])
+    redis.call('HSETNX', KEYS[5], kv[i], kv[i + 1])
+    redis.call('HDEL', KEYS[10], kv[i])
   end
   moved[4] = #kv / 2
 end
-if redis.call('EXISTS', KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11]) == 0 then
-  redis.call('DEL', KEYS[12])
+if redis.call('EXISTS', KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]) == 0 then
+  redis.call('DEL', KEYS[11])
   moved[5] = 1
 end
 return moved
