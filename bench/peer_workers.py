@@ -37,6 +37,8 @@ import uuid
 from email.message import EmailMessage
 from typing import Any
 
+from sendgroup_contract import jobs
+
 QUEUE = "bench"
 STAMP = struct.Struct("d")
 
@@ -48,25 +50,13 @@ _local = threading.local()
 def payload(i: int, size: int) -> str:
     """A Laravel-shaped mail job of ``size`` bytes (JSON, the text padded to reach it)."""
     job_id = str(uuid.UUID(int=i + 1))
-    body: dict[str, Any] = {
-        "uuid": job_id,
-        "displayName": "sendgroups.SendMail",
-        "job": "sendgroups.SendMail",
-        "maxTries": None,
-        "maxExceptions": None,
-        "failOnTimeout": False,
-        "backoff": None,
-        "timeout": None,
-        "retryUntil": None,
-        "data": {
-            "to": f"user{i}@bench.example",
-            "from": "campaign@sender.example",
-            "subject": f"Hello {i}",
-            "text": "",
-        },
-        "id": job_id.replace("-", ""),
-        "attempts": 0,
+    data = {
+        "to": f"user{i}@bench.example",
+        "from": "campaign@sender.example",
+        "subject": f"Hello {i}",
+        "text": "",
     }
+    body = jobs.envelope(data, uuid=job_id, job_id=job_id.replace("-", ""))
     base = len(json.dumps(body, separators=(",", ":")))
     body["data"]["text"] = "x" * max(0, size - base)
     return json.dumps(body, separators=(",", ":"))

@@ -34,7 +34,6 @@ import statistics
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +43,7 @@ import redis.asyncio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from sendgroup_contract import jobs
 from sendgroup_worker.queue import Ack, AsyncQueue, Queue, QueueKeys
 from tests.support.redis_server import RedisServer
 
@@ -81,28 +81,14 @@ def payloads(n: int) -> list[bytes]:
     """``n`` Laravel-shaped mail payloads (~450 bytes each)."""
     out = []
     for i in range(n):
-        u = str(uuid.uuid4())
-        body = {
-            "uuid": u,
-            "displayName": "sendgroups.SendMail",
-            "job": "sendgroups.SendMail",
-            "maxTries": None,
-            "maxExceptions": None,
-            "failOnTimeout": False,
-            "backoff": None,
-            "timeout": None,
-            "retryUntil": None,
-            "data": {
-                "to": f"user{i}@example.test",
-                "from": "news@example.test",
-                "subject": "Hello",
-                "template": "welcome",
-                "vars": {"name": f"User {i}"},
-            },
-            "id": u,
-            "attempts": 0,
-            "pushedAt": f"{time.time():.4f}",
+        data = {
+            "to": f"user{i}@example.test",
+            "from": "news@example.test",
+            "subject": "Hello",
+            "template": "welcome",
+            "vars": {"name": f"User {i}"},
         }
+        body = jobs.envelope(data, pushed_at=time.time())
         out.append(json.dumps(body, separators=(",", ":")).encode())
     return out
 

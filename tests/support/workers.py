@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from sendgroup_contract import jobs
 from sendgroup_contract.measure import QueueMeasure
 from sendgroup_worker import redisclient
 from sendgroup_worker.queue.client import Queue
@@ -42,28 +43,12 @@ def mail_payload(
     job: str = "sendgroups.SendMail",
     **top: Any,
 ) -> bytes:
-    """A job envelope in Laravel's key order (``RedisQueue::createPayloadArray``) carrying a
-    mail in ``data``; ``top`` overrides/extends top-level fields."""
+    """A job envelope (``sendgroup_worker.producer.envelope``, Laravel's key order, no
+    ``pushedAt``) carrying a mail in ``data``, unchecked; ``top`` overrides/extends top-level
+    fields."""
     job_id = uuid or str(uuidlib.uuid4())
-    payload: dict[str, Any] = {
-        "uuid": job_id,
-        "displayName": job,
-        "job": job,
-        "maxTries": None,
-        "maxExceptions": None,
-        "failOnTimeout": False,
-        "backoff": None,
-        "timeout": None,
-        "retryUntil": None,
-        "data": {
-            "to": to,
-            "from": "campaign@sender.example",
-            "subject": subject,
-            "text": f"Hello {to}",
-        },
-        "id": job_id.replace("-", "")[:32],
-        "attempts": 0,
-    }
+    data = {"to": to, "from": "campaign@sender.example", "subject": subject, "text": f"Hello {to}"}
+    payload = jobs.envelope(data, job=job, uuid=job_id, job_id=job_id.replace("-", "")[:32])
     payload.update(top)
     return json.dumps(payload, separators=(",", ":")).encode()
 

@@ -16,7 +16,6 @@ import io
 import json
 import string
 import time
-import uuid as uuidlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +24,7 @@ from typing import Any, Final, Literal, Protocol
 from email_validator import EmailNotValidError, validate_email
 from tqdm import tqdm
 
+from sendgroup_contract import jobs
 from sendgroup_contract.jobs import MAIL_JOB as MAIL_JOB
 from sendgroup_worker import smtp
 from sendgroup_worker.config import DEFAULT_TRIES
@@ -187,23 +187,20 @@ def make_mail_payload(
     if extra_data:
         for k, v in extra_data.items():
             data.setdefault(k, v)
-    job_uuid = uuid or str(uuidlib.uuid4())
-    envelope: dict[str, Any] = {
-        "uuid": job_uuid,
-        "displayName": display_name or job,
-        "job": job,
-        "maxTries": max_tries,
-        "maxExceptions": max_exceptions,
-        "failOnTimeout": fail_on_timeout,
-        "backoff": backoff_text(backoff),
-        "timeout": timeout,
-        "retryUntil": retry_until,
-        "data": data,
-        "id": job_uuid,
-        "attempts": 0,
-        "pushedAt": f"{time.time() if pushed_at is None else pushed_at:.6f}",
-    }
-    return json.dumps(envelope, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    body = jobs.envelope(
+        data,
+        job=job,
+        display_name=display_name,
+        uuid=uuid,
+        max_tries=max_tries,
+        max_exceptions=max_exceptions,
+        fail_on_timeout=fail_on_timeout,
+        backoff=backoff_text(backoff),
+        timeout=timeout,
+        retry_until=retry_until,
+        pushed_at=time.time() if pushed_at is None else pushed_at,
+    )
+    return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 
 @dataclass(frozen=True, slots=True)
