@@ -42,6 +42,7 @@ from bench.kubebench import (
 from bench.report import Context, Plot, Result, Scenario, Table
 from sendgroup_worker.producer import make_mail_payload
 from sendgroup_worker.queue.keys import QueueKeys
+from tests.support import manifests
 from tests.support.cluster import KubeCluster, start_cluster, stop_cluster
 from tests.support.operator_proc import REPO, OperatorProcess, install_rbac
 from tests.support.redis_server import RedisServer
@@ -60,18 +61,11 @@ def _names(mix: str, n: int) -> list[str]:
 def _create_groups(kube: KubeCluster, namespace: str, names: list[str]) -> float:
     """``kubectl create`` the SendGroups (one POST each); returns the seconds it took."""
     docs = [
-        {
-            "apiVersion": f"{GROUP}/{VERSION}",
-            "kind": "SendGroup",
-            "metadata": {"name": name, "namespace": namespace},
-            "spec": {"campaign": "bench", "host": f"{name}.example.com"},
-        }
+        manifests.sendgroup(name, {"campaign": "bench", "host": f"{name}.example.com"}, namespace)
         for name in names
     ]
     started = time.monotonic()
-    kube.kubectl(
-        "create", "-f", "-", input="\n---\n".join(json.dumps(d) for d in docs), timeout=900
-    )
+    kube.kubectl("create", "-f", "-", input=manifests.stream(*docs), timeout=900)
     return time.monotonic() - started
 
 

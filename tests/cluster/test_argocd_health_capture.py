@@ -36,6 +36,7 @@ from tests.cluster.test_operator import (
     run_job_locally,
     sendgroup,
 )
+from tests.support import manifests
 from tests.support.argocd import HEALTH_DIR, run_health
 from tests.support.cluster import KubeCluster, wait_for
 from tests.support.operator_proc import OperatorProcess
@@ -228,12 +229,9 @@ def test_git_owned_fields_and_the_operator_never_collide(
     survives the next apply, while a field Git sets is taken back by a forced apply (what
     ArgoCD's self-heal does)."""
     ns = objects.namespace
-    git: dict[str, Any] = {
-        "apiVersion": "sendgroups.io/v1alpha1",
-        "kind": "SendGroup",
-        "metadata": {"name": "git", "namespace": ns},
-        "spec": {"campaign": "spring-sale", "host": "gmail.com", "workers": 2},
-    }
+    git = manifests.sendgroup(
+        "git", {"campaign": "spring-sale", "host": "gmail.com", "workers": 2}, ns
+    )
 
     def apply(manifest: dict[str, Any], *extra: str) -> None:
         kube_cluster.kubectl(

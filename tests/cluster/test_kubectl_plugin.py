@@ -21,6 +21,7 @@ import redis
 
 from sendgroup_worker.queue.keys import QueueKeys
 from tests.cluster.conftest import Objects
+from tests.support import manifests
 from tests.support.cluster import (
     KubeCluster,
     service_account_kubeconfig,
@@ -64,14 +65,8 @@ def plugin(
 
 
 def sendgroup(name: str, campaign: str = "spring-sale", **meta: Any) -> str:
-    return json.dumps(
-        {
-            "apiVersion": "sendgroups.io/v1alpha1",
-            "kind": "SendGroup",
-            "metadata": {"name": name, **meta},
-            "spec": {"campaign": campaign, "host": f"{name}.example"},
-        }
-    )
+    spec = {"campaign": campaign, "host": f"{name}.example"}
+    return manifests.stream(manifests.sendgroup(name, spec, **meta))
 
 
 def managers(objects: Objects, name: str) -> dict[str, dict[str, Any]]:

@@ -20,6 +20,7 @@ import redis
 
 from sendgroup_worker.queue.keys import QueueKeys
 from tests.cluster.conftest import Objects
+from tests.support import manifests
 from tests.support.cluster import KubeCluster, wait_for
 from tests.support.operator_proc import OperatorProcess, apply_objects, rbac_objects
 from tests.support.redis_server import RedisServer, free_port
@@ -53,14 +54,7 @@ def push(client: redis.Redis, queue: str, n: int) -> None:
 
 def sendgroup(name: str, **spec: Any) -> str:
     body = {"campaign": "spring-sale", "host": "gmail.com", **spec}
-    return json.dumps(
-        {
-            "apiVersion": "sendgroups.io/v1alpha1",
-            "kind": "SendGroup",
-            "metadata": {"name": name},
-            "spec": body,
-        }
-    )
+    return manifests.stream(manifests.sendgroup(name, body))
 
 
 def replicas(objects: Objects, name: str) -> int | None:

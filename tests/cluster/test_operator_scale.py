@@ -5,7 +5,6 @@ read from a watch-fed index, not fetched per reaper pass). Prints the measured f
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,7 @@ import redis
 
 from tests.cluster.conftest import Objects
 from tests.cluster.test_operator import push, replicas
+from tests.support import manifests
 from tests.support.cluster import KubeCluster, wait_for
 
 pytestmark = pytest.mark.cluster
@@ -42,23 +42,12 @@ def test_two_hundred_idle_groups(
 ) -> None:
     started = time.monotonic()
     op = operator_factory(SENDGROUP_REAPER_INTERVAL="10", SENDGROUP_STATUS_REFRESH="60")
-    manifests = [
-        {
-            "apiVersion": "sendgroups.io/v1alpha1",
-            "kind": "SendGroup",
-            "metadata": {"name": f"idle-{i:03d}"},
-            "spec": {"campaign": "bulk", "host": f"h{i}.example.com"},
-        }
+    groups = [
+        manifests.sendgroup(f"idle-{i:03d}", {"campaign": "bulk", "host": f"h{i}.example.com"})
         for i in range(GROUPS)
     ]
     objects.cluster.kubectl(
-        "apply",
-        "-n",
-        objects.namespace,
-        "-f",
-        "-",
-        input="\n---\n".join(json.dumps(m) for m in manifests),
-        timeout=120,
+        "apply", "-n", objects.namespace, "-f", "-", input=manifests.stream(*groups), timeout=120
     )
 
     def all_reconciled() -> list[dict[str, Any]] | None:
@@ -106,19 +95,15 @@ def test_busy_groups_with_steady_deployments_cost_no_api_request(
     op = operator_factory(SENDGROUP_REAPER_INTERVAL="5", SENDGROUP_STATUS_REFRESH="600")
     for i in range(BUSY):
         push(redis_client, f"mail-busy-{i:02d}", 3)
-    manifests = [
-        {
-            "apiVersion": "sendgroups.io/v1alpha1",
-            "kind": "SendGroup",
-            "metadata": {"name": f"busy-{i:02d}"},
-            "spec": {"campaign": "bulk", "host": f"h{i}.example.com", "workers": 2},
-        }
+    groups = [
+        manifests.sendgroup(
+            f"busy-{i:02d}", {"campaign": "bulk", "host": f"h{i}.example.com", "workers": 2}
+        )
         for i in range(BUSY)
     ]
     objects.cluster.kubectl(
-        "apply", "-n", objects.namespace, "-f", "-",
-        input="\n---\n".join(json.dumps(m) for m in manifests), timeout=120,
-    )  # fmt: skip
+        "apply", "-n", objects.namespace, "-f", "-", input=manifests.stream(*groups), timeout=120
+    )
 
     def all_running() -> bool:
         items = objects.list("sendgroups")

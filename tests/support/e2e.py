@@ -17,6 +17,7 @@ import redis
 
 from sendgroup_worker.producer import make_mail_payload
 from sendgroup_worker.queue.keys import QueueKeys
+from tests.support import manifests
 from tests.support.cluster import KubeCluster, wait_for
 from tests.support.helm import CHART, helm, values_args
 from tests.support.node import OPERATOR_IMAGE, WORKER_IMAGE, get_json
@@ -150,14 +151,7 @@ def push_mails(client: redis.Redis, queue: str, recipients: list[str], batch: in
 
 def sendgroup_manifest(name: str, namespace: str, **spec: Any) -> str:
     """A SendGroup as JSON for ``kubectl apply``."""
-    return json.dumps(
-        {
-            "apiVersion": "sendgroups.io/v1alpha1",
-            "kind": "SendGroup",
-            "metadata": {"name": name, "namespace": namespace},
-            "spec": spec,
-        }
-    )
+    return manifests.stream(manifests.sendgroup(name, spec, namespace))
 
 
 def sendgroup_status(kube: KubeCluster, namespace: str, name: str) -> dict[str, Any]:
