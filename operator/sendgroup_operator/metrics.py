@@ -14,7 +14,10 @@ sendgroup_orphans                          kind (group_without_workers,
 sendgroup_reconcile_errors_total           namespace
 sendgroup_reconcile_seconds                (histogram)
 sendgroup_kube_requests_total              (API requests of the reconciler)
-sendgroup_queue_unreachable                namespace, sendgroup (1 while Redis is unreachable)
+sendgroup_queue_reachable                  namespace, sendgroup (0 while Redis cannot be
+                                           measured: condition QueueReachable=False)
+sendgroup_queue_unreachable                deprecated (1 - sendgroup_queue_reachable); removed
+                                           in the next release
 sendgroup_info                             namespace, sendgroup, campaign, host (always 1)
 sendgroup_operation_failed                 namespace, sendgroup, kind (dump, restore)
 =========================================  =====================================================
@@ -62,9 +65,15 @@ DUMP_BYTES: Final = Gauge(
     ["namespace", "sendgroup"],
     registry=REGISTRY,
 )
+REACHABLE: Final = Gauge(
+    "sendgroup_queue_reachable",
+    "0 while the group's Redis cannot be measured (condition QueueReachable=False), else 1",
+    ["namespace", "sendgroup"],
+    registry=REGISTRY,
+)
 UNREACHABLE: Final = Gauge(
     "sendgroup_queue_unreachable",
-    "1 while the group's Redis cannot be measured",
+    "Deprecated, removed in the next release: 1 - sendgroup_queue_reachable",
     ["namespace", "sendgroup"],
     registry=REGISTRY,
 )
@@ -185,10 +194,10 @@ def observe(
     for kind, value in (("desired", w.desired), ("ready", w.ready), ("allowed", w.allowed)):
         WORKERS.labels(namespace, name, kind).set(value)
     DUMP_BYTES.labels(namespace, name).set(sum(s.bytes or 0 for s in status.dump.segments))
-    reachable = next((c for c in status.conditions if c.type == "QueueReachable"), None)
-    UNREACHABLE.labels(namespace, name).set(
-        1 if reachable is not None and reachable.status == "False" else 0
-    )
+    reachable = next((c for c in status.conditions if c.type == conditions.QUEUE_REACHABLE), None)
+    down = reachable is not None and reachable.status == "False"
+    REACHABLE.labels(namespace, name).set(0 if down else 1)
+    UNREACHABLE.labels(namespace, name).set(1 if down else 0)
 
 
 def remove(namespace: str, name: str) -> None:
@@ -197,7 +206,7 @@ def remove(namespace: str, name: str) -> None:
         _drop(QUEUE_JOBS, namespace, name, state)
     for kind in ("desired", "ready", "allowed"):
         _drop(WORKERS, namespace, name, kind)
-    for gauge in (OLDEST_AGE, DUMP_BYTES, UNREACHABLE):
+    for gauge in (OLDEST_AGE, DUMP_BYTES, REACHABLE, UNREACHABLE):
         _drop(gauge, namespace, name)
     for kind in OPERATION_KINDS:
         _drop(OPERATION_FAILED, namespace, name, kind)

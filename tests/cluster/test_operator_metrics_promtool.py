@@ -48,7 +48,8 @@ def test_real_operator_metrics_pass_promtool_and_cover_dashboard_and_alerts(
     assert _value(text, f'sendgroup_queue_jobs{{{group},state="ready"}}') == 3
     assert _value(text, f'sendgroup_workers{{kind="desired",{group}}}') == 2
     assert _value(text, f'sendgroup_operation_failed{{kind="dump",{group}}}') == 0
-    assert _value(text, f"sendgroup_queue_unreachable{{{group}}}") == 0
+    assert _value(text, f"sendgroup_queue_reachable{{{group}}}") == 1
+    assert _value(text, f"sendgroup_queue_unreachable{{{group}}}") == 0  # deprecated name
     assert _value(text, f'sendgroup_reconcile_errors_total{{namespace="{ns}"}}') == 0
     assert (_value(text, "sendgroup_reconcile_seconds_count") or 0) >= 1
     assert "redis://" not in text

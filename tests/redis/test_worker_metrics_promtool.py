@@ -54,6 +54,7 @@ def test_real_worker_metrics_pass_promtool_and_cover_dashboard_and_alerts(
             METRICS_HOST="127.0.0.1",
             WORKER_BACKOFF="1",
             RATE_PER_MINUTE=6000,
+            SENDGROUP_NAME="metrics",
         )
     )
     try:
@@ -63,8 +64,12 @@ def test_real_worker_metrics_pass_promtool_and_cover_dashboard_and_alerts(
     finally:
         worker.stop()
     check_metrics(text)
-    jobs = 'sendgroup_worker_jobs_total{{outcome="{}",queue="mail-metrics"}}'
-    replies = 'sendgroup_worker_smtp_replies_total{{queue="mail-metrics",reply_class="{}"}}'
+    group = 'queue="mail-metrics",sendgroup="metrics"'  # sendgroup: SENDGROUP_NAME
+    jobs = 'sendgroup_worker_jobs_total{{outcome="{}",' + group + "}}"
+    replies = (
+        'sendgroup_worker_smtp_replies_total{{queue="mail-metrics",reply_class="{}",'
+        'sendgroup="metrics"}}'
+    )
     assert _value(text, jobs.format("delivered")) == 6
     assert _value(text, jobs.format("failed")) == 1
     assert _value(text, jobs.format("released")) == 1
@@ -73,9 +78,10 @@ def test_real_worker_metrics_pass_promtool_and_cover_dashboard_and_alerts(
     assert _value(text, replies.format("4xx")) == 1
     assert _value(text, replies.format("5xx")) == 1
     assert _value(text, replies.format("connection")) == 0
-    assert _value(text, 'sendgroup_worker_send_seconds_count{queue="mail-metrics"}') == 8
-    assert _value(text, 'sendgroup_worker_rate_limit_per_minute{queue="mail-metrics"}') == 6000
-    assert _value(text, 'sendgroup_worker_redis_up{queue="mail-metrics"}') == 1
+    assert _value(text, f"sendgroup_worker_send_seconds_count{{{group}}}") == 8
+    assert _value(text, f"sendgroup_worker_rate_limit_per_minute{{{group}}}") == 6000
+    assert _value(text, f"sendgroup_worker_queue_reachable{{{group}}}") == 1
+    assert _value(text, f"sendgroup_worker_redis_up{{{group}}}") == 1  # deprecated name
     assert "redis://" not in text and "x.example" not in text
     missing = missing_from(text, "sendgroup_worker_")
     assert not missing, f"used by the dashboard/alerts but not in the worker's /metrics: {missing}"

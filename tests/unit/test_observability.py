@@ -259,11 +259,14 @@ def test_worker_label_values_are_initialised_and_match_the_reply_classes() -> No
         for s in family.samples
     }
     for outcome in worker_metrics.OUTCOMES:
-        key = ("sendgroup_worker_jobs_total", (("outcome", outcome), ("queue", "mail-x")))
+        key = (
+            "sendgroup_worker_jobs_total",
+            (("outcome", outcome), ("queue", "mail-x"), ("sendgroup", "mail-x")),
+        )
         assert samples[key] == 0.0
     for reply_class in worker_metrics.REPLY_CLASSES:
         key = (
             "sendgroup_worker_smtp_replies_total",
-            (("queue", "mail-x"), ("reply_class", reply_class)),
+            (("queue", "mail-x"), ("reply_class", reply_class), ("sendgroup", "mail-x")),
         )
         assert samples[key] == 0.0

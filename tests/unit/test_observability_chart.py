@@ -105,6 +105,7 @@ def test_pod_monitor_selects_the_operators_worker_pods_and_adds_group_labels() -
     container = template["spec"]["containers"][0]
     assert endpoint["port"] in [p["name"] for p in container["ports"]]
     assert endpoint["interval"] == "15s"
+    assert endpoint["honorLabels"] is True  # the worker's own sendgroup label wins
     relabel = {r["targetLabel"]: r["sourceLabels"] for r in endpoint["relabelings"]}
     assert relabel == {
         "sendgroup": [_meta_label(builders.LABEL_GROUP)],

@@ -1,17 +1,23 @@
-"""Prometheus metrics of one worker process (prometheus-client), labelled by queue only
+"""Prometheus metrics of one worker process (prometheus-client), labelled by group only
 (counts and names, never addresses or secrets).
 
-* ``sendgroup_worker_jobs_total{queue, outcome}``: jobs finished by this process; outcome is
+Every series carries ``sendgroup`` (the SendGroup's name, ``SENDGROUP_NAME``; the queue name
+when the worker runs without one), the label the operator's metrics use for the group, and, for
+one release, ``queue`` (the queue name, the worker's former group label; deprecated).
+
+* ``sendgroup_worker_jobs_total{outcome}``: jobs finished by this process; outcome is
   ``delivered``, ``released``, ``failed``, ``lost`` (reservation gone, job left to its owner)
   or ``skipped`` (already sent by an earlier reservation).
-* ``sendgroup_worker_send_seconds{queue}``: histogram, seconds per SMTP transaction.
-* ``sendgroup_worker_smtp_replies_total{queue, reply_class}``: ``2xx``, ``4xx``, ``5xx``,
+* ``sendgroup_worker_send_seconds``: histogram, seconds per SMTP transaction.
+* ``sendgroup_worker_smtp_replies_total{reply_class}``: ``2xx``, ``4xx``, ``5xx``,
   ``connection``, ``fenced``.
-* ``sendgroup_worker_rate_limit_per_minute{queue}``: the group's current allowed rate (warm-up
+* ``sendgroup_worker_rate_limit_per_minute``: the group's current allowed rate (warm-up
   and slow-down applied); 0 = unlimited.
-* ``sendgroup_worker_suspended{queue}``: 1 while the group is suspended by backpressure.
-* ``sendgroup_worker_redis_up{queue}``: 0 during a Redis outage.
-* ``sendgroup_worker_jobs_in_flight{queue}``: jobs being handled now.
+* ``sendgroup_worker_suspended``: 1 while the group is suspended by backpressure.
+* ``sendgroup_worker_queue_reachable``: 1 while this worker reaches its Redis, 0 during an
+  outage (the condition ``QueueReachable`` and the operator's ``sendgroup_queue_reachable``
+  mean the same); ``sendgroup_worker_redis_up`` is the same value under its deprecated name.
+* ``sendgroup_worker_jobs_in_flight``: jobs being handled now.
 
 Every ``outcome`` and ``reply_class`` series exists from the start with value 0 (Prometheus'
 advice for labelled counters), so ``rate()`` and ratios over them are defined before the first
@@ -36,60 +42,85 @@ REPLY_CLASSES = ("2xx", "4xx", "5xx", "connection", "fenced", "suppressed")
 SEND_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 
 
-class WorkerMetrics:
-    """The collectors, registered in their own registry (so tests can build several)."""
+#: The group labels of every series: ``sendgroup``, then the deprecated ``queue``.
+GROUP_LABELS = ("sendgroup", "queue")
 
-    def __init__(self, queue: str, registry: CollectorRegistry | None = None) -> None:
+
+class WorkerMetrics:
+    """The collectors, registered in their own registry (so tests can build several).
+
+    ``group`` holds the values of :data:`GROUP_LABELS`: ``(sendgroup or queue, queue)``.
+    """
+
+    def __init__(
+        self, queue: str, registry: CollectorRegistry | None = None, sendgroup: str | None = None
+    ) -> None:
         self.registry = registry or CollectorRegistry()
         r = self.registry
         self.queue = queue
+        self.group = (sendgroup or queue, queue)
+        g = list(GROUP_LABELS)
         self.jobs = Counter(
-            "sendgroup_worker_jobs", "Jobs finished, by outcome", ["queue", "outcome"], registry=r
+            "sendgroup_worker_jobs", "Jobs finished, by outcome", [*g, "outcome"], registry=r
         )
         self.send_seconds = Histogram(
             "sendgroup_worker_send_seconds",
             "Seconds per SMTP transaction",
-            ["queue"],
+            g,
             buckets=SEND_BUCKETS,
             registry=r,
         )
         self.replies = Counter(
             "sendgroup_worker_smtp_replies",
             "SMTP outcomes by reply class",
-            ["queue", "reply_class"],
+            [*g, "reply_class"],
             registry=r,
         )
         self.rate = Gauge(
             "sendgroup_worker_rate_limit_per_minute",
             "Current allowed messages per minute for the group (0 = unlimited)",
-            ["queue"],
+            g,
             registry=r,
         )
         self.suspended = Gauge(
-            "sendgroup_worker_suspended", "1 while the group is suspended", ["queue"], registry=r
+            "sendgroup_worker_suspended", "1 while the group is suspended", g, registry=r
+        )
+        self.queue_reachable = Gauge(
+            "sendgroup_worker_queue_reachable",
+            "1 while this worker reaches its Redis, 0 during an outage",
+            g,
+            registry=r,
         )
         self.redis_up = Gauge(
-            "sendgroup_worker_redis_up", "0 during a Redis outage", ["queue"], registry=r
+            "sendgroup_worker_redis_up",
+            "Deprecated, removed in the next release: sendgroup_worker_queue_reachable",
+            g,
+            registry=r,
         )
         self.in_flight = Gauge(
-            "sendgroup_worker_jobs_in_flight", "Jobs being handled now", ["queue"], registry=r
+            "sendgroup_worker_jobs_in_flight", "Jobs being handled now", g, registry=r
         )
-        self.redis_up.labels(queue).set(1)
-        self.suspended.labels(queue).set(0)
-        self.in_flight.labels(queue).set(0)
+        self.reachable(True)
+        self.suspended.labels(*self.group).set(0)
+        self.in_flight.labels(*self.group).set(0)
         for outcome in OUTCOMES:
-            self.jobs.labels(queue, outcome)
+            self.jobs.labels(*self.group, outcome)
         for reply_class in REPLY_CLASSES:
-            self.replies.labels(queue, reply_class)
+            self.replies.labels(*self.group, reply_class)
+
+    def reachable(self, up: bool) -> None:
+        """Record whether Redis answers (both the current and the deprecated gauge)."""
+        self.queue_reachable.labels(*self.group).set(1 if up else 0)
+        self.redis_up.labels(*self.group).set(1 if up else 0)
 
     def job(self, outcome: str) -> None:
         """Count one finished job with ``outcome``."""
-        self.jobs.labels(self.queue, outcome).inc()
+        self.jobs.labels(*self.group, outcome).inc()
 
     def reply(self, reply_class: str, seconds: float) -> None:
         """Count one SMTP outcome and its duration in seconds."""
-        self.replies.labels(self.queue, reply_class).inc()
-        self.send_seconds.labels(self.queue).observe(seconds)
+        self.replies.labels(*self.group, reply_class).inc()
+        self.send_seconds.labels(*self.group).observe(seconds)
 
     def serve(self, port: int, host: str) -> None:
         """Serve /metrics on ``host:port`` in a daemon thread (port 0 = do not serve)."""

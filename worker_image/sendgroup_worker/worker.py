@@ -119,7 +119,7 @@ class RedisClock:
 
 class Outage:
     """Shared Redis outage state of one worker: logs the start and the end of an outage once,
-    whatever the number of lanes hitting it; keeps the ``redis_up`` gauge. The end is declared
+    whatever the number of lanes hitting it; keeps the ``queue_reachable`` gauge. The end is declared
     after :data:`OUTAGE_QUIET` seconds without a failure, so a failover or resharding (some
     calls already answered by the new primary, others still aimed at the dead one) is one
     outage, not a line pair per call."""
@@ -134,7 +134,7 @@ class Outage:
         self.last_failure = time.monotonic()
         if self.since is None:
             self.since = self.last_failure
-            self.metrics.redis_up.labels(self.metrics.queue).set(0)
+            self.metrics.reachable(False)
             log.warning("Redis unreachable (%s); retrying with backoff", _short(exc))
 
     def ok(self) -> None:
@@ -142,7 +142,7 @@ class Outage:
         if self.since is not None and time.monotonic() - self.last_failure >= OUTAGE_QUIET:
             log.warning("Redis reachable again after %.1fs", self.last_failure - self.since)
             self.since = None
-            self.metrics.redis_up.labels(self.metrics.queue).set(1)
+            self.metrics.reachable(True)
 
 
 @dataclass(slots=True)
@@ -333,18 +333,18 @@ class Worker:
         self.taken += 1
         job = result.jobs[0]
         await self._wake_one()
-        self.metrics.in_flight.labels(self.config.queue).inc()
+        self.metrics.in_flight.labels(*self.metrics.group).inc()
         try:
             await self._process(lane, job, reserved_until=now + self.queue.retry_after)
         finally:
-            self.metrics.in_flight.labels(self.config.queue).dec()
+            self.metrics.in_flight.labels(*self.metrics.group).dec()
             self.finished += 1
             if self.config.max_jobs and self.finished >= self.config.max_jobs:
                 self.stop("max jobs reached")
 
     async def _wait_if_suspended(self, lane: _Lane) -> bool:
         remaining = await self.backpressure.suspended_for()
-        self.metrics.suspended.labels(self.config.queue).set(1 if remaining > 0 else 0)
+        self.metrics.suspended.labels(*self.metrics.group).set(1 if remaining > 0 else 0)
         if remaining <= 0:
             if self._suspension_logged:
                 log.info("group no longer suspended: sending again")
@@ -531,7 +531,7 @@ class Worker:
                 self.backpressure.record_temporary(result.reply_text)
             )
             if suspended:
-                self.metrics.suspended.labels(self.config.queue).set(1)
+                self.metrics.suspended.labels(*self.metrics.group).set(1)
         if opts.fails_after_temporary(job.attempts, self.clock.now()):
             if record:
                 await self._record(job, result, lb.FAILED)
@@ -636,7 +636,7 @@ class Worker:
 
     def _publish_rate(self) -> None:
         rate = self.limiter.current_per_minute
-        self.metrics.rate.labels(self.config.queue).set(rate or 0)
+        self.metrics.rate.labels(*self.metrics.group).set(rate or 0)
 
 
 def _retry_state(attempt: int) -> RetryCallState:
@@ -718,7 +718,7 @@ def build_worker(config: WorkerConfig) -> Worker:
         wait_replicas=config.redis_wait_replicas,
         wait_timeout=config.redis_wait_timeout,
     )
-    metrics = WorkerMetrics(config.queue)
+    metrics = WorkerMetrics(config.queue, sendgroup=config.sendgroup)
     pool = SmtpPool(
         SmtpSettings(
             host=config.smtp_host,
