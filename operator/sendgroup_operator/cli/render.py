@@ -12,6 +12,8 @@ from typing import Any, Final
 
 from tqdm import tqdm
 
+from sendgroup_contract import timestamps
+
 #: Phases after which a group has nothing left to send (``--watch`` stops when every group
 #: is in one of them, or has an empty queue).
 DONE_PHASES: Final = frozenset({"Completed", "Cancelled", "Failed", "Idle"})
@@ -140,7 +142,7 @@ class Row:
         pushed = queue.get("oldestJobPushedAt")
         if isinstance(pushed, str) and pushed:
             try:
-                at = datetime.fromisoformat(pushed.replace("Z", "+00:00"))
+                at = timestamps.parse_created_at(pushed)
                 oldest = max(0, int(((now or datetime.now(UTC)) - at).total_seconds()))
             except ValueError:
                 pass
