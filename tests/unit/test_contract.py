@@ -151,7 +151,7 @@ def _reply(**over: Any) -> list[Any]:
     base: dict[str, Any] = {
         "ready": 3, "delayed": 1, "reserved": 2, "failed": 4, "pushed": b"1000.5",
         "delivered": 10, "failed_total": 4, "released": 2, "sec": b"1010", "usec": b"500000",
-        "staging": 2, "purge": 1, "busy": 0, "until": b"1012500",
+        "staging": 2, "purge": 1, "busy": 0, "until": b"1012500", "paused": 1,
     }  # fmt: skip
     base.update(over)
     return list(base.values())
@@ -162,12 +162,13 @@ def test_measure_reply_gives_what_the_planner_and_stats_read() -> None:
     assert (m.ready, m.delayed, m.reserved, m.failed, m.total) == (3, 1, 2, 4, 6)
     assert (m.delivered, m.failed_total, m.released) == (10, 4, 2)
     assert m.measured_at == 1010.5 and m.oldest_job_age_seconds == 10.0
-    assert (m.staging, m.purge_requested, m.busy) == (2, True, False)
+    assert (m.staging, m.purge_requested, m.busy, m.paused) == (2, True, False, True)
     assert m.suspended_seconds == 2.0  # until 1012.5 s on Redis' clock, now 1010.5 s
     assert measure.parse_reply(_reply(), now=1001).oldest_job_age_seconds == 0.5
-    empty = measure.parse_reply(_reply(pushed=b"", until=b"", busy=1))
+    empty = measure.parse_reply(_reply(pushed=b"", until=b"", busy=1, paused=0))
     assert empty.oldest_job_age_seconds is None and empty.suspended_seconds == 0 and empty.busy
-    with pytest.raises(ValueError, match="14"):
+    assert not empty.paused
+    with pytest.raises(ValueError, match="15"):
         measure.parse_reply(_reply()[:10])
 
 
@@ -176,7 +177,8 @@ def test_measure_script_keys_are_the_queues_own() -> None:
     got = measure.script_keys(k)
     assert got[:5] == (k.ready, k.delayed, k.reserved, k.failed, k.stats)
     assert set(got) <= set(k.all_keys) | {k.lock}
-    assert got[9:] == k.staging_keys and all("{mail-x}" in name for name in got)
+    assert got[9] == k.paused
+    assert got[10:] == k.staging_keys and all("{mail-x}" in name for name in got)
 
 
 def test_every_setting_is_a_worker_config_field_and_every_env_the_builder_writes_is_a_setting(

@@ -59,7 +59,7 @@ def test_a_transitive_redis_import_breaks_the_planner_and_contract_layers(tmp_pa
     assert result.returncode != 0, out
     assert "redis BROKEN" in out.replace("\n", " ")  # the planner contract's name ends so
     assert "The contract imports no I/O library and nothing else of ours BROKEN" in out
-    assert "sendgroup_operator.plan -> sendgroup_contract.measure" in out
+    assert "sendgroup_operator.plan.types -> sendgroup_contract.measure" in out
     assert "2 broken" in out
 
 
