@@ -99,3 +99,35 @@ def test_oldest_job_from_laravel_12_created_at(redis_url: str, redis_client: red
         await queues.close()
 
     asyncio.run(go())
+
+
+def test_markers_measured_alike_by_the_operator_and_the_worker(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    """One script, two clients: the operator's adapter and the worker's ``stats`` read the
+    dump's staging keys, the purge and pause markers and the lock through the contract's
+    measurement and get the same numbers."""
+    from sendgroup_worker.queue.client import Queue
+
+    keys = QueueKeys("mail-m")
+    redis_client.rpush(keys.ready, _job("1", 1700000000))
+    redis_client.rpush(keys.staging("ready"), _job("2", 1))
+    redis_client.hset(keys.staging_meta, mapping={"segment": "s1", "createdAt": "x"})
+    redis_client.set(keys.purge_requested, "1")
+    redis_client.set(keys.paused, "1")
+    redis_client.set(keys.lock, "owner")
+
+    async def operator_side() -> object:
+        queues = RedisQueues()
+        try:
+            return await queues.measure(redis_url, "mail-m")
+        finally:
+            await queues.close()
+
+    op = asyncio.run(operator_side())
+    worker = Queue(redis_client, keys, 90).measure()
+    for m in (op, worker):
+        assert (m.ready, m.staging, m.purge_requested, m.paused, m.busy) == (1, 2, True, True, True)
+    redis_client.delete(keys.lock, keys.paused)
+    later = Queue(redis_client, keys, 90).measure()
+    assert (later.busy, later.paused) == (False, False)
