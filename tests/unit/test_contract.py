@@ -204,10 +204,10 @@ def test_tls_modes() -> None:
 
 def test_the_worker_reads_every_row_and_names_the_variable_on_error() -> None:
     cfg = WorkerConfig.from_env({"SENDGROUP_QUEUE": "mail-x", "WORKER_MAX_TIME": "1h30m"})
-    assert (cfg.sendgroup, cfg.max_time) == (None, 5400)
+    assert (cfg.group, cfg.max_time) == ("", 5400)
     env = {"SENDGROUP_QUEUE": "q", "SENDGROUP_NAME": "g", "SMTP_TLS": "tls", "WORKER_TIMEOUT": "2m"}
     cfg = WorkerConfig.from_env({**env, "WORKER_RETRY_AFTER": "3m"})
-    assert (cfg.sendgroup, cfg.smtp_tls) == ("g", SmtpTls.TLS)
+    assert (cfg.group, cfg.smtp_tls) == ("g", SmtpTls.TLS)
     assert (cfg.timeout, cfg.retry_after) == (120, 180)
     with pytest.raises(ValueError, match="WORKER_TIMEOUT: not a duration"):
         WorkerConfig.from_env({"SENDGROUP_QUEUE": "q", "WORKER_TIMEOUT": "soon"})

@@ -51,7 +51,7 @@ def test_full_example_env_parses_into_the_worker_config() -> None:
     cfg = WorkerConfig.from_env(_env_as_worker_sees_it(env, secrets))
 
     assert cfg.queue == "{mail-spring-sale-outlook}"
-    assert (cfg.sendgroup, cfg.namespace) == (doc["metadata"]["name"], "mail")  # metric label
+    assert (cfg.group, cfg.namespace) == (doc["metadata"]["name"], "mail")  # metric label
     assert cfg.redis_url == secrets["redis-credentials/url"]
     assert (cfg.smtp_host, cfg.smtp_port, cfg.smtp_tls) == ("relay.mail.svc", 587, "starttls")
     assert (cfg.smtp_username, cfg.smtp_password) == ("relay-user", "relay-pass")

@@ -718,7 +718,7 @@ def build_worker(config: WorkerConfig) -> Worker:
         wait_replicas=config.redis_wait_replicas,
         wait_timeout=config.redis_wait_timeout,
     )
-    metrics = WorkerMetrics(config.queue, sendgroup=config.sendgroup)
+    metrics = WorkerMetrics(config.queue, sendgroup=config.group or None)
     pool = SmtpPool(
         SmtpSettings(
             host=config.smtp_host,
