@@ -91,15 +91,16 @@ def test_three_workers_share_one_rate_limit(redis_url: str, smtp_sink: SmtpSink)
         in_window = [t for t in times[i:] if t < start + 5]
         assert len(in_window) <= 10 * 5 + 10 + 2, (start - t0, len(in_window))
     assert 10 * 10 - 10 <= len(times) <= 10 * 10 + 10 + 2, len(times)
-    gauge = rb'sendgroup_worker_rate_limit_per_minute\{queue="mail-test"\} 600\.0'
+    gauge = re.escape(f"sendgroup_worker_rate_limit_per_minute{{{LABELS}}} 600.0").encode()
     assert re.search(gauge, metrics)
     delivered = _metric(
-        metrics, 'sendgroup_worker_jobs_total{outcome="delivered",queue="mail-test"}'
+        metrics, f'sendgroup_worker_jobs_total{{outcome="delivered",{LABELS}}}'
     )
     replies = _metric(
-        metrics, 'sendgroup_worker_smtp_replies_total{queue="mail-test",reply_class="2xx"}'
+        metrics, 'sendgroup_worker_smtp_replies_total{queue="mail-test",reply_class="2xx",'
+        'sendgroup="mail-test"}'
     )
-    sends = _metric(metrics, 'sendgroup_worker_send_seconds_count{queue="mail-test"}')
+    sends = _metric(metrics, f"sendgroup_worker_send_seconds_count{{{LABELS}}}")
     assert 10 <= delivered == replies == sends <= len(times)
 
 
@@ -311,6 +312,10 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+#: The group labels of a worker's series (no SENDGROUP_NAME: sendgroup is the queue name).
+LABELS = f'queue="{Q}",sendgroup="{Q}"'
+
+
 def _metric(text: bytes, name: str) -> float:
     for line in text.decode().splitlines():
         if line.startswith(name + " "):
@@ -416,7 +421,7 @@ def test_warmup_ramp_lowers_the_shared_rate(redis_url: str, smtp_sink: SmtpSink)
         _stop_all(workers)
     sent = [r for r in smtp_sink.snapshot() if r.at < t0 + 4]
     assert 3 <= len(sent) <= 6, len(sent)  # burst 1 + 1/s, not 100/s
-    rate = _metric(metrics, 'sendgroup_worker_rate_limit_per_minute{queue="mail-test"}')
+    rate = _metric(metrics, f"sendgroup_worker_rate_limit_per_minute{{{LABELS}}}")
     assert 59.9 <= rate <= 60.1
 
 
