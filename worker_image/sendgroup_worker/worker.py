@@ -119,10 +119,10 @@ class RedisClock:
 
 class Outage:
     """Shared Redis outage state of one worker: logs the start and the end of an outage once,
-    whatever the number of lanes hitting it; keeps the ``queue_reachable`` gauge. The end is declared
-    after :data:`OUTAGE_QUIET` seconds without a failure, so a failover or resharding (some
-    calls already answered by the new primary, others still aimed at the dead one) is one
-    outage, not a line pair per call."""
+    whatever the number of lanes hitting it; keeps the ``queue_reachable`` gauge. The end is
+    declared after :data:`OUTAGE_QUIET` seconds without a failure, so a failover or resharding
+    (some calls already answered by the new primary, others still aimed at the dead one) is
+    one outage, not a line pair per call."""
 
     def __init__(self, metrics: WorkerMetrics) -> None:
         self.metrics = metrics
