@@ -516,12 +516,13 @@ def test_cancel_of_a_dumped_group_forgets_its_segments(
     assert purge["spec"]["template"]["spec"]["containers"][0]["command"][1] == "purge"
     assert redis_client.exists("queues:mail-cd:purge")  # the marker the purge removes
     time.sleep(2)
-    assert objects.status("cd")["phase"] == "Cancelled"
+    assert objects.status("cd")["phase"] == "Cancelling", "Cancelled before the purge ran"
     assert objects.status("cd")["dump"]["totalJobs"] == 3, "not done before the Job ran"
     summary = run_job_locally(purge, dumps)
     assert summary["segmentsForgotten"] == 1
     assert list(dumps.rglob("*.sgdump")) == []
     wait_for(lambda: objects.status("cd")["dump"]["totalJobs"] == 0, 20, "dump forgotten in status")
+    wait_for(lambda: objects.status("cd")["phase"] == "Cancelled", 20, "Cancelled once purged")
     assert not redis_client.exists("queues:mail-cd", "queues:mail-cd:purge")
 
 
