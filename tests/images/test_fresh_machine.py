@@ -28,6 +28,7 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -93,12 +94,12 @@ def dpkg_status() -> str:
     ).stdout
 
 
-def test_cold_install_steps_in_a_fresh_machine_view(
-    tmp_path: Path, pytestconfig: pytest.Config
-) -> None:
+def test_cold_install_steps_in_a_fresh_machine_view(pytestconfig: pytest.Config) -> None:
     if os.geteuid() != 0:
         pytest.fail("hack/fresh-machine needs root (mount namespace, dpkg)", pytrace=False)
-    fresh = tmp_path / "fresh"
+    # A short path: dockerd's containerd puts sockets 40 characters below DIR/run, and a unix
+    # socket path has at most 107. hack/fresh-machine removes it afterwards.
+    fresh = Path(tempfile.mkdtemp(prefix="sg-fresh-", dir="/tmp"))
     go_cache_before = HOST_GO_CACHE.exists()
     packages_before = dpkg_status()
     if os.environ.get("SENDGROUP_FRESH_DEBOOTSTRAP") != "1":
