@@ -117,6 +117,25 @@ ldflags() {
 	echo "$f"
 }
 
+# heartbeat WHAT CMD...: run CMD (output as it comes) with a line every 30 s saying it still
+# runs, so a build of several minutes never looks hung; returns CMD's exit code.
+heartbeat() {
+	local what=$1 pid rc=0 t0=$SECONDS next
+	shift
+	"$@" &
+	pid=$!
+	next=$((SECONDS + 30))
+	while kill -0 "$pid" 2>/dev/null; do
+		if ((SECONDS >= next)); then
+			log "$what: still running ($((SECONDS - t0))s)"
+			next=$((SECONDS + 30))
+		fi
+		sleep 1
+	done
+	wait "$pid" || rc=$?
+	return "$rc"
+}
+
 now_s() { date +%s.%N; }
 elapsed() { python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.1f}s')" "$1" "$(now_s)"; }
 
@@ -153,8 +172,8 @@ cmd_build() {
 	for c in "${COMPONENTS[@]}"; do
 		t=$(now_s)
 		log "go build $c ($(component_pkg "$c")) ..."
-		(cd "$src" && CGO_ENABLED=0 go build -trimpath -p "${BUILD_PARALLEL:-2}" -ldflags "$ld" \
-			-o "$BIN_DIR/$c.tmp" "$(component_pkg "$c")") || die "go build of $c failed"
+		heartbeat "go build $c" bash -c 'cd "$1" && CGO_ENABLED=0 go build -trimpath -p "$2" -ldflags "$3" -o "$4" "$5"' \
+			_ "$src" "${BUILD_PARALLEL:-2}" "$ld" "$BIN_DIR/$c.tmp" "$(component_pkg "$c")" || die "go build of $c failed"
 		mv "$BIN_DIR/$c.tmp" "$BIN_DIR/$c"
 		log "built $c in $(elapsed "$t") ($(du -h "$BIN_DIR/$c" | cut -f1))"
 	done
