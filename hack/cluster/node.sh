@@ -210,7 +210,8 @@ node_containerd_up() {
 			node_ctr images import - ; } >"$ilog" 2>&1 ||
 			{ tail -n 30 "$ilog" >&2; die "importing the pause image failed (log $ilog)"; }
 	else
-		images+=(sendgroup-worker:dev sendgroup-operator:dev)
+		# the tag hack/images/build gives them (SENDGROUP_IMAGE_TAG, default dev)
+		images+=("sendgroup-worker:${SENDGROUP_IMAGE_TAG:-dev}" "sendgroup-operator:${SENDGROUP_IMAGE_TAG:-dev}")
 		log "images: hack/images/build load (into the node's containerd; a cold machine builds them first, minutes)"
 		# Its progress lines (`HH:MM:SS images: ...`) go to the terminal too, everything to the log.
 		SENDGROUP_CONTAINERD_ADDRESS=$(node_containerd_sock) "$REPO/hack/images/build" load 2>&1 |

@@ -35,8 +35,10 @@ from tests.support.cluster import (
 )
 
 HOST_ADDRESS_ENV = "SENDGROUP_E2E_HOST_ADDRESS"
-WORKER_IMAGE = os.environ.get("SENDGROUP_E2E_WORKER_IMAGE", "sendgroup-worker:dev")
-OPERATOR_IMAGE = os.environ.get("SENDGROUP_E2E_OPERATOR_IMAGE", "sendgroup-operator:dev")
+#: the images the local node has (hack/images/build tags them SENDGROUP_IMAGE_TAG, default dev)
+IMAGE_TAG = os.environ.get("SENDGROUP_IMAGE_TAG", "dev")
+WORKER_IMAGE = os.environ.get("SENDGROUP_E2E_WORKER_IMAGE", f"sendgroup-worker:{IMAGE_TAG}")
+OPERATOR_IMAGE = os.environ.get("SENDGROUP_E2E_OPERATOR_IMAGE", f"sendgroup-operator:{IMAGE_TAG}")
 
 
 @dataclass
