@@ -71,7 +71,7 @@ go_toolchain() {
 	dir=$(hack/go/toolchain --path) && test "$dir" = "$SENDGROUP_GO_CACHE/go1.26.8/bin" &&
 		"$dir/go" version | grep -F go1.26.8
 }
-installed() { type -P dockerd debootstrap containerd ctr runc redis-server && debootstrap --help; }
+installed() { type -P dockerd debootstrap containerd ctr runc redis-server && debootstrap --version; }
 tag=${SENDGROUP_IMAGE_TAG:-dev}
 step go-toolchain go_toolchain
 step images-load hack/images/build load
