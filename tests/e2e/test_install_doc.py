@@ -35,7 +35,8 @@ DOC = ROOT / "docs" / "install.md"
 REGISTRY = "registry.example.com/mail"
 VERSION = "0.1.0"
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
+# The first e2e test also waits for the session node (a cold machine builds images then).
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1800)]
 
 
 def doc_blocks() -> dict[str, str]:
