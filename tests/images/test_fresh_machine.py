@@ -71,7 +71,9 @@ go_toolchain() {
 	dir=$(hack/go/toolchain --path) && test "$dir" = "$SENDGROUP_GO_CACHE/go1.26.8/bin" &&
 		"$dir/go" version | grep -F go1.26.8
 }
-installed() { type -P dockerd debootstrap containerd ctr runc redis-server && debootstrap --version; }
+installed() {
+	type -P dockerd debootstrap containerd ctr runc redis-server && debootstrap --version
+}
 tag=${SENDGROUP_IMAGE_TAG:-dev}
 step go-toolchain go_toolchain
 step images-load hack/images/build load
@@ -114,6 +116,7 @@ def test_cold_install_steps_in_a_fresh_machine_view(pytestconfig: pytest.Config)
         cwd=ROOT,
         capture_output=True,
         text=True,
+        errors="replace",  # apt and debconf print bytes of other encodings
         timeout=2300,
         stdin=subprocess.DEVNULL,
         check=False,
