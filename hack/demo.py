@@ -37,6 +37,7 @@ import yaml  # noqa: E402
 from sendgroup_worker import producer  # noqa: E402
 from sendgroup_worker.queue.client import Queue  # noqa: E402
 from sendgroup_worker.queue.keys import QueueKeys  # noqa: E402
+from tests.support.cluster import ClusterError  # noqa: E402
 from tests.support.e2e import install_operator  # noqa: E402
 from tests.support.node import NodeCluster, start_node, stop_node  # noqa: E402
 from tests.support.redis_server import RedisServer  # noqa: E402
@@ -64,8 +65,19 @@ class DemoGroup:
     payloads: list[bytes] = field(default_factory=list)
 
 
+IMAGES_BUILD = ROOT / "hack" / "images" / "build"
+
+
 def say(text: str) -> None:
     print(f"[demo {time.strftime('%H:%M:%S')}] {text}", flush=True)
+
+
+def image_builder_dockerd_running() -> bool:
+    """Whether ``hack/images/build``'s own dockerd runs (``status``)."""
+    proc = subprocess.run(
+        [str(IMAGES_BUILD), "status"], capture_output=True, text=True, timeout=60, check=False
+    )
+    return "dockerd: running" in proc.stdout
 
 
 def load_groups() -> dict[str, DemoGroup]:
@@ -119,7 +131,13 @@ def show_progress(
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    """The demo; returns the exit code (0 every recipient got exactly one mail, 1 otherwise)."""
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        epilog="exit code: 0 every recipient got exactly one mail; 1 a step failed (its logs are "
+        "kept in STATE_DIR/logs) or mail is missing or duplicated; 2 bad arguments; "
+        "130 interrupted",
+    )
     parser.add_argument("--keep", action="store_true", help="leave everything running")
     parser.add_argument("--timeout", type=float, default=900, help="seconds to wait for mail")
     parser.add_argument(
@@ -132,24 +150,31 @@ def main() -> int:
         say(f"taking down the previous demo cluster in {state_dir}")
         stop_node(state_dir)
     shutil.rmtree(state_dir, ignore_errors=True)
+    dockerd_before = image_builder_dockerd_running()
 
     server = sink = None
+    ok = False
+    step = "start the local cluster with a node (hack/cluster/cluster up --node)"
     try:
         say("starting the local cluster with a node (a cold machine builds images first)")
         t0 = time.monotonic()
-        node = start_node(state_dir)  # inside the try: Ctrl-C here still takes it down
+        # inside the try: Ctrl-C here still takes it down; its progress goes to the terminal
+        node = start_node(state_dir, stream=True)
         say(
             f"cluster + node ready in {time.monotonic() - t0:.0f}s; pods reach the host at "
             f"{node.host_address}"
         )
+        step = "start redis-server and the SMTP sink on the pod network's gateway"
         server = RedisServer(host=node.host_address, config={"appendonly": "yes"}).start()
         sink = SmtpSink(host=node.host_address, keep_data=False).start()
         say(f"redis-server at {server.url}, SMTP sink at {node.host_address}:{sink.port}")
 
+        step = "helm install the chart (operator pod Running)"
         node.kube.kubectl("create", "namespace", NAMESPACE)
         say("helm install the chart: CRDs, RBAC and the operator (a pod under its ServiceAccount)")
         install_operator(node.kube, NAMESPACE, server.url, node.host_address, sink.port)
 
+        step = "push the mail jobs and apply the SendGroups"
         groups = load_groups()
         route_recipients(groups)
         say(
@@ -164,6 +189,7 @@ def main() -> int:
         for name in groups:
             node.kube.kubectl("-n", NAMESPACE, "apply", "-f", str(DEMO_DIR / f"{name}.yaml"))
 
+        step = "wait for every mail at the SMTP sink"
         done_at: dict[str, float] = {}
         deadline = started + args.timeout
         while True:
@@ -184,7 +210,10 @@ def main() -> int:
             print(f"  {g.name:24} {per_domain[g.host]:5}/{len(g.payloads)} to {g.host:12} {when}")
         print(f"  recipients that got more than one mail: {dupes}")
         ok = len(done_at) == len(groups) and dupes == 0
-        say("demo finished: every recipient got exactly one mail" if ok else "demo FAILED")
+        if ok:
+            say("demo finished: every recipient got exactly one mail")
+        else:
+            say(f"demo FAILED: mail missing or duplicated (timeout {args.timeout:.0f}s)")
         if args.keep:
             say(
                 f"left running. export KUBECONFIG={state_dir / 'kubeconfig'}; "
@@ -192,23 +221,55 @@ def main() -> int:
                 f"--state-dir {state_dir} down  (Redis/SMTP stop with this process)"
             )
             input("press Enter to stop Redis and the SMTP sink and take the cluster down...")
-        return 0 if ok else 1
+    except (
+        ClusterError,
+        subprocess.CalledProcessError,
+        subprocess.TimeoutExpired,
+        AssertionError,
+        OSError,
+        redis.RedisError,
+    ) as exc:
+        report_failure(step, exc)
     finally:
         if sink is not None:
             sink.stop()
         if server is not None:
             server.cleanup()
-        say("taking the cluster down")
-        stop_node(state_dir)
-        shutil.rmtree(state_dir, ignore_errors=True)
+        say("taking the cluster down" + ("" if ok else f" (keeping its logs in {state_dir}/logs)"))
+        try:
+            stop_node(state_dir, keep_logs=not ok)
+        except ClusterError as exc:
+            print(f"demo: taking the cluster down failed: {exc}", file=sys.stderr)
+        if ok:
+            shutil.rmtree(state_dir, ignore_errors=True)
+        if not dockerd_before and image_builder_dockerd_running():
+            say("stopping the image builder's dockerd (this demo started it)")
+            subprocess.run([str(IMAGES_BUILD), "stop-docker"], timeout=120, check=False)
+    if not ok:
+        print(
+            f"demo: FAILED at: {step}; logs kept in {state_dir}/logs "
+            "(cluster, node and images-load.log)",
+            file=sys.stderr,
+        )
+    return 0 if ok else 1
+
+
+def report_failure(step: str, exc: BaseException) -> None:
+    """What a failed step said, shortened: the last lines of the message (a command's output
+    or a log's tail), never a traceback."""
+    if isinstance(exc, subprocess.CalledProcessError):
+        text = f"{exc}\n{exc.stderr or ''}"
+    else:
+        text = str(exc)
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    print(f"\ndemo: step failed: {step}", file=sys.stderr)
+    for line in lines[-20:]:
+        print(f"    {line}", file=sys.stderr)
 
 
 if __name__ == "__main__":
     try:
         sys.exit(main())
-    except subprocess.CalledProcessError as exc:
-        print(f"demo: {exc}\n{exc.stderr or ''}", file=sys.stderr)
-        sys.exit(1)
     except KeyboardInterrupt:
         print("demo: interrupted; everything it started was taken down", file=sys.stderr)
         sys.exit(130)

@@ -13,6 +13,16 @@ COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl k
 log() { printf '[cluster %s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
 
+# A Go >= 1.26 first on PATH: the one there, else the pinned toolchain hack/go/toolchain installs
+# once into ~/.cache/sendgroup-operator/go (from the Go module proxy). Only builds call this;
+# commands that read the cache never need Go.
+GO_TOOLCHAIN=$(cd "$(dirname "${BASH_SOURCE[0]}")/../go" && pwd)/toolchain
+ensure_go() {
+	local dir
+	dir=$("$GO_TOOLCHAIN") || die "no usable Go toolchain (hack/go/toolchain failed, above)"
+	PATH="$dir:$PATH"
+}
+
 # Main package of each component.
 component_pkg() {
 	case "$1" in
@@ -30,8 +40,16 @@ k8s_gomod() {
 }
 
 resolve_versions() {
-	command -v go >/dev/null || die "Go is not installed (needed to build Kubernetes); install Go >= 1.26"
 	if [[ -z "$ETCD_VERSION" ]]; then
+		# A complete build of this Kubernetes release in the cache names its etcd version: no Go
+		# needed to read it (`versions`, `env`, `up` on a warm machine).
+		local built=("$CACHE_ROOT/$K8S_VERSION+etcd-"*/bin/.complete)
+		if [[ ${#built[@]} -eq 1 && -f ${built[0]} ]]; then
+			ETCD_VERSION=$(sed -n 's/^etcd=//p' "${built[0]}")
+		fi
+	fi
+	if [[ -z "$ETCD_VERSION" ]]; then
+		ensure_go
 		ETCD_VERSION=$(awk '$1=="go.etcd.io/etcd/server/v3"{print $2; exit}' "$(k8s_gomod)")
 		[[ -n "$ETCD_VERSION" ]] || die "k8s.io/kubernetes@$K8S_VERSION go.mod does not name go.etcd.io/etcd/server/v3"
 	fi
@@ -99,16 +117,35 @@ ldflags() {
 	echo "$f"
 }
 
+# heartbeat WHAT CMD...: run CMD (output as it comes) with a line every 30 s saying it still
+# runs, so a build of several minutes never looks hung; returns CMD's exit code.
+heartbeat() {
+	local what=$1 pid rc=0 t0=$SECONDS next
+	shift
+	"$@" &
+	pid=$!
+	next=$((SECONDS + 30))
+	while kill -0 "$pid" 2>/dev/null; do
+		if ((SECONDS >= next)); then
+			log "$what: still running ($((SECONDS - t0))s)"
+			next=$((SECONDS + 30))
+		fi
+		sleep 1
+	done
+	wait "$pid" || rc=$?
+	return "$rc"
+}
+
 now_s() { date +%s.%N; }
 elapsed() { python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.1f}s')" "$1" "$(now_s)"; }
 
 cmd_build() {
-	command -v go >/dev/null || die "Go is not installed: the control plane is built from Go modules (Go >= 1.26 needed)"
 	resolve_versions
 	if [[ -f "$BIN_DIR/.complete" ]]; then
 		log "binaries cached in $BIN_DIR ($VERSION_KEY)"
 		return 0
 	fi
+	ensure_go
 	mkdir -p "$CACHE_ROOT"
 	# One build at a time per cache (parallel `up`s in several state dirs share it).
 	exec {lockfd}>"$CACHE_ROOT/.build.lock"
@@ -135,8 +172,8 @@ cmd_build() {
 	for c in "${COMPONENTS[@]}"; do
 		t=$(now_s)
 		log "go build $c ($(component_pkg "$c")) ..."
-		(cd "$src" && CGO_ENABLED=0 go build -trimpath -p "${BUILD_PARALLEL:-2}" -ldflags "$ld" \
-			-o "$BIN_DIR/$c.tmp" "$(component_pkg "$c")") || die "go build of $c failed"
+		heartbeat "go build $c" bash -c 'cd "$1" && CGO_ENABLED=0 go build -trimpath -p "$2" -ldflags "$3" -o "$4" "$5"' \
+			_ "$src" "${BUILD_PARALLEL:-2}" "$ld" "$BIN_DIR/$c.tmp" "$(component_pkg "$c")" || die "go build of $c failed"
 		mv "$BIN_DIR/$c.tmp" "$BIN_DIR/$c"
 		log "built $c in $(elapsed "$t") ($(du -h "$BIN_DIR/$c" | cut -f1))"
 	done

@@ -60,9 +60,11 @@ node_require() {
 		if [[ ! -e $prc ]]; then
 			printf '#!/bin/sh\nexit 101\n' >"$prc" && chmod +x "$prc" && created=1
 		fi
-		DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${need[@]}" >&2 ||
-			{ apt-get update >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${need[@]}" >&2; } ||
-			die "apt-get install ${need[*]} failed"
+		local alog=$STATE_DIR/logs/apt.log
+		mkdir -p "$STATE_DIR/logs"
+		{ DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${need[@]}" ||
+			{ apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${need[@]}"; }; } >"$alog" 2>&1 ||
+			{ tail -n 20 "$alog" >&2; die "apt-get install ${need[*]} failed (log above, $alog)"; }
 		((created)) && rm -f "$prc"
 	fi
 	[[ -d /sys/fs/cgroup/cpu ]] || die "the node expects cgroup v1 hierarchies under /sys/fs/cgroup (found none)"
@@ -208,10 +210,13 @@ node_containerd_up() {
 			node_ctr images import - ; } >"$ilog" 2>&1 ||
 			{ tail -n 30 "$ilog" >&2; die "importing the pause image failed (log $ilog)"; }
 	else
-		images+=(sendgroup-worker:dev sendgroup-operator:dev)
-		log "images: hack/images/build load (into the node's containerd)"
-		SENDGROUP_CONTAINERD_ADDRESS=$(node_containerd_sock) "$REPO/hack/images/build" load >"$ilog" 2>&1 ||
-			{ tail -n 30 "$ilog" >&2; die "hack/images/build load failed (log $ilog)"; }
+		# the tag hack/images/build gives them (SENDGROUP_IMAGE_TAG, default dev)
+		images+=("sendgroup-worker:${SENDGROUP_IMAGE_TAG:-dev}" "sendgroup-operator:${SENDGROUP_IMAGE_TAG:-dev}")
+		log "images: hack/images/build load (into the node's containerd; a cold machine builds them first, minutes)"
+		# Its progress lines (`HH:MM:SS images: ...`) go to the terminal too, everything to the log.
+		SENDGROUP_CONTAINERD_ADDRESS=$(node_containerd_sock) "$REPO/hack/images/build" load 2>&1 |
+			tee "$ilog" | { grep --line-buffered -E '^[0-9:]{8} images: ' || true; } | sed -u 's/^/    /' >&2 ||
+			{ tail -n 30 "$ilog" >&2; die "hack/images/build load failed (log above, $ilog)"; }
 	fi
 	log "images ready ($(elapsed "$t0"))"
 	for img in "${images[@]}"; do

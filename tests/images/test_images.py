@@ -9,6 +9,7 @@ warm run of this module takes under a minute; a cold one a few minutes more (deb
 
 from __future__ import annotations
 
+import hashlib
 import http.server
 import os
 import re
@@ -147,6 +148,23 @@ def test_worker_image_imports_the_project(images: None) -> None:
         )
     )
     assert out.startswith("(3, 11) /opt/venv/lib/python3.11/site-packages/sendgroup_worker/")
+
+
+@pytest.mark.parametrize("image", [WORKER, OPERATOR])
+def test_labelled_with_the_lock_digest(images: None, image: str) -> None:
+    """Which requirements.lock an image was built from: its label (hack/images/build)."""
+    label = '{{index .Config.Labels "io.sendgroups.requirements-lock"}}'
+    got = ok(docker("image", "inspect", "-f", label, image)).strip()
+    want = hashlib.sha256((ROOT / "requirements.lock").read_bytes()).hexdigest()
+    assert got == f"sha256:{want}"
+
+
+def test_worker_image_has_only_the_worker_part_of_the_lock(images: None) -> None:
+    code = (
+        "import importlib.util as u; "
+        "print([m for m in ('kopf', 'kubernetes', 'pytest', 'mypy', 'uv') if u.find_spec(m)])"
+    )
+    assert ok(run(WORKER, "-c", code, entrypoint="python3")).strip() == "[]"
 
 
 def test_operator_image_imports_its_libraries(images: None) -> None:
@@ -309,7 +327,8 @@ def test_load_into_containerd_k8s_namespace(images: None) -> None:
 def test_worker_dockerfile_without_wheelhouse_installs_from_an_index(
     images: None, tmp_path: Path
 ) -> None:
-    """Elsewhere nobody has a wheelhouse: the Dockerfile then installs from the package index.
+    """Elsewhere nobody has a wheelhouse: the Dockerfile then installs from the package index,
+    requirements.lock's hashes checked.
 
     Here the index is a PEP 503 directory of the wheelhouse's wheels served on loopback (the
     build container shares the host's network for this one build), and the build context is the
@@ -323,8 +342,10 @@ def test_worker_dockerfile_without_wheelhouse_installs_from_an_index(
         shutil.copy(wheel, index / project / wheel.name)
     context = tmp_path / "context"
     context.mkdir()
-    for part in ("pyproject.toml", "README.md", ".dockerignore", "worker_image", "operator"):
+    parts = ("pyproject.toml", "requirements.lock", "README.md", ".dockerignore", "Dockerfile")
+    for part in (*parts, "hack/lock/lockfile.py", "worker_image", "operator"):
         source = ROOT / part
+        (context / part).parent.mkdir(parents=True, exist_ok=True)
         if source.is_dir():
             shutil.copytree(source, context / part, ignore=shutil.ignore_patterns("__pycache__"))
         elif source.exists():
@@ -351,7 +372,7 @@ def test_worker_dockerfile_without_wheelhouse_installs_from_an_index(
         result = docker(
             "build", "--quiet", "--force-rm", "--network", "host",
             "--build-arg", f"BASE_IMAGE={base}", "--build-arg", f"PIP_INDEX_URL={url}",
-            "-f", str(context / "worker_image" / "Dockerfile"), "-t", image, str(context),
+            "-f", str(context / "Dockerfile"), "--target", "worker", "-t", image, str(context),
             timeout=900,
         )  # fmt: skip
         ok(result)

@@ -35,8 +35,10 @@ from tests.support.cluster import (
 )
 
 HOST_ADDRESS_ENV = "SENDGROUP_E2E_HOST_ADDRESS"
-WORKER_IMAGE = os.environ.get("SENDGROUP_E2E_WORKER_IMAGE", "sendgroup-worker:dev")
-OPERATOR_IMAGE = os.environ.get("SENDGROUP_E2E_OPERATOR_IMAGE", "sendgroup-operator:dev")
+#: the images the local node has (hack/images/build tags them SENDGROUP_IMAGE_TAG, default dev)
+IMAGE_TAG = os.environ.get("SENDGROUP_IMAGE_TAG", "dev")
+WORKER_IMAGE = os.environ.get("SENDGROUP_E2E_WORKER_IMAGE", f"sendgroup-worker:{IMAGE_TAG}")
+OPERATOR_IMAGE = os.environ.get("SENDGROUP_E2E_OPERATOR_IMAGE", f"sendgroup-operator:{IMAGE_TAG}")
 
 
 @dataclass
@@ -78,13 +80,19 @@ def read_cluster_env(state_dir: Path) -> dict[str, str]:
     )
 
 
-def cluster_script(*args: str, timeout: float, env: dict[str, str] | None = None) -> str:
+def cluster_script(
+    *args: str, timeout: float, env: dict[str, str] | None = None, stream: bool = False
+) -> str:
     """Run ``hack/cluster/cluster ARGS``; return its stderr (the log). Raises ClusterError
-    with the log's tail on a non-zero exit or after ``timeout`` seconds."""
+    with the log's tail on a non-zero exit or after ``timeout`` seconds.
+
+    ``stream``: the log goes to this process's stderr as it is written (progress on a
+    terminal) instead of being captured; the return value and the error then carry no log."""
     try:
         proc = subprocess.run(
             [str(CLUSTER_SCRIPT), *args],
-            capture_output=True,
+            stdout=subprocess.PIPE,
+            stderr=None if stream else subprocess.PIPE,
             text=True,
             timeout=timeout,
             check=False,
@@ -93,28 +101,33 @@ def cluster_script(*args: str, timeout: float, env: dict[str, str] | None = None
         )
     except subprocess.TimeoutExpired as exc:
         raise ClusterError(f"hack/cluster/cluster {' '.join(args)} took over {timeout}s") from exc
+    log = proc.stderr or ""
     if proc.returncode != 0:
         raise ClusterError(
-            f"hack/cluster/cluster {' '.join(args)} failed (exit {proc.returncode}):\n"
-            f"{proc.stderr[-6000:]}"
+            f"hack/cluster/cluster {' '.join(args)} failed (exit {proc.returncode})"
+            + (f":\n{log[-6000:]}" if log else " (its log is above)")
         )
-    return proc.stderr
+    return log
 
 
 def start_node(
-    state_dir: Path, timeout: float = 1500, env: dict[str, str] | None = None
+    state_dir: Path, timeout: float = 1500, env: dict[str, str] | None = None, stream: bool = False
 ) -> NodeCluster:
     """``hack/cluster/cluster --state-dir STATE_DIR up --node`` (cold: builds images, minutes).
 
     ``env``: extra environment (``SENDGROUP_NODE_BRIDGE``, ``SENDGROUP_POD_SUBNET``,
-    ``SENDGROUP_NODE_IMAGES``). Raises ClusterError (after ``down``) when it fails.
+    ``SENDGROUP_NODE_IMAGES``); ``stream``: see :func:`cluster_script`. Raises ClusterError
+    when it fails, after ``down --keep-logs``: everything stopped, ``STATE_DIR/logs`` kept (the
+    error names the log to read; it must still be there when the user looks).
     """
     started = time.monotonic()
     try:
-        cluster_script("--state-dir", str(state_dir), "up", "--node", timeout=timeout, env=env)
-    except ClusterError:
-        stop_node(state_dir)
-        raise
+        cluster_script(
+            "--state-dir", str(state_dir), "up", "--node", timeout=timeout, env=env, stream=stream
+        )
+    except ClusterError as exc:
+        stop_node(state_dir, keep_logs=True)
+        raise ClusterError(f"{exc}\n(logs kept in {state_dir / 'logs'})") from exc
     elapsed = time.monotonic() - started
     cenv = read_cluster_env(state_dir)
     node_seconds = state_dir / "node-startup-seconds"
@@ -133,9 +146,11 @@ def start_node(
     )
 
 
-def stop_node(state_dir: Path, env: dict[str, str] | None = None) -> str:
-    """``hack/cluster/cluster --state-dir STATE_DIR down``; returns its log."""
-    return cluster_script("--state-dir", str(state_dir), "down", timeout=180, env=env)
+def stop_node(state_dir: Path, env: dict[str, str] | None = None, keep_logs: bool = False) -> str:
+    """``hack/cluster/cluster --state-dir STATE_DIR down`` (``--keep-logs``: everything but
+    ``STATE_DIR/logs`` goes); returns its log."""
+    args = ["--state-dir", str(state_dir), "down", *(["--keep-logs"] if keep_logs else [])]
+    return cluster_script(*args, timeout=180, env=env)
 
 
 def session_node() -> tuple[NodeCluster, Callable[[], None]]:
