@@ -169,14 +169,15 @@ def test_random_walk_converges_never_sends_paused_and_never_twice(node: Node) ->
             and env.get("WORKER_TIMEOUT") == str(spec["timeout"])
         )
 
-    steps = ["workers", "timeout", "pause", "resume", "burst", "kill-operator"]
-    for i in range(10):
-        step = rng.choice(steps)
+    kinds = ["workers", "timeout", "pause", "resume", "burst", "kill-operator"]
+    walk = kinds + [rng.choice(kinds) for _ in range(4)]  # every kind at least once
+    rng.shuffle(walk)
+    for i, step in enumerate(walk):
         if step == "workers":
-            spec["workers"] = rng.randint(1, 3)
+            spec["workers"] = rng.choice([n for n in (1, 2, 3) if n != spec["workers"]])
             patch_spec(kube, ns, "walk", {"workers": spec["workers"]})
         elif step == "timeout":
-            spec["timeout"] = rng.choice([20, 30, 45])
+            spec["timeout"] = rng.choice([t for t in (20, 30, 45) if t != spec["timeout"]])
             patch_spec(kube, ns, "walk", {"worker": {"timeout": spec["timeout"], "retryAfter": 60}})
         elif step == "pause":
             spec["paused"] = True
