@@ -59,6 +59,7 @@ def worker_env(redis_url: str, queue: str, smtp_port: int, concurrency: int = 4)
         WORKER_CONCURRENCY=str(concurrency),
         WORKER_BLOCK_FOR="1",
         METRICS_PORT="0",
+        HEALTH_PORT="0",
         LOG_LEVEL="WARNING",
     )
 

@@ -205,6 +205,17 @@ METRICS_PORT: Final = WorkerSetting(
 METRICS_HOST: Final = WorkerSetting(
     "metrics_host", "METRICS_HOST", "str", "0.0.0.0", "address the metrics server binds"
 )
+HEALTH_PORT: Final = WorkerSetting(
+    "health_port", "HEALTH_PORT", "int", "8080",
+    "/livez and /readyz port for the kubelet's probes (0 = off)",
+)
+HEALTH_HOST: Final = WorkerSetting(
+    "health_host", "HEALTH_HOST", "str", "0.0.0.0", "address the health server binds"
+)
+STALL_AFTER: Final = WorkerSetting(
+    "stall_after", "WORKER_STALL_AFTER", "duration", "30",
+    "liveness: event loop silent (or a job over its limit) this long",
+)
 LOG_LEVEL: Final = WorkerSetting(
     "log_level", "LOG_LEVEL", "str", "INFO", "DEBUG, INFO, WARNING, ERROR"
 )
@@ -247,6 +258,9 @@ WORKER_SETTINGS: Final = (
     SUPPRESSION_SET,
     METRICS_PORT,
     METRICS_HOST,
+    HEALTH_PORT,
+    HEALTH_HOST,
+    STALL_AFTER,
     LOG_LEVEL,
 )
 

@@ -116,6 +116,7 @@ def worker_env(redis_url: str, queue: str, smtp_port: int, **extra: Any) -> dict
         "WORKER_CONCURRENCY": "4",
         "WORKER_BLOCK_FOR": "2",
         "METRICS_PORT": "0",
+        "HEALTH_PORT": "0",
         "LOG_LEVEL": "INFO",
     }
     env.update({k: str(v) for k, v in extra.items()})

@@ -154,6 +154,9 @@ class WorkerConfig(BaseModel):
 
     metrics_port: int = Field(9090, ge=0, le=65535)
     metrics_host: str = "0.0.0.0"
+    health_port: int = Field(8080, ge=0, le=65535)
+    health_host: str = "0.0.0.0"
+    stall_after: float = Field(30.0, gt=0)
     log_level: str = "INFO"
 
     @field_validator("redis_url")

@@ -47,6 +47,7 @@ from sendgroup_worker import handlers as h
 from sendgroup_worker import loopback as lb
 from sendgroup_worker.backpressure import Backpressure
 from sendgroup_worker.config import WorkerConfig
+from sendgroup_worker.health import WorkerHealth, redis_check, smtp_check
 from sendgroup_worker.jobopts import JobOptions
 from sendgroup_worker.metrics import WorkerMetrics
 from sendgroup_worker.queue.client import AsyncQueue
@@ -170,8 +171,10 @@ class Worker:
         limiter: RateLimiter,
         backpressure: Backpressure,
         loopback: lb.Loopback | None = None,
+        health: WorkerHealth | None = None,
     ) -> None:
         self.config = config
+        self.health = health
         self.client = client
         self.blocking = blocking
         self.queue = queue
@@ -204,6 +207,8 @@ class Worker:
             self._stopped_at = time.monotonic()
             log.info("stopping (%s): finishing jobs in flight", reason)
             self.stopping.set()
+            if self.health is not None:
+                self.health.stopping()
             asyncio.get_running_loop().create_task(self._wake_all())
 
     async def _wake_all(self) -> None:
@@ -219,6 +224,8 @@ class Worker:
         if early:  # arrived before the handlers above (see entry.py): stop, take nothing
             self.stop(f"{early} before start")
         self.metrics.serve(self.config.metrics_port, self.config.metrics_host)
+        if self.health is not None:  # /livez, /readyz (sendgroup_worker.health)
+            self.health.start(self.config.health_port, self.config.health_host)
         self._publish_rate()
         log.info(
             "worker started: queue=%s concurrency=%d tries=%d timeout=%gs retry_after=%gs "
@@ -334,9 +341,13 @@ class Worker:
         job = result.jobs[0]
         await self._wake_one()
         self.metrics.in_flight.labels(*self.metrics.group).inc()
+        if self.health is not None:
+            self.health.job_started(lane.index)
         try:
             await self._process(lane, job, reserved_until=now + self.queue.retry_after)
         finally:
+            if self.health is not None:
+                self.health.job_finished(lane.index)
             self.metrics.in_flight.labels(*self.metrics.group).dec()
             self.finished += 1
             if self.config.max_jobs and self.finished >= self.config.max_jobs:
@@ -755,6 +766,33 @@ def build_worker(config: WorkerConfig) -> Worker:
     )
     screen = loopback.screen if loopback.suppressed is not None else None
     registry = h.default_registry(pool, metrics, screen)
+    check_timeout = min(5.0, config.smtp_command_timeout)
+    health = WorkerHealth(
+        stall_after=config.stall_after,
+        # a job's awaits are bounded by its timeout (a payload may ask for more, up to the
+        # reservation's lifetime): past the larger of the two, the lane is hung
+        job_limit=max(config.timeout, config.retry_after),
+        checks={
+            "redis": redis_check(config.redis_url, check_timeout),
+            "smtp": smtp_check(
+                config.smtp_host,
+                config.smtp_port,
+                implicit_tls=config.smtp_tls == "tls",
+                ca_file=config.smtp_ca_file,
+                timeout=check_timeout,
+            ),
+        },
+    )
     return Worker(
-        config, client, blocking, queue, pool, registry, metrics, limiter, backpressure, loopback
+        config,
+        client,
+        blocking,
+        queue,
+        pool,
+        registry,
+        metrics,
+        limiter,
+        backpressure,
+        loopback,
+        health,
     )
