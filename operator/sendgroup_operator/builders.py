@@ -27,6 +27,11 @@ WORKER_COMMAND: Final = ("sendgroup-worker", "work")
 #: ``purge --dumps-dir`` deletes the queue's keys and its dump segments.
 JOB_COMMANDS: Final = {"dump": "dump", "restore": "restore", "purge": "purge"}
 WORKER_METRICS_PORT: Final = 9090
+#: The worker's /livez and /readyz port (sendgroup_worker.health).
+WORKER_HEALTH_PORT: Final = 8080
+#: A liveness failure means the worker is hung: it will not finish its job, so the kubelet
+#: kills it after this many seconds instead of the pod's (job-sized) grace period.
+LIVENESS_GRACE_SECONDS: Final = 10
 GRACE_MARGIN_SECONDS: Final = 30
 DEFAULT_RESOURCES: Final = {
     "requests": {"cpu": "50m", "memory": "64Mi"},
@@ -216,6 +221,8 @@ def worker_env(
             int(durations.parse_seconds(spec.backpressure.suspend_for)),
         ),
         _value(ws.METRICS_PORT, WORKER_METRICS_PORT),
+        _value(ws.HEALTH_PORT, WORKER_HEALTH_PORT),
+        _value(ws.STALL_AFTER, (w.probes or models.WorkerProbesSpec()).stall_after),
     ]
     if smtp.secret_ref is not None:
         env.append(_secret(ws.SMTP_USERNAME, smtp.secret_ref.name, smtp.secret_ref.username_key))
@@ -233,6 +240,28 @@ def worker_env(
     if spec.backpressure.patterns:
         env.append(_value(ws.BACKPRESSURE_PATTERNS, "\n".join(spec.backpressure.patterns)))
     return env
+
+
+def _probe(path: str, timing: models.ProbeSpec | None) -> dict[str, Any]:
+    t = timing or models.ProbeSpec()
+    return {
+        "httpGet": {"path": path, "port": "health"},
+        "periodSeconds": t.period_seconds,
+        "timeoutSeconds": t.timeout_seconds,
+        "failureThreshold": t.failure_threshold,
+    }
+
+
+def worker_probes(spec: models.SendGroupSpec) -> dict[str, Any]:
+    """``livenessProbe`` and ``readinessProbe`` of the worker container (``{}`` when
+    ``worker.probes.enabled`` is false). Liveness: ``GET /livez``, killed within
+    :data:`LIVENESS_GRACE_SECONDS` when it fails; readiness: ``GET /readyz``."""
+    probes = spec.worker.probes or models.WorkerProbesSpec()
+    if not probes.enabled:
+        return {}
+    liveness = _probe("/livez", probes.liveness)
+    liveness["terminationGracePeriodSeconds"] = LIVENESS_GRACE_SECONDS
+    return {"livenessProbe": liveness, "readinessProbe": _probe("/readyz", probes.readiness)}
 
 
 def _resources(spec: models.SendGroupSpec) -> dict[str, Any]:
@@ -282,7 +311,11 @@ def deployment(
         "imagePullPolicy": settings.image_pull_policy,
         "command": list(WORKER_COMMAND),
         "env": worker_env(ref, spec, settings),
-        "ports": [{"name": "metrics", "containerPort": WORKER_METRICS_PORT}],
+        "ports": [
+            {"name": "metrics", "containerPort": WORKER_METRICS_PORT},
+            {"name": "health", "containerPort": WORKER_HEALTH_PORT},
+        ],
+        **worker_probes(spec),
         "resources": _resources(spec),
         "securityContext": container_security_context(),
         "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],

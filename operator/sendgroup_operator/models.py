@@ -207,6 +207,34 @@ class LaravelWorkerSpec(_Model):
     """Exit after this many seconds, 0 = never (--max-time); the pod restarts the worker."""
 
 
+class ProbeSpec(_Model):
+    """Timing of one kubelet probe of the worker container (core/v1 Probe's timing fields)."""
+
+    period_seconds: int = Field(default=10, ge=1, le=300)
+    """Seconds between two probes."""
+    timeout_seconds: int = Field(default=5, ge=1, le=60)
+    """Seconds one probe may take; no answer in time counts as a failure."""
+    failure_threshold: int = Field(default=3, ge=1, le=30)
+    """Failures in a row before the kubelet acts (restarts for liveness, takes the pod out of
+    Ready for readiness)."""
+
+
+class WorkerProbesSpec(_Model):
+    """The worker's health probes: liveness on ``/livez`` (the event loop and the lanes make
+    progress), readiness on ``/readyz`` (Redis answers PING and the SMTP relay its greeting)."""
+
+    enabled: bool = True
+    """false: the pods get no probes (the health server still answers)."""
+    stall_after: int = Field(default=30, ge=2, le=3600)
+    """Seconds without a heartbeat of the worker's event loop (or past a job's limit) after
+    which /livez fails."""
+    liveness: ProbeSpec | None = None
+    """Liveness probe timing; default period 10 s, timeout 5 s, 3 failures (a hung worker is
+    restarted within about stallAfter + 30 s)."""
+    readiness: ProbeSpec | None = None
+    """Readiness probe timing; default period 10 s, timeout 5 s, 3 failures."""
+
+
 class WorkerSpec(_Model):
     """How each worker runs jobs. ``timeout < retryAfter`` is enforced by the API server."""
 
@@ -251,6 +279,9 @@ class WorkerSpec(_Model):
     resources: ResourceRequirements | None = None
     """Resources of each worker container; default requests cpu 50m, memory 64Mi, limit memory
     256Mi."""
+    probes: WorkerProbesSpec | None = None
+    """Liveness and readiness probes of each worker container; default: enabled, defaults of
+    WorkerProbesSpec."""
 
 
 class RateSpec(_Model):

@@ -119,3 +119,35 @@ def test_dump_job() -> None:
         ]["command"][1]
         == "purge"
     )
+
+
+def test_worker_probes_point_at_the_health_server_and_follow_the_spec() -> None:
+    dep = builders.deployment(REF, _spec(), SETTINGS, replicas=1)
+    c = dep["spec"]["template"]["spec"]["containers"][0]
+    assert {"name": "health", "containerPort": 8080} in c["ports"]
+    env = _env(c)
+    assert (env["HEALTH_PORT"], env["WORKER_STALL_AFTER"]) == ("8080", "30")
+    assert c["livenessProbe"] == {
+        "httpGet": {"path": "/livez", "port": "health"},
+        "periodSeconds": 10,
+        "timeoutSeconds": 5,
+        "failureThreshold": 3,
+        "terminationGracePeriodSeconds": 10,
+    }
+    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
+    tuned = _spec(
+        worker={
+            "probes": {"stallAfter": 5, "liveness": {"periodSeconds": 2, "failureThreshold": 2}}
+        }
+    )
+    c = builders.deployment(REF, tuned, SETTINGS, 1)["spec"]["template"]["spec"]["containers"][0]
+    assert _env(c)["WORKER_STALL_AFTER"] == "5"
+    assert (c["livenessProbe"]["periodSeconds"], c["livenessProbe"]["failureThreshold"]) == (2, 2)
+    assert c["readinessProbe"]["periodSeconds"] == 10
+    off = _spec(worker={"probes": {"enabled": False}})
+    c = builders.deployment(REF, off, SETTINGS, 1)["spec"]["template"]["spec"]["containers"][0]
+    assert "livenessProbe" not in c and "readinessProbe" not in c
+    # a probe setting changes the pod template, so the Deployment rolls
+    assert builders.template_hash(REF, tuned, SETTINGS) != builders.template_hash(
+        REF, _spec(), SETTINGS
+    )
