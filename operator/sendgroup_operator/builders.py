@@ -37,6 +37,13 @@ DEFAULT_RESOURCES: Final = {
     "requests": {"cpu": "50m", "memory": "64Mi"},
     "limits": {"memory": "256Mi"},
 }
+#: Resources of a dump/restore/purge Job container unless the group (spec.jobs.resources) or
+#: the operator (setting jobResources) says otherwise. A CPU limit, so that a namespace quota
+#: on limits.cpu admits the Jobs.
+DEFAULT_JOB_RESOURCES: Final = {
+    "requests": {"cpu": "50m", "memory": "64Mi"},
+    "limits": {"cpu": "1", "memory": "512Mi"},
+}
 
 LABEL_NAME: Final = "app.kubernetes.io/name"
 LABEL_INSTANCE: Final = "app.kubernetes.io/instance"
@@ -271,12 +278,62 @@ def _resources(spec: models.SendGroupSpec) -> dict[str, Any]:
     return res.model_dump(by_alias=True, exclude_none=True)
 
 
+def _merged_map(default: dict[str, str] | None, group: dict[str, str] | None) -> dict[str, str]:
+    return {**(default or {}), **(group or {})}
+
+
+def pod_template(spec: models.SendGroupSpec, settings: Settings) -> models.PodTemplateSpec:
+    """The group's ``spec.podTemplate`` merged over the operator's ``podTemplate`` setting:
+    nodeSelector, labels and annotations key by key (the group's value wins); tolerations,
+    affinity, topologySpreadConstraints, priorityClassName and imagePullSecrets from the group
+    when it sets them, else from the default."""
+    base = settings.pod_template or models.PodTemplateSpec()
+    group = spec.pod_template or models.PodTemplateSpec()
+    base_meta = base.metadata or models.PodMetadata()
+    group_meta = group.metadata or models.PodMetadata()
+    return models.PodTemplateSpec(
+        metadata=models.PodMetadata(
+            labels=_merged_map(base_meta.labels, group_meta.labels) or None,
+            annotations=_merged_map(base_meta.annotations, group_meta.annotations) or None,
+        ),
+        node_selector=_merged_map(base.node_selector, group.node_selector) or None,
+        tolerations=group.tolerations if group.tolerations is not None else base.tolerations,
+        affinity=group.affinity if group.affinity is not None else base.affinity,
+        topology_spread_constraints=(
+            group.topology_spread_constraints
+            if group.topology_spread_constraints is not None
+            else base.topology_spread_constraints
+        ),
+        priority_class_name=group.priority_class_name or base.priority_class_name,
+        image_pull_secrets=(
+            group.image_pull_secrets
+            if group.image_pull_secrets is not None
+            else base.image_pull_secrets
+        ),
+    )
+
+
+def _dump(items: list[Any]) -> list[dict[str, Any]]:
+    return [i.model_dump(by_alias=True, exclude_none=True) for i in items]
+
+
+def _template_metadata(own: dict[str, str], template: models.PodTemplateSpec) -> dict[str, Any]:
+    """Pod template metadata: the extra labels under the operator's own (which always win:
+    selectors and the operator's lookups rely on them), and the extra annotations."""
+    meta = template.metadata or models.PodMetadata()
+    out: dict[str, Any] = {"labels": {**(meta.labels or {}), **own}}
+    if meta.annotations:
+        out["annotations"] = dict(meta.annotations)
+    return out
+
+
 def _pod_spec(
     ref: GroupRef,
     spec: models.SendGroupSpec,
     settings: Settings,
     container: dict[str, Any],
     volumes: list[dict[str, Any]],
+    own_labels: dict[str, str],
 ) -> dict[str, Any]:
     """The pod spec workers and Jobs share. ``shareProcessNamespace``: the pod's pause
     container is PID 1, so our process is not, and a SIGTERM that arrives before Python has
@@ -293,7 +350,66 @@ def _pod_spec(
     }
     if settings.worker_service_account:
         pod["serviceAccountName"] = settings.worker_service_account
+    t = pod_template(spec, settings)
+    if t.node_selector:
+        pod["nodeSelector"] = dict(t.node_selector)
+    if t.tolerations:
+        pod["tolerations"] = _dump(t.tolerations)
+    if t.affinity:
+        pod["affinity"] = t.affinity
+    if t.topology_spread_constraints:
+        spread = _dump(t.topology_spread_constraints)
+        for constraint in spread:  # default: this group's pods of the same component
+            constraint.setdefault(
+                "labelSelector",
+                {
+                    "matchLabels": {
+                        LABEL_GROUP: own_labels[LABEL_GROUP],
+                        LABEL_COMPONENT: own_labels[LABEL_COMPONENT],
+                    }
+                },
+            )
+        pod["topologySpreadConstraints"] = spread
+    if t.priority_class_name:
+        pod["priorityClassName"] = t.priority_class_name
+    if t.image_pull_secrets:
+        pod["imagePullSecrets"] = _dump(t.image_pull_secrets)
     return pod
+
+
+def job_resources(spec: models.SendGroupSpec, settings: Settings) -> dict[str, Any]:
+    """Resources of a Job container: ``spec.jobs.resources``, else the operator's
+    ``jobResources``, else :data:`DEFAULT_JOB_RESOURCES`."""
+    res = (spec.jobs.resources if spec.jobs else None) or settings.job_resources
+    if res is None:
+        return {k: dict(v) for k, v in DEFAULT_JOB_RESOURCES.items()}
+    return res.model_dump(by_alias=True, exclude_none=True)
+
+
+def pod_disruption_budget(ref: GroupRef, spec: models.SendGroupSpec) -> dict[str, Any] | None:
+    """PodDisruptionBudget ``sg-<name>`` over the group's worker pods when
+    ``spec.disruptionBudget`` is set, else None. ``unhealthyPodEvictionPolicy: AlwaysAllow``:
+    a worker that is not Ready (Redis down) never blocks a node drain."""
+    budget = spec.disruption_budget
+    if budget is None:
+        return None
+    meta = _metadata(ref, deployment_name(ref.name), "worker")
+    body: dict[str, Any] = {
+        "selector": {
+            "matchLabels": {LABEL_GROUP: meta["labels"][LABEL_GROUP], LABEL_COMPONENT: "worker"}
+        },
+        "unhealthyPodEvictionPolicy": "AlwaysAllow",
+    }
+    if budget.min_available is not None:
+        body["minAvailable"] = budget.min_available
+    else:
+        body["maxUnavailable"] = budget.max_unavailable
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": meta,
+        "spec": body,
+    }
 
 
 def deployment(
@@ -322,10 +438,17 @@ def deployment(
     }
     if spec.worker.runtime is models.WorkerRuntime.LARAVEL:
         container.update(_laravel_container(ref, spec, settings))
-    pod = _pod_spec(ref, spec, settings, container, [])
+    pod = _pod_spec(ref, spec, settings, container, [], meta["labels"])
     pod["terminationGracePeriodSeconds"] = spec.worker.timeout + GRACE_MARGIN_SECONDS
-    template = {"metadata": {"labels": meta["labels"]}, "spec": pod}
-    meta["annotations"] = {ANNOTATION_TEMPLATE_HASH: _digest(json.dumps(template, sort_keys=True))}
+    template = {
+        "metadata": _template_metadata(meta["labels"], pod_template(spec, settings)),
+        "spec": pod,
+    }
+    # The hash also covers the PodDisruptionBudget, so changing only spec.disruptionBudget is
+    # noticed and applied with the Deployment (reconcile's EnsureDeployment).
+    budget = pod_disruption_budget(ref, spec)
+    hashed: Any = template if budget is None else [template, budget["spec"]]
+    meta["annotations"] = {ANNOTATION_TEMPLATE_HASH: _digest(json.dumps(hashed, sort_keys=True))}
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -414,7 +537,7 @@ def job(
             _value(ws.KEY_PREFIX, settings.key_prefix),
             redis_env(spec, settings),
         ],
-        "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "512Mi"}},
+        "resources": job_resources(spec, settings),
         "securityContext": container_security_context(),
         "terminationMessagePolicy": "FallbackToLogsOnError",
         "volumeMounts": [
@@ -423,7 +546,7 @@ def job(
         ],
     }
     volumes = [{"name": "dumps", "persistentVolumeClaim": {"claimName": settings.dumps_claim_name}}]
-    pod = _pod_spec(ref, spec, settings, container, volumes)
+    pod = _pod_spec(ref, spec, settings, container, volumes, meta["labels"])
     pod["restartPolicy"] = "Never"
     return {
         "apiVersion": "batch/v1",
@@ -433,6 +556,9 @@ def job(
             "backoffLimit": settings.job_backoff_limit,
             "activeDeadlineSeconds": settings.job_deadline,
             "ttlSecondsAfterFinished": settings.job_ttl,
-            "template": {"metadata": {"labels": meta["labels"]}, "spec": pod},
+            "template": {
+                "metadata": _template_metadata(meta["labels"], pod_template(spec, settings)),
+                "spec": pod,
+            },
         },
     }

@@ -60,6 +60,7 @@ class Kube:
         self.apps = k8s.AppsV1Api(api)
         self.batch = k8s.BatchV1Api(api)
         self.core = k8s.CoreV1Api(api)
+        self.policy = k8s.PolicyV1Api(api)
         self.custom = k8s.CustomObjectsApi(api)
         self.authz = k8s.AuthorizationV1Api(api)
         self.apiext = k8s.ApiextensionsV1Api(api)
@@ -104,6 +105,28 @@ class Kube:
     async def delete_deployment(self, namespace: str, name: str) -> None:
         """Delete the Deployment; absent is fine. Its ReplicaSets/pods go by ownerReference."""
         await self._delete(self.apps.delete_namespaced_deployment, name, namespace)
+
+    async def apply_disruption_budget(
+        self, namespace: str, name: str, body: dict[str, Any] | None
+    ) -> None:
+        """Create or merge-patch the worker PodDisruptionBudget ``name`` to ``body``; with
+        ``body`` None delete it (absent is fine)."""
+        if body is None:
+            await self._delete(self.policy.delete_namespaced_pod_disruption_budget, name, namespace)
+            return
+        try:
+            await self._call(self.policy.create_namespaced_pod_disruption_budget, namespace, body)
+            return
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+        await self._call(
+            self.policy.patch_namespaced_pod_disruption_budget,
+            name,
+            namespace,
+            body,
+            _content_type=MERGE_PATCH,
+        )
 
     # --- Jobs and pods ------------------------------------------------------------------------
     async def list_jobs(self, namespace: str, selector: str) -> list[dict[str, Any]]:

@@ -72,6 +72,32 @@ Quantity = Annotated[
 ]
 
 
+#: A core/v1 object this project passes through unchanged (affinity, a label selector): an
+#: object the API server keeps as given.
+FreeObject = Annotated[
+    dict[str, Any],
+    WithJsonSchema({"type": "object", "x-kubernetes-preserve-unknown-fields": True}),
+]
+
+#: A count or a percentage (``2``, ``"50%"``), as policy/v1 PodDisruptionBudget takes it.
+IntOrPercent = Annotated[
+    int | str,
+    WithJsonSchema(
+        {
+            "anyOf": [{"type": "integer"}, {"type": "string"}],
+            "x-kubernetes-int-or-string": True,
+            "pattern": r"^[0-9]{1,3}%$",
+        }
+    ),
+]
+
+#: A label or annotation map.
+StringMap = Annotated[
+    dict[str, str],
+    WithJsonSchema({"type": "object", "additionalProperties": {"type": "string"}}),
+]
+
+
 class _Model(BaseModel):
     """Base: camelCase aliases, accept both names, ignore unknown fields (forward compatible:
     an older operator reading a newer object must not crash)."""
@@ -233,6 +259,112 @@ class WorkerProbesSpec(_Model):
     restarted within about stallAfter + 30 s)."""
     readiness: ProbeSpec | None = None
     """Readiness probe timing; default period 10 s, timeout 5 s, 3 failures."""
+
+
+class Toleration(_Model):
+    """core/v1 Toleration."""
+
+    key: str | None = Field(default=None, max_length=316)
+    """Taint key; empty with operator Exists = every taint."""
+    operator: Literal["Exists", "Equal"] | None = None
+    """Exists or Equal (default Equal)."""
+    value: str | None = Field(default=None, max_length=63)
+    """Taint value (operator Equal)."""
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+    """Taint effect; empty = all effects."""
+    toleration_seconds: int | None = None
+    """NoExecute only: how long the pod stays bound after the taint appears."""
+
+
+class TopologySpreadConstraint(_Model):
+    """core/v1 TopologySpreadConstraint; without labelSelector the operator selects the pod's own
+    group and component (its workers, or its Job's pods)."""
+
+    max_skew: int = Field(ge=1)
+    """Largest allowed difference of matching pods between two topology domains."""
+    topology_key: str = Field(min_length=1, max_length=316)
+    """Node label that defines the domains (kubernetes.io/hostname, topology.kubernetes.io/zone)."""
+    when_unsatisfiable: Literal["DoNotSchedule", "ScheduleAnyway"] = "DoNotSchedule"
+    """DoNotSchedule or ScheduleAnyway."""
+    label_selector: FreeObject | None = None
+    """Pods counted (metav1.LabelSelector); default: this group's pods of the same component."""
+    min_domains: int | None = Field(default=None, ge=1)
+    """Minimum number of eligible domains (DoNotSchedule only)."""
+    node_affinity_policy: Literal["Honor", "Ignore"] | None = None
+    """Whether nodeAffinity/nodeSelector limit the domains counted."""
+    node_taints_policy: Literal["Honor", "Ignore"] | None = None
+    """Whether node taints limit the domains counted."""
+    match_label_keys: list[Annotated[str, Field(max_length=316)]] | None = Field(
+        default=None, max_length=16
+    )
+    """Pod label keys whose values further narrow the pods counted (e.g. pod-template-hash)."""
+
+
+class LocalObjectReference(_Model):
+    """A Secret in the group's namespace, by name (core/v1 LocalObjectReference)."""
+
+    name: str = Field(min_length=1, max_length=253)
+    """Name of the Secret."""
+
+
+class PodMetadata(_Model):
+    """Labels and annotations added to the pods (the operator's own labels always win)."""
+
+    labels: StringMap | None = None
+    """Extra pod labels."""
+    annotations: StringMap | None = None
+    """Extra pod annotations."""
+
+
+class PodTemplateSpec(_Model):
+    """Where and how the pods of a group run: the worker pods and the dump/restore/purge Job
+    pods. Merged over the operator's default (setting podTemplate): maps (nodeSelector, labels,
+    annotations) key by key with the group's value winning; every other field, when set here,
+    replaces the default."""
+
+    metadata: PodMetadata | None = None
+    """Extra labels and annotations of the pods."""
+    node_selector: StringMap | None = None
+    """Node labels the pods require."""
+    tolerations: list[Toleration] | None = Field(default=None, max_length=64)
+    """Taints the pods tolerate."""
+    affinity: FreeObject | None = None
+    """core/v1 Affinity (node, pod and pod anti-affinity), passed as given."""
+    topology_spread_constraints: list[TopologySpreadConstraint] | None = Field(
+        default=None, max_length=16
+    )
+    """How the pods spread over nodes or zones (a node drain then stops only part of a group)."""
+    priority_class_name: str | None = Field(default=None, min_length=1, max_length=253)
+    """PriorityClass of the pods."""
+    image_pull_secrets: list[LocalObjectReference] | None = Field(default=None, max_length=16)
+    """Secrets (in the group's namespace) the kubelet pulls the image with."""
+
+
+class JobsSpec(_Model):
+    """The dump/restore/purge Jobs of the group."""
+
+    resources: ResourceRequirements | None = None
+    """Resources of the Job container; default: the operator's jobResources (requests cpu 50m,
+    memory 64Mi; limits cpu 1, memory 512Mi)."""
+
+
+class DisruptionBudgetSpec(_Model):
+    """A PodDisruptionBudget for the worker pods (policy/v1): voluntary evictions (a node drain)
+    keep this many workers. Exactly one of minAvailable or maxUnavailable."""
+
+    model_config = ConfigDict(
+        json_schema_extra=_validations(
+            _cel(
+                "has(self.minAvailable) != has(self.maxUnavailable)",
+                "disruptionBudget: set exactly one of minAvailable or maxUnavailable",
+            )
+        )
+    )
+
+    min_available: IntOrPercent | None = None
+    """Workers that must stay up: a count or a percentage (50%)."""
+    max_unavailable: IntOrPercent | None = None
+    """Workers that may be evicted at once: a count or a percentage (50%)."""
 
 
 class WorkerSpec(_Model):
@@ -453,6 +585,13 @@ class SendGroupSpec(_Model):
     deletion_policy: DeletionPolicy = DeletionPolicy.PURGE
     """On delete: Purge removes the queue's keys and dump segments (after the workers are gone);
     Retain leaves them."""
+    pod_template: PodTemplateSpec | None = None
+    """Placement and pull settings of the worker and Job pods, merged over the operator's
+    podTemplate setting (group wins)."""
+    jobs: JobsSpec | None = None
+    """Settings of the dump/restore/purge Jobs."""
+    disruption_budget: DisruptionBudgetSpec | None = None
+    """A PodDisruptionBudget for the worker pods; unset = none."""
 
     def queue_name(self, name: str) -> str:
         """The effective queue: ``spec.queue`` or ``mail-<metadata.name>``."""

@@ -308,6 +308,9 @@ async def _apply_one(
             rt.deployment_writes[key] = time.monotonic()
         rt.granted[key] = action.replicas
         logger.info("deployment %s replicas=%d", body["metadata"]["name"], action.replicas)
+        # issue 20: the workers' PodDisruptionBudget follows the Deployment (its hash covers it)
+        budget = builders.pod_disruption_budget(ref, spec)
+        await rt.kube.apply_disruption_budget(group.namespace, body["metadata"]["name"], budget)
     elif isinstance(action, plan.DeleteDeployment):
         try:
             await rt.kube.delete_deployment(group.namespace, builders.deployment_name(group.name))

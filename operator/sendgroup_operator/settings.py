@@ -8,16 +8,21 @@ Every setting is ``SENDGROUP_<NAME>`` (the Helm chart sets them from its values)
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, TypeVar
+
+from pydantic import BaseModel, ValidationError
 
 from sendgroup_contract.tls import SmtpTls
 from sendgroup_operator import models
 from sendgroup_worker import redisurl
 
 DUMPS_MOUNT: Final = "/dumps"
+
+M = TypeVar("M", bound=BaseModel)
 
 
 class SettingsError(ValueError):
@@ -52,6 +57,23 @@ def _req_int(env: Mapping[str, str], name: str, default: int) -> int:
     value = _int(env, name, default)
     assert value is not None
     return value
+
+
+def _json_model(env: Mapping[str, str], name: str, model: type[M]) -> M | None:
+    """``$name`` as JSON validated by ``model`` (None when unset or empty)."""
+    raw = env.get(name, "").strip()
+    if not raw:
+        return None
+    try:
+        return model.model_validate(json.loads(raw))
+    except (ValueError, ValidationError) as exc:
+        why = " ".join(str(exc).splitlines()[:3])
+        raise SettingsError(f"{name}: not a valid {model.__name__}: {why}") from None
+
+
+def _meta(env: str, value: str, doc: str) -> dict[str, str]:
+    """Metadata of a :class:`Settings` field whose default is built with ``field`` itself."""
+    return {"env": env, "value": value, "doc": doc}
 
 
 def _setting(default: Any, env: str, value: str, doc: str) -> Any:
@@ -230,6 +252,24 @@ class Settings:
         "",
         "seconds between start-up checks for a missing CRD or permission",
     )
+    pod_template: models.PodTemplateSpec | None = field(
+        default=None,
+        metadata=_meta(
+            "SENDGROUP_POD_TEMPLATE",
+            "podTemplate",
+            "default placement and pull settings of worker and Job pods (JSON of "
+            "spec.podTemplate); a group's spec.podTemplate is merged over it",
+        ),
+    )
+    job_resources: models.ResourceRequirements | None = field(
+        default=None,
+        metadata=_meta(
+            "SENDGROUP_JOB_RESOURCES",
+            "jobResources",
+            "resources of dump/restore/purge Job containers (JSON; default requests cpu 50m, "
+            "memory 64Mi, limits cpu 1, memory 512Mi); a group's spec.jobs.resources wins",
+        ),
+    )
     namespace: str = _setting(
         "default",
         "POD_NAMESPACE",
@@ -297,5 +337,7 @@ class Settings:
             orphan_grace=float(_req_int(e, "SENDGROUP_ORPHAN_GRACE", 120)),
             liveness_stall=float(_req_int(e, "SENDGROUP_LIVENESS_STALL", 120)),
             preflight_retry=float(_req_int(e, "SENDGROUP_PREFLIGHT_RETRY", 10) or 1),
+            pod_template=_json_model(e, "SENDGROUP_POD_TEMPLATE", models.PodTemplateSpec),
+            job_resources=_json_model(e, "SENDGROUP_JOB_RESOURCES", models.ResourceRequirements),
             namespace=e.get("POD_NAMESPACE") or d.namespace,
         )

@@ -55,6 +55,8 @@ _RAW: dict[str, str] = {
     "int | None": "7",
     "str | None": "x-test",
     "tuple[str, ...]": "ns-a,ns-b",
+    "models.PodTemplateSpec | None": '{"priorityClassName": "x-test"}',
+    "models.ResourceRequirements | None": '{"limits": {"cpu": "1"}}',
 }
 
 
