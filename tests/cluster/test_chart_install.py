@@ -406,9 +406,17 @@ def test_worker_account_can_do_nothing_and_edit_users_manage_sendgroups(
     [
         {},
         {"watchNamespaces": "*"},
-        {"watchNamespaces": "*", "networkPolicy.enabled": True, "rbac.aggregatedRoles": False},
+        {
+            "watchNamespaces": "*",
+            "networkPolicy.enabled": True,
+            "networkPolicy.redis.cidrs": ["10.1.2.0/24"],
+            "networkPolicy.smtp.cidrs": ["0.0.0.0/0"],
+            "rbac.aggregatedRoles": False,
+        },
         {
             "networkPolicy.enabled": True,
+            "networkPolicy.redis.cidrs": ["10.1.2.0/24"],
+            "networkPolicy.smtp.cidrs": ["192.0.2.10/32"],
             "replicas": 2,
             "maxTotalWorkers": 100,
             "rbac.aggregatedRoles": False,

@@ -33,7 +33,11 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "default": {},
     "all-namespaces": {"watchNamespaces": "*"},
     "two-namespaces": {"watchNamespaces": ["mail", "campaigns"]},
-    "network-policy": {"networkPolicy.enabled": True},
+    "network-policy": {
+        "networkPolicy.enabled": True,
+        "networkPolicy.redis.cidrs": ["10.1.2.0/24"],
+        "networkPolicy.smtp.cidrs": ["192.0.2.10/32"],
+    },
     "service-monitor": {"serviceMonitor.enabled": True},
     "ha": {"replicas": 2},
 }
@@ -499,7 +503,7 @@ def _egress_ports(policy: dict[str, Any]) -> set[tuple[str, int]]:
 
 
 def test_network_policies_limit_egress_to_redis_smtp_dns_and_api_server() -> None:
-    objects = render({"networkPolicy.enabled": True})
+    objects = render(VARIANTS["network-policy"])
     operator = find(objects, "NetworkPolicy", "sg-sendgroup-operator-operator")[0]
     workers = find(objects, "NetworkPolicy", "sg-sendgroup-operator-workers")[0]
     assert _egress_ports(operator) == {
@@ -525,14 +529,7 @@ def test_network_policies_limit_egress_to_redis_smtp_dns_and_api_server() -> Non
         "metadata"
     ]["labels"]
     assert workers["spec"]["podSelector"]["matchLabels"].items() <= worker_pod_labels.items()
-    # No CIDRs given: port-only rules; with CIDRs, only those addresses.
-    objects = render(
-        {
-            "networkPolicy.enabled": True,
-            "networkPolicy.redis.cidrs": ["10.1.2.0/24"],
-            "networkPolicy.smtp.cidrs": ["192.0.2.10/32"],
-        }
-    )
+    # Redis and SMTP: only the listed addresses (the render fails without them).
     workers = find(objects, "NetworkPolicy", "sg-sendgroup-operator-workers")[0]
     peers = [rule.get("to") for rule in workers["spec"]["egress"]]
     assert peers == [
