@@ -25,6 +25,9 @@ HEALTH_LUA = HEALTH_DIR / "health.lua"
 #: The argocd-cm key ArgoCD reads the script from (``resource.customizations.health.<group>_<kind>``
 #: the per-key form; old releases took one YAML block under ``resource.customizations``).
 CM_KEY = "resource.customizations.health.sendgroups.io_SendGroup"
+#: The argocd-cm key without which ArgoCD runs the script with no ``string`` or ``math`` library
+#: (argo-cd ``util/settings``: ``resource.customizations.useOpenLibs.<group>_<kind>``).
+OPEN_LIBS_KEY = "resource.customizations.useOpenLibs.sendgroups.io_SendGroup"
 #: Interpreters the tests run the script with: 5.4 (Debian's current) and 5.1 (the dialect of
 #: ArgoCD's gopher-lua).
 INTERPRETERS = ("lua5.4", "lua5.1")

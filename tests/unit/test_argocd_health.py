@@ -16,7 +16,14 @@ import pytest
 import yaml
 
 from sendgroup_operator import models
-from tests.support.argocd import CM_KEY, HEALTH_DIR, HEALTH_LUA, INTERPRETERS, run_health
+from tests.support.argocd import (
+    CM_KEY,
+    HEALTH_DIR,
+    HEALTH_LUA,
+    INTERPRETERS,
+    OPEN_LIBS_KEY,
+    run_health,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 TESTS: list[dict[str, Any]] = yaml.safe_load((HEALTH_DIR / "health_test.yaml").read_text())["tests"]
@@ -142,7 +149,7 @@ def test_the_argocd_cm_snippet_is_the_script() -> None:
     )
     cm = yaml.safe_load(committed)
     assert (cm["kind"], cm["metadata"]["name"]) == ("ConfigMap", "argocd-cm")
-    assert cm["data"] == {CM_KEY: HEALTH_LUA.read_text()}
+    assert cm["data"] == {CM_KEY: HEALTH_LUA.read_text(), OPEN_LIBS_KEY: "true"}
 
 
 # --- the sample Applications --------------------------------------------------------------

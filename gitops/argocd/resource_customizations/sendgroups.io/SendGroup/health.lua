@@ -3,7 +3,8 @@
 -- Reads only what the operator writes (status.observedGeneration, status.phase,
 -- status.conditions, status.finishedAt and the counts); docs/api.md and
 -- operator/sendgroup_operator/{conditions,plan}.py define them. Written for Lua 5.1 (ArgoCD's
--- gopher-lua) and tested with Debian's lua5.4 and lua5.1 (tests/unit/test_argocd_health.py).
+-- gopher-lua) and tested with Debian's lua5.4 and lua5.1 (tests/unit/test_argocd_health.py)
+-- and through argo-cd's own settings and health engine (tests/unit/test_argocd_engine.py).
 --
 --   phase Failed, condition Degraded=True (even without a phase)    -> Degraded
 --   no status yet, observedGeneration behind metadata.generation     -> Progressing
@@ -16,6 +17,16 @@
 --   Deleting                                                         -> Progressing
 --   a phase this script does not know (a newer operator)             -> Unknown
 local hs = {}
+
+-- ArgoCD runs a customization without Lua's string and math libraries unless argocd-cm also
+-- sets resource.customizations.useOpenLibs.sendgroups.io_SendGroup: "true" (shipped in
+-- gitops/argocd/argocd-cm.yaml). Without them, say so instead of failing on every object.
+if string == nil or math == nil then
+  hs.status = "Unknown"
+  hs.message = "set resource.customizations.useOpenLibs.sendgroups.io_SendGroup: \"true\" in argocd-cm:"
+    .. " this health check needs Lua's string and math libraries (gitops/argocd/argocd-cm.yaml)"
+  return hs
+end
 
 local function num(value)
   if type(value) ~= "number" then
@@ -53,6 +64,9 @@ end
 if obj.metadata ~= nil and obj.metadata.deletionTimestamp ~= nil then
   hs.status = "Progressing"
   hs.message = "Deleting: waiting for the workers to stop and the deletionPolicy to be applied"
+  -- ArgoCD replaces the health of an object being deleted by its own "Pending deletion" unless
+  -- the script returns deletionMessage (gitops-engine pkg/health pendingDeletionHealth).
+  hs.deletionMessage = hs.message
   return hs
 end
 
