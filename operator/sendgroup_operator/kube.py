@@ -117,7 +117,7 @@ class Kube:
         try:
             await self._call(self.policy.create_namespaced_pod_disruption_budget, namespace, body)
             return
-        except ApiException as exc:
+        except KubeError as exc:
             if exc.status != 409:
                 raise
         await self._call(
