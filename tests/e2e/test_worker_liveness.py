@@ -35,6 +35,20 @@ pytestmark = [pytest.mark.e2e]
 
 GROUP = "probed"
 QUEUE = f"mail-{GROUP}"
+#: Pod knobs the local node can honour: a label it has, a toleration, a spread constraint, extra
+#: pod metadata (and a pull secret that is never needed: the image is already on the node).
+POD_TEMPLATE: dict[str, Any] = {
+    "metadata": {"labels": {"team": "probes"}, "annotations": {"example.com/owner": "e2e"}},
+    "nodeSelector": {"kubernetes.io/os": "linux"},
+    "tolerations": [{"key": "example.com/mail", "operator": "Exists", "effect": "NoSchedule"}],
+    "topologySpreadConstraints": [
+        {
+            "maxSkew": 1,
+            "topologyKey": "kubernetes.io/hostname",
+            "whenUnsatisfiable": "ScheduleAnyway",
+        }
+    ],
+}
 
 
 @pytest.fixture
@@ -110,6 +124,8 @@ def test_a_hung_worker_is_restarted_by_its_liveness_probe(
             host="probe.test",
             workers=1,
             worker={"probes": {"stallAfter": 5, "liveness": probe, "readiness": probe}},
+            podTemplate=POD_TEMPLATE,
+            disruptionBudget={"maxUnavailable": 1},
         ),
     )
 
@@ -127,6 +143,28 @@ def test_a_hung_worker_is_restarted_by_its_liveness_probe(
     )
     name = pod["metadata"]["name"]
     assert container(pod).get("restartCount", 0) == 0
+    # the pod knobs reached the running pod, and the group's PodDisruptionBudget covers it
+    assert pod["metadata"]["labels"]["team"] == "probes"
+    assert pod["metadata"]["annotations"]["example.com/owner"] == "e2e"
+    assert pod["spec"]["nodeSelector"] == {"kubernetes.io/os": "linux"}
+    assert {"key": "example.com/mail", "operator": "Exists", "effect": "NoSchedule"} in pod["spec"][
+        "tolerations"
+    ]
+    spread = pod["spec"]["topologySpreadConstraints"][0]["labelSelector"]["matchLabels"]
+    assert spread == {"sendgroups.io/group": GROUP, "app.kubernetes.io/component": "worker"}
+    budget = wait_for(
+        lambda: (
+            (get_json(kube, "-n", ns, "pdb", f"sg-{GROUP}").get("status") or {}).get(
+                "currentHealthy"
+            )
+            == 1
+            or None
+        ),
+        60,
+        "the group's PodDisruptionBudget counting its one healthy worker",
+        describe=describe,
+    )
+    assert budget
     wait_for(lambda: delivered(pod_smtp) >= 5, 60, "the 5 first mails delivered", describe=describe)
 
     pids = wait_for(lambda: worker_pids(ns) or None, 30, "the worker's process on the host")
