@@ -51,7 +51,13 @@ GOOD_TEMPLATE = {
     "nodeSelector": {"kubernetes.io/os": "linux"},
     "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "mail"}],
     "affinity": {"nodeAffinity": {}},
-    "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname"}],
+    "topologySpreadConstraints": [
+        {
+            "maxSkew": 1,
+            "topologyKey": "kubernetes.io/hostname",
+            "whenUnsatisfiable": "DoNotSchedule",
+        }
+    ],
     "priorityClassName": "mail-bulk",
     "imagePullSecrets": [{"name": "regcred"}],
 }
@@ -101,7 +107,7 @@ def test_right_values_pass_lint_and_reach_the_operator() -> None:
     assert parsed.job_resources is not None
     assert parsed.job_resources.model_dump(by_alias=True, exclude_none=True) == {
         "requests": {"cpu": "50m", "memory": "64Mi"},
-        "limits": {"cpu": 2},
+        "limits": {"cpu": 2, "memory": "512Mi"},  # helm merges maps with the chart's defaults
     }
 
 
