@@ -120,11 +120,14 @@ class Kube:
         except KubeError as exc:
             if exc.status != 409:
                 raise
+        # a merge patch keeps fields it does not name: null the one of minAvailable /
+        # maxUnavailable the body leaves out (the API server refuses both at once)
+        spec = {"minAvailable": None, "maxUnavailable": None, **body["spec"]}
         await self._call(
             self.policy.patch_namespaced_pod_disruption_budget,
             name,
             namespace,
-            body,
+            {**body, "spec": spec},
             _content_type=MERGE_PATCH,
         )
 
