@@ -261,11 +261,11 @@ def _probe(path: str, timing: models.ProbeSpec | None) -> dict[str, Any]:
 
 def worker_probes(spec: models.SendGroupSpec) -> dict[str, Any]:
     """``livenessProbe`` and ``readinessProbe`` of the worker container (``{}`` when
-    ``worker.probes.enabled`` is false). Liveness: ``GET /livez``, killed within
-    :data:`LIVENESS_GRACE_SECONDS` when it fails; readiness: ``GET /readyz``."""
+    ``worker.probes.enabled`` is false, and for ``runtime: laravel``). Liveness: ``GET /livez``,
+    killed within :data:`LIVENESS_GRACE_SECONDS` when it fails; readiness: ``GET /readyz``."""
     probes = spec.worker.probes or models.WorkerProbesSpec()
-    if not probes.enabled:
-        return {}
+    if not probes.enabled or spec.worker.runtime is models.WorkerRuntime.LARAVEL:
+        return {}  # php artisan queue:work serves no /livez or /readyz
     liveness = _probe("/livez", probes.liveness)
     liveness["terminationGracePeriodSeconds"] = LIVENESS_GRACE_SECONDS
     return {"livenessProbe": liveness, "readinessProbe": _probe("/readyz", probes.readiness)}

@@ -151,3 +151,9 @@ def test_worker_probes_point_at_the_health_server_and_follow_the_spec() -> None:
     assert builders.template_hash(REF, tuned, SETTINGS) != builders.template_hash(
         REF, _spec(), SETTINGS
     )
+
+
+def test_laravel_runtime_gets_no_probes_of_our_worker() -> None:
+    spec = _spec(worker={"runtime": "laravel"})
+    c = builders.deployment(REF, spec, SETTINGS, 1)["spec"]["template"]["spec"]["containers"][0]
+    assert "livenessProbe" not in c and "readinessProbe" not in c
