@@ -420,7 +420,7 @@ class Worker:
     async def _process(self, lane: _Lane, job: Reserved, reserved_until: float) -> None:
         payload = job.payload
         if payload is None:
-            await self._fail(job, "InvalidPayload", "payload is not a JSON object")
+            await self._fail(job, "InvalidPayload", job.invalid or "payload is not a JSON object")
             return
         handler = self.registry.get(payload.get("job"))
         if handler is None and laravel.is_laravel_job(payload.get("job")):

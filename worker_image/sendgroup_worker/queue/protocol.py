@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -58,6 +59,12 @@ PUSH_CHUNK: Final = 1000
 
 #: Longest exception message kept in a failed record (characters); longer ones are cut.
 MESSAGE_MAX: Final = 8192
+
+#: Deepest nesting of arrays/objects accepted in a job payload (levels, the envelope itself
+#: counting 1). Deeper payloads are refused as ``InvalidPayload``: Python's json module raises
+#: RecursionError on a few hundred levels, and nothing a mail job carries needs more than a few.
+MAX_JSON_DEPTH: Final = 64
+
 
 BeginSend = Literal["ok", "lost", "already_sent"]
 
@@ -125,6 +132,8 @@ class Reserved:
     * ``payload``: ``reserved`` decoded as JSON, or None if Python cannot decode it (Lua's cjson
       is laxer; the worker should then ``fail`` the job).
     * ``uuid``: the payload's ``uuid``; ``attempts``: reservations so far, this one included.
+    * ``invalid``: why the payload cannot be run (the failed record's message, exception
+      ``InvalidPayload``), or "" for a usable job; ``payload`` is None whenever it is set.
     """
 
     raw: bytes
@@ -132,6 +141,7 @@ class Reserved:
     payload: dict[str, Any] | None
     uuid: str
     attempts: int
+    invalid: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,13 +224,64 @@ def _num(value: float) -> str:
     return repr(float(value)) if value != int(value) else str(int(value))
 
 
-def decode_payload(data: bytes) -> dict[str, Any] | None:
-    """``data`` decoded as a JSON object, or None (invalid UTF-8, not JSON, not an object)."""
+def json_depth_exceeds(value: Any, limit: int) -> bool:
+    """True when ``value`` (decoded JSON) nests arrays/objects deeper than ``limit`` levels
+    (a scalar is 0 levels, ``[]`` 1). Iterative: never recurses, whatever the input."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Iterable[Any] = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+    return False
+
+
+def decode_job(data: bytes) -> tuple[dict[str, Any] | None, str]:
+    """``data`` decoded as a job envelope: ``(object, "")``, or ``(None, reason)`` when it is
+    not UTF-8, not JSON, not an object, nests deeper than :data:`MAX_JSON_DEPTH`, or carries
+    an ``attempts`` that is not a finite number >= 0. The one place payload bytes read from
+    Redis are decoded; never raises (RecursionError and MemoryError included)."""
     try:
         obj = json.loads(data)
-    except (ValueError, UnicodeDecodeError):
+    except UnicodeDecodeError:
+        return None, "payload is not UTF-8"
+    except ValueError as exc:
+        return None, f"payload is not JSON: {exc}"
+    except RecursionError:
+        return None, f"payload nests deeper than {MAX_JSON_DEPTH} levels"
+    except MemoryError:
+        return None, "payload too large to decode"
+    if not isinstance(obj, dict):
+        return None, "payload is not a JSON object"
+    if json_depth_exceeds(obj, MAX_JSON_DEPTH):
+        return None, f"payload nests deeper than {MAX_JSON_DEPTH} levels"
+    attempts = obj.get("attempts", 0)
+    number = _finite(attempts)
+    if number is None or number < 0:
+        return None, f'payload "attempts" is not a number >= 0: {str(attempts)[:40]!r}'
+    return obj, ""
+
+
+def decode_payload(data: bytes) -> dict[str, Any] | None:
+    """``data`` decoded as a JSON object, or None (see :func:`decode_job` for the reasons)."""
+    return decode_job(data)[0]
+
+
+def _finite(value: Any) -> float | None:
+    """``value`` (a JSON number or a numeric string) as a finite float, else None."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str | bytes):
         return None
-    return obj if isinstance(obj, dict) else None
+    try:
+        number = float(value.strip() if isinstance(value, str | bytes) else value)
+    except (ValueError, OverflowError):
+        return None
+    return number if math.isfinite(number) else None
 
 
 def _as_bytes(value: Any) -> bytes:
@@ -254,16 +315,22 @@ def parse_failed_record(data: bytes) -> FailedJob:
 
 
 def _reserved_from(raw: bytes, reserved: bytes) -> Reserved:
-    payload = decode_payload(reserved)
+    payload, invalid = decode_job(reserved)
     uuid = ""
     attempts = 0
     if payload is not None:
         uuid = str(payload.get("uuid", ""))
-        try:
-            attempts = int(float(payload.get("attempts", 0)))
-        except (TypeError, ValueError):
-            attempts = 0
-    return Reserved(raw=raw, reserved=reserved, payload=payload, uuid=uuid, attempts=attempts)
+        attempts = int(_finite(payload.get("attempts", 0)) or 0)
+    elif invalid:
+        # the script validated uuid and attempts: read the uuid back for the failed record
+        match = _UUID.search(reserved)
+        uuid = match.group(1).decode("utf-8", "replace") if match else ""
+    return Reserved(
+        raw=raw, reserved=reserved, payload=payload, uuid=uuid, attempts=attempts, invalid=invalid
+    )
+
+
+_UUID: Final = re.compile(rb'"uuid"\s*:\s*"([^"\\]{1,200})"')
 
 
 def parse_reserve_reply(reply: Any) -> ReserveResult:
@@ -522,6 +589,7 @@ def failed_forget_call(keys: QueueKeys, uuids: Sequence[str] | None) -> ScriptCa
 
 
 __all__ = [
+    "MAX_JSON_DEPTH",
     "MESSAGE_MAX",
     "PUSH_CHUNK",
     "SCRIPT_NAMES",
@@ -537,6 +605,7 @@ __all__ = [
     "ScriptCall",
     "begin_send_call",
     "clear_call",
+    "decode_job",
     "decode_payload",
     "done_call",
     "fail_call",
@@ -544,6 +613,7 @@ __all__ = [
     "failed_list_call",
     "failed_retry_call",
     "failed_retry_oldest_call",
+    "json_depth_exceeds",
     "later_call",
     "measure_call",
     "now_seconds",

@@ -1,0 +1,130 @@
+"""Producer data never wedges the worker or the operator's measurement (issue 16, item 3).
+
+Real redis-server, real worker processes, real SMTP sink. Each hostile payload class (deep JSON
+nesting, negative or non-finite ``attempts``, ``pushedAt`` out of range or not a number) must
+end in the failed structure once, with a reason, while the good jobs around it are delivered;
+and the operator's measurement must return a usable value with such a job at the head.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from datetime import UTC, datetime
+
+import pytest
+import redis
+
+from sendgroup_operator.queueio import RedisQueues
+from sendgroup_worker.queue.keys import QueueKeys
+from tests.support.smtp_sink import SmtpSink
+from tests.support.workers import (
+    WorkerProcess,
+    counts,
+    drained,
+    mail_payload,
+    sync_queue,
+    wait_for,
+    worker_env,
+)
+
+pytestmark = pytest.mark.redis
+
+Q = "mail-hostile"
+
+
+def _deep(depth: int) -> str:
+    """A JSON value nested ``depth`` arrays deep (cjson decodes up to 1000 levels, Python's
+    json module raises RecursionError well before that in a running program)."""
+    return "[" * depth + "]" * depth
+
+
+def _deep_job(uuid: str, depth: int) -> bytes:
+    body = mail_payload(f"{uuid}@x.example", uuid=uuid).decode()
+    return body.replace('"data":{', f'"data":{{"nested":{_deep(depth)},', 1).encode()
+
+
+HOSTILE: dict[str, bytes] = {
+    "deep-990": _deep_job("deep-990", 990),
+    "deep-200": _deep_job("deep-200", 200),
+    "neg-attempts": mail_payload("neg@x.example", uuid="neg-attempts", attempts=-1_000_000),
+    "nan-attempts": mail_payload("nan@x.example", uuid="nan-attempts", attempts="nan"),
+    "inf-attempts": mail_payload("inf@x.example", uuid="inf-attempts", attempts="inf"),
+    "huge-attempts": mail_payload("huge@x.example", uuid="huge-attempts", attempts=1e300),
+}
+
+
+def test_hostile_payloads_fail_once_and_good_ones_are_delivered(
+    redis_url: str, smtp_sink: SmtpSink
+) -> None:
+    q = sync_queue(redis_url, Q)
+    good = [mail_payload(f"good{i}@x.example", uuid=f"good-{i}") for i in range(20)]
+    mixed: list[bytes] = []
+    for i, payload in enumerate(HOSTILE.values()):
+        mixed += [payload, *good[i * 3 : i * 3 + 3]]
+    mixed += good[len(HOSTILE) * 3 :]
+    # the negative-attempts job must also be refused when its first try fails temporarily
+    smtp_sink.script("neg@x.example", "451 4.7.1 later")
+    q.push_many(mixed)
+    worker = WorkerProcess(worker_env(redis_url, Q, smtp_sink.port, WORKER_CONCURRENCY=2))
+    try:
+        wait_for(drained(q), 30, "the queue drained")
+        time.sleep(1.0)  # a job coming back from an expired reservation would show now
+        stats = q.measure()
+        page = q.failed_list(0, 100)
+    finally:
+        worker.stop()
+    log = worker.log()
+    assert "unexpected error" not in log, log[-3000:]
+    assert "Traceback" not in log, log[-3000:]
+    assert counts(stats) == (0, 0, 0, len(HOSTILE)), log[-3000:]
+    failed = {j.uuid: j for j in page.jobs}
+    assert set(failed) == set(HOSTILE), sorted(failed)
+    for uuid, job in failed.items():
+        # a finite, huge attempts is a valid count: past every tries limit, failed as such
+        want = "MaxAttemptsExceededException" if uuid == "huge-attempts" else "InvalidPayload"
+        assert job.exception == want, (uuid, job.exception, job.message)
+        assert job.message, uuid
+    assert stats.failed_total == len(HOSTILE)
+    assert set(smtp_sink.per_job()) == {f"good-{i}" for i in range(20)}
+    assert set(smtp_sink.per_job().values()) == {1}
+
+
+BAD_HEADS: dict[str, str] = {
+    "pushedAt far future": json.dumps({"uuid": "a", "attempts": 0, "pushedAt": 1e20}),
+    "pushedAt huge string": json.dumps({"uuid": "a", "attempts": 0, "pushedAt": "9e99"}),
+    "pushedAt 1e999": '{"uuid":"a","attempts":0,"pushedAt":1e999}',
+    "pushedAt NaN": '{"uuid":"a","attempts":0,"pushedAt":NaN}',
+    "pushedAt nan string": json.dumps({"uuid": "a", "attempts": 0, "pushedAt": "nan"}),
+    "pushedAt negative": json.dumps({"uuid": "a", "attempts": 0, "pushedAt": -1e15}),
+    "pushedAt list": json.dumps({"uuid": "a", "attempts": 0, "pushedAt": [1]}),
+    "pushedAt object": json.dumps({"uuid": "a", "attempts": 0, "pushedAt": {"x": 1}}),
+    "deep nesting": '{"uuid":"a","attempts":0,"pushedAt":1,"d":' + _deep(100_000) + "}",
+    "not UTF-8": '{"uuid":"a","pushedAt":"\xff"}',
+    "not JSON": "garbage",
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_HEADS))
+def test_measurement_survives_a_bad_head_job(
+    case: str, redis_url: str, redis_client: redis.Redis
+) -> None:
+    keys = QueueKeys("mail-badhead")
+    raw = BAD_HEADS[case]
+    redis_client.rpush(keys.ready, raw.encode("latin-1") if case == "not UTF-8" else raw)
+    redis_client.rpush(keys.ready, json.dumps({"uuid": "b", "attempts": 0, "pushedAt": 5}))
+
+    async def go() -> None:
+        queues = RedisQueues()
+        try:
+            m = await queues.measure(redis_url, "mail-badhead")
+        finally:
+            await queues.close()
+        assert m.ready == 2
+        # what the planner does with it (status.queue.oldestJobPushedAt) must work
+        if m.oldest_pushed_at is not None:
+            datetime.fromtimestamp(m.oldest_pushed_at, tz=UTC)
+            assert m.oldest_pushed_at >= 0
+
+    asyncio.run(go())
