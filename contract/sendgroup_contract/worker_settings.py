@@ -208,6 +208,20 @@ BACKPRESSURE_PATTERNS: Final = WorkerSetting(
     "none",
     "JSON list or one regex per line; a 4xx match suspends",
 )
+MAIL_MAX_BYTES: Final = WorkerSetting(
+    "mail_max_bytes",
+    "MAIL_MAX_BYTES",
+    "int",
+    "10485760",
+    "largest message per job, bytes; larger: InvalidMailData",
+)
+MAIL_MAX_RECIPIENTS: Final = WorkerSetting(
+    "mail_max_recipients",
+    "MAIL_MAX_RECIPIENTS",
+    "int",
+    "100",
+    "most recipients (to+cc+bcc) per job; more: InvalidMailData",
+)
 NAMESPACE: Final = WorkerSetting(
     "namespace",
     "SENDGROUP_NAMESPACE",
@@ -302,6 +316,8 @@ WORKER_SETTINGS: Final = (
     BACKPRESSURE_SUSPEND_AFTER,
     BACKPRESSURE_SUSPEND_FOR,
     BACKPRESSURE_PATTERNS,
+    MAIL_MAX_BYTES,
+    MAIL_MAX_RECIPIENTS,
     NAMESPACE,
     GROUP,
     OUTCOME_STREAM,

@@ -151,6 +151,8 @@ class WorkerConfig(BaseModel):
     outcome_stream: str | None = None
     outcome_stream_maxlen: int = Field(loopback.DEFAULT_MAXLEN, ge=0)
     suppression_set: str | None = None
+    mail_max_bytes: int = Field(10 * 1024 * 1024, ge=1024)
+    mail_max_recipients: int = Field(100, ge=1, le=100_000)
 
     metrics_port: int = Field(9090, ge=0, le=65535)
     metrics_host: str = "0.0.0.0"

@@ -56,7 +56,7 @@ from sendgroup_worker.queue.protocol import Ack, Reserved
 from sendgroup_worker.ratelimit import RateLimiter, RatePolicy
 from sendgroup_worker.redisclient import TRANSIENT_ERRORS, AsyncClient, build_async, detect_sync
 from sendgroup_worker.redisurl import RedisTarget, parse
-from sendgroup_worker.smtp import SmtpPool, SmtpSettings
+from sendgroup_worker.smtp import MailLimits, SmtpPool, SmtpSettings
 
 log = logging.getLogger("sendgroup_worker.worker")
 
@@ -509,6 +509,10 @@ class Worker:
     ) -> None:
         """Act on ``result``; with ``record`` (mail handlers) also write the outcome stream
         entry (see :mod:`sendgroup_worker.loopback`), before the outcome is committed."""
+        if result.sent_to > 1 and not self.limiter.unlimited:
+            # the rate counts recipients: the job's first slot was taken before reserving,
+            # the others are charged now (in debt: the next jobs wait for them)
+            await self._best_effort(self.limiter.charge(result.sent_to - 1, self.backpressure.run))
         if result.outcome is h.Outcome.DONE:
             # acknowledged inside the lane's next reserve call (one round trip saved), or by
             # _flush before the lane waits or stops
@@ -765,7 +769,9 @@ def build_worker(config: WorkerConfig) -> Worker:
         client, config.outcome_stream_key, config.suppression_set_key, config.outcome_stream_maxlen
     )
     screen = loopback.screen if loopback.suppressed is not None else None
-    registry = h.default_registry(pool, metrics, screen)
+    registry = h.default_registry(
+        pool, metrics, screen, MailLimits(config.mail_max_bytes, config.mail_max_recipients)
+    )
     check_timeout = min(5.0, config.smtp_command_timeout)
     health = WorkerHealth(
         stall_after=config.stall_after,
