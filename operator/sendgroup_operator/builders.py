@@ -195,12 +195,18 @@ def _secret(setting: ws.WorkerSetting, secret: str, key: str) -> dict[str, Any]:
 
 def redis_env(spec: models.SendGroupSpec, settings: Settings) -> dict[str, Any]:
     """``REDIS_URL``: from the Secret when ``redis.secretRef`` is set (the password never
-    appears in the pod spec), else the password-less ``redis.url`` or the operator default."""
+    appears in the pod spec), else the password-less ``redis.url``, else the operator default:
+    its Secret (``defaultRedisSecretRef``, same name in the group's namespace) when set, the
+    plain ``defaultRedisUrl`` otherwise."""
     redis = spec.redis
     if redis is not None and redis.secret_ref is not None:
         return _secret(ws.REDIS_URL, redis.secret_ref.name, redis.secret_ref.key)
-    url = redis.url if redis is not None and redis.url else settings.default_redis_url
-    return _value(ws.REDIS_URL, url)
+    if redis is not None and redis.url:
+        return _value(ws.REDIS_URL, redis.url)
+    default_secret = settings.default_redis_secret_ref
+    if default_secret is not None:
+        return _secret(ws.REDIS_URL, *default_secret)
+    return _value(ws.REDIS_URL, settings.default_redis_url)
 
 
 def worker_env(

@@ -24,6 +24,7 @@ from pydantic.alias_generators import to_camel
 from sendgroup_contract.durations import DURATION_PATTERN as DURATION_PATTERN
 from sendgroup_contract.keys import QUEUE_NAME_PATTERN as QUEUE_NAME_PATTERN
 from sendgroup_contract.tls import SmtpTls as SmtpTls
+from sendgroup_worker import redisurl
 from sendgroup_worker.redisurl import PASSWORD_PATTERNS, URL_SCHEME_PATTERN
 
 GROUP: Final = "sendgroups.io"
@@ -176,10 +177,18 @@ class RedisSpec(_Model):
                 "rediss+cluster://, redis+sentinel:// or rediss+sentinel://",
             ),
             _cel(
-                " && ".join(f"!self.matches('{p}')" for p in PASSWORD_PATTERNS),
-                "redis.url must not contain a password (user:password@ or ?password=): put the "
-                "full URL in a Secret and reference it with redis.secretRef "
-                "(rule: no password in redis.url)",
+                " && ".join(
+                    [f"!self.matches('{p}')" for p in PASSWORD_PATTERNS]
+                    + [
+                        # any user info (redis-py reads "secret@host" as a password), and a
+                        # percent-encoded option name (?pass%77ord= is ?password=)
+                        "!self.matches('^[a-z+]+://[^?#]*@')",
+                        "!self.matches('[?&][^=&]*%')",
+                    ]
+                ),
+                "redis.url must not contain a password (user info before '@', or a query such "
+                "as ?password=, percent-encoded or not): put the full URL in a Secret and "
+                "reference it with redis.secretRef (rule: no password in redis.url)",
             ),
         ),
     )
@@ -190,6 +199,25 @@ class RedisSpec(_Model):
     secret_ref: SecretKeyRef | None = None
     """Secret key holding the full Redis URL, password inside; never copied into spec, status,
     events or logs."""
+
+    @field_validator("url")
+    @classmethod
+    def _url_without_credentials(cls, value: str | None) -> str | None:
+        # the operator's own check, read by the same parser every client uses: whatever
+        # slips past the CEL rule (an older CRD) never carries a credential into pod env
+        if value is None:
+            return value
+        try:
+            target = redisurl.parse(value)
+        except redisurl.RedisUrlError as exc:
+            raise ValueError(str(exc)) from None
+        before_query = value.partition("?")[0].partition("#")[0]
+        if "@" in before_query or target.password is not None or target.username is not None:
+            raise ValueError(
+                "redis.url must not contain a password: use redis.secretRef "
+                "(rule: no password in redis.url)"
+            )
+        return value
 
 
 class ResourceRequirements(_Model):

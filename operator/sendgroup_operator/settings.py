@@ -112,6 +112,15 @@ class Settings:
         "defaultRedisUrl",
         "Redis for groups without spec.redis",
     )
+    default_redis_secret: str = _setting(
+        "",
+        "SENDGROUP_DEFAULT_REDIS_SECRET",
+        "defaultRedisSecretRef",
+        "Secret `name/key` holding the default Redis URL (password inside): worker pods and "
+        "Jobs of groups without spec.redis read REDIS_URL from it (the Secret must exist in "
+        "each group's namespace), the operator from its own namespace's copy; empty = "
+        "defaultRedisUrl as plain env",
+    )
     default_image: str = _setting(
         "sendgroup-worker:latest",
         "SENDGROUP_DEFAULT_IMAGE",
@@ -278,6 +287,14 @@ class Settings:
     )
 
     @property
+    def default_redis_secret_ref(self) -> tuple[str, str] | None:
+        """(Secret name, key) of the default Redis URL, or None (plain ``defaultRedisUrl``)."""
+        if not self.default_redis_secret:
+            return None
+        name, _, key = self.default_redis_secret.partition("/")
+        return name, key
+
+    @property
     def clusterwide(self) -> bool:
         """True when all namespaces are watched (``SENDGROUP_WATCH_NAMESPACES=*``)."""
         return "*" in self.watch_namespaces
@@ -308,8 +325,16 @@ class Settings:
             raise SettingsError(
                 f"SENDGROUP_DEFAULT_REDIS_URL: {redisurl.redact(str(exc), redis_url)}"
             ) from None
+        secret = e.get("SENDGROUP_DEFAULT_REDIS_SECRET", "").strip()
+        if secret:
+            name, slash, key = secret.partition("/")
+            if not (slash and name and key and "/" not in key):
+                raise SettingsError(
+                    f"SENDGROUP_DEFAULT_REDIS_SECRET={secret!r}: expected <secret name>/<key>"
+                )
         return cls(
             default_redis_url=redis_url,
+            default_redis_secret=secret,
             default_image=e.get("SENDGROUP_DEFAULT_IMAGE") or d.default_image,
             key_prefix=e.get("SENDGROUP_KEY_PREFIX", ""),
             image_pull_policy=e.get("SENDGROUP_IMAGE_PULL_POLICY") or d.image_pull_policy,

@@ -246,6 +246,11 @@ BAD_SPECS = [
     ({"reaper": {"idleAfter": "30 minutes"}}, "duration well-formed"),
     ({"redis": {"url": "redis://:hunter2@redis:6379/0"}}, "redis.secretRef"),
     ({"redis": {"url": "redis://redis:6379/0?Password=hunter2"}}, "no password in redis.url"),
+    # issue 16: a percent-encoded query key and a password-only user info (redis-py reads
+    # both as the password) are refused too
+    ({"redis": {"url": "redis://redis:6379/0?pass%77ord=hunter2"}}, "no password in redis.url"),
+    ({"redis": {"url": "redis://hunter2@redis:6379/0"}}, "no password in redis.url"),
+    ({"redis": {"url": "redis://:hun/ter2@redis:6379/0"}}, "no password in redis.url"),
 ]
 
 

@@ -157,3 +157,21 @@ def test_laravel_runtime_gets_no_probes_of_our_worker() -> None:
     spec = _spec(worker={"runtime": "laravel"})
     c = builders.deployment(REF, spec, SETTINGS, 1)["spec"]["template"]["spec"]["containers"][0]
     assert "livenessProbe" not in c and "readinessProbe" not in c
+
+
+def test_default_redis_from_a_secret_is_never_plain_env() -> None:
+    """Issue 16: with ``defaultRedisSecretRef`` a group without spec.redis reads REDIS_URL
+    from that Secret (worker and Jobs); a password-less ``redis.url`` stays plain."""
+    with_secret = Settings(default_image="img:1", default_redis_secret="redis-default/url")
+    ctr = builders.deployment(REF, _spec(), with_secret, 1)["spec"]["template"]["spec"][
+        "containers"
+    ][0]
+    assert _env(ctr)["REDIS_URL"] == {"secretKeyRef": {"name": "redis-default", "key": "url"}}
+    plain = _spec(redis={"url": "redis://other:6379/1"})
+    ctr = builders.deployment(REF, plain, with_secret, 1)["spec"]["template"]["spec"]["containers"][
+        0
+    ]
+    assert _env(ctr)["REDIS_URL"] == "redis://other:6379/1"
+    assert builders.redis_env(_spec(), with_secret)["valueFrom"]["secretKeyRef"]["name"] == (
+        "redis-default"
+    )
