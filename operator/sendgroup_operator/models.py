@@ -12,7 +12,6 @@ other time is integer seconds; counts are jobs.
 
 from __future__ import annotations
 
-import re
 from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, Final, Literal
@@ -25,6 +24,7 @@ from sendgroup_contract.durations import DURATION_PATTERN as DURATION_PATTERN
 from sendgroup_contract.keys import QUEUE_NAME_PATTERN as QUEUE_NAME_PATTERN
 from sendgroup_contract.tls import SmtpTls as SmtpTls
 from sendgroup_worker import redisurl
+from sendgroup_worker.patterns import PatternError, compile_pattern
 from sendgroup_worker.redisurl import PASSWORD_PATTERNS, URL_SCHEME_PATTERN
 
 GROUP: Final = "sendgroups.io"
@@ -479,21 +479,19 @@ class BackpressureSpec(_Model):
     patterns: list[Annotated[str, Field(max_length=512)]] | None = Field(
         default=None, max_length=50
     )
-    """Regular expressions (Python's ``re`` syntax, as the workers use them): a 4xx reply whose
-    text matches one suspends the group at once (providers' deferral codes). The operator
-    refuses a group whose pattern does not compile (event InvalidSpec) instead of starting
-    workers that would exit on it."""
+    """Regular expressions (RE2 syntax: Python's without backreferences and lookaround;
+    case-insensitive, matched in linear time): a 4xx reply whose text matches one suspends the
+    group at once (providers' deferral codes). The operator refuses a group whose pattern does
+    not compile (event InvalidSpec) instead of starting workers that would exit on it."""
 
     @field_validator("patterns")
     @classmethod
     def _patterns_compile(cls, value: list[str] | None) -> list[str] | None:
         for i, pattern in enumerate(value or []):
             try:
-                re.compile(pattern)
-            except re.error as exc:
-                raise ValueError(
-                    f"backpressure.patterns[{i}] {pattern!r} is not a regular expression: {exc}"
-                ) from None
+                compile_pattern(pattern)
+            except PatternError as exc:
+                raise ValueError(f"backpressure.patterns[{i}]: {exc}") from None
         return value
 
 
