@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
 import time
 from datetime import UTC, datetime
 
@@ -20,6 +22,7 @@ from sendgroup_operator.queueio import RedisQueues
 from sendgroup_worker.queue.keys import QueueKeys
 from tests.support.smtp_sink import SmtpSink
 from tests.support.workers import (
+    WORKER_BIN,
     WorkerProcess,
     counts,
     drained,
@@ -128,3 +131,55 @@ def test_measurement_survives_a_bad_head_job(
             assert m.oldest_pushed_at >= 0
 
     asyncio.run(go())
+
+
+def _cli(redis_url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(WORKER_BIN), *args, "--queue", "mail-badfailed"],
+        env={**os.environ, "REDIS_URL": redis_url},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_failed_list_survives_malformed_records(redis_url: str, redis_client: redis.Redis) -> None:
+    """Issue 16 item 5: one malformed record in the failed hash crashed ``failed list``."""
+    q = sync_queue(redis_url, "mail-badfailed")
+    keys = q.keys
+    good = json.dumps(
+        {
+            "uuid": "good",
+            "payload": mail_payload("a@x.example", uuid="good").decode(),
+            "exception": "SmtpPermanentFailure",
+            "message": "550 no",
+            "failedAt": 1796000000,
+        }
+    )
+    records = {
+        "good": good,
+        "not-json": "{{{",
+        "a-list": "[1, 2]",
+        "deep": "[" * 100_000 + "]" * 100_000,
+        "bad-time": json.dumps({"uuid": "bad-time", "payload": "{}", "failedAt": 1e300}),
+        "odd-data": json.dumps(
+            {"uuid": "odd-data", "payload": '{"uuid":"odd-data","data":"text"}', "failedAt": 5}
+        ),
+    }
+    for i, (rid, rec) in enumerate(records.items()):
+        redis_client.hset(keys.failed_jobs, rid, rec)
+        redis_client.zadd(keys.failed, {rid: 1796000000 + i})
+    listed = _cli(redis_url, "failed", "list", "--json")
+    assert listed.returncode == 0, listed.stderr
+    rows = {json.loads(line)["uuid"]: json.loads(line) for line in listed.stdout.splitlines()}
+    assert set(rows) == set(records)
+    assert rows["good"]["to"] == "a@x.example"
+    assert rows["not-json"]["exception"] == "UnreadableRecord"
+    assert rows["deep"]["exception"] == "UnreadableRecord"
+    plain = _cli(redis_url, "failed", "list")
+    assert plain.returncode == 0 and "6 of 6 failed jobs" in plain.stderr, plain.stderr
+    shown = _cli(redis_url, "failed", "show", "not-json")
+    assert shown.returncode == 0 and "UnreadableRecord" in shown.stdout, shown.stderr
+    forgot = _cli(redis_url, "failed", "forget", "--all")
+    assert forgot.returncode == 0, forgot.stderr
+    assert q.failed_list().total == 0

@@ -116,7 +116,16 @@ def _redis_errors(url: str) -> Iterator[None]:
 
 
 def _fmt_time(ts: float) -> str:
-    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    try:
+        return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    except (OverflowError, ValueError, OSError):
+        return "-"
+
+
+def _recipient(payload: Any) -> Any:
+    """``data.to`` of a failed job's payload, or None when the payload has no such field."""
+    data = payload.get("data") if isinstance(payload, dict) else None
+    return data.get("to") if isinstance(data, dict) else None
 
 
 @contextmanager
@@ -327,8 +336,7 @@ def failed_list_command(queue: Queue, offset: int, limit: int, as_json: bool) ->
     """Failed jobs, newest first."""
     page = queue.failed_list(offset, limit)
     for j in page.jobs:
-        payload = j.payload_json()
-        to = payload.get("data", {}).get("to") if isinstance(payload, dict) else None
+        to = _recipient(j.payload_json())
         if as_json:
             click.echo(
                 json.dumps(

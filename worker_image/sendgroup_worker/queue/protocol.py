@@ -298,19 +298,34 @@ def _as_int(value: Any) -> int:
     return int(value)
 
 
-def parse_failed_record(data: bytes) -> FailedJob:
+#: ``exception`` of a failed record that cannot be read (written by someone else, damaged).
+UNREADABLE_RECORD: Final = "UnreadableRecord"
+
+
+def parse_failed_record(data: bytes, record_id: str = "") -> FailedJob:
     """Decode a failed record written by the scripts (``cjson.encode`` of uuid, payload,
     exception, message, failedAt). Non-UTF-8 payload bytes round-trip exactly (cjson writes
-    them raw; decoded here with ``surrogateescape``). Raises ValueError on a corrupt record."""
-    obj = json.loads(data.decode("utf-8", "surrogateescape"))
+    them raw; decoded here with ``surrogateescape``). Never raises: a record that is not such
+    an object comes back as exception :data:`UNREADABLE_RECORD` with its raw bytes as the
+    payload and ``record_id`` (its key in the hash) as uuid, so it can still be listed, shown
+    and forgotten; a ``failedAt`` out of any clock's range reads as 0."""
+    try:
+        obj: Any = json.loads(data.decode("utf-8", "surrogateescape"))
+    except (ValueError, RecursionError) as exc:
+        obj = exc
     if not isinstance(obj, dict):
-        raise ValueError("failed record is not a JSON object")
+        why = f"not JSON: {obj}" if isinstance(obj, Exception) else "not a JSON object"
+        return FailedJob(record_id, data, UNREADABLE_RECORD, f"failed record is {why}", 0.0)
+    try:
+        payload = str(obj.get("payload", "")).encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        payload = data
     return FailedJob(
-        uuid=str(obj.get("uuid", "")),
-        payload=str(obj.get("payload", "")).encode("utf-8", "surrogateescape"),
+        uuid=str(obj.get("uuid", "") or record_id),
+        payload=payload,
         exception=str(obj.get("exception", "")),
         message=str(obj.get("message", "")),
-        failed_at=float(obj.get("failedAt", 0) or 0),
+        failed_at=parse_pushed_at(obj.get("failedAt")) or 0.0,
     )
 
 
@@ -535,8 +550,15 @@ def measure_call(keys: QueueKeys, now: float | None = None) -> ScriptCall[QueueM
 
 
 def _parse_failed_page(reply: Any) -> FailedPage:
+    items = reply[1:]
     return FailedPage(
-        total=_as_int(reply[0]), jobs=[parse_failed_record(_as_bytes(r)) for r in reply[1:]]
+        total=_as_int(reply[0]),
+        jobs=[
+            parse_failed_record(
+                _as_bytes(items[i + 1]), _as_bytes(items[i]).decode("utf-8", "replace")
+            )
+            for i in range(0, len(items) - 1, 2)
+        ],
     )
 
 
@@ -593,6 +615,7 @@ __all__ = [
     "MESSAGE_MAX",
     "PUSH_CHUNK",
     "SCRIPT_NAMES",
+    "UNREADABLE_RECORD",
     "Ack",
     "BeginSend",
     "FailedJob",
