@@ -20,6 +20,7 @@ import redis
 
 from sendgroup_operator.queueio import RedisQueues
 from sendgroup_worker.queue.keys import QueueKeys
+from tests.support.redis_server import RedisServer
 from tests.support.smtp_sink import SmtpSink
 from tests.support.workers import (
     WORKER_BIN,
@@ -183,3 +184,36 @@ def test_failed_list_survives_malformed_records(redis_url: str, redis_client: re
     forgot = _cli(redis_url, "failed", "forget", "--all")
     assert forgot.returncode == 0, forgot.stderr
     assert q.failed_list().total == 0
+
+
+def test_redis_out_of_memory_is_logged_once_and_nothing_is_lost(smtp_sink: SmtpSink) -> None:
+    """Issue 16 item 5: a Redis at maxmemory made every lane log a traceback every second."""
+    server = RedisServer().start()
+    try:
+        client = server.client()
+        q = sync_queue(server.url, "mail-oom")
+        q.push_many([mail_payload(f"oom{i}@x.example", uuid=f"oom-{i}") for i in range(20)])
+        used = int(client.info("memory")["used_memory"])
+        client.config_set("maxmemory-policy", "noeviction")
+        client.config_set("maxmemory", str(max(1, used // 2)))
+        worker = WorkerProcess(
+            # the shared rate limit's script writes first thing: Redis refuses it at maxmemory
+            worker_env(
+                server.url, "mail-oom", smtp_sink.port, WORKER_CONCURRENCY=4, RATE_PER_MINUTE=6000
+            )
+        )
+        try:
+            wait_for(lambda: "out of memory" in worker.log(), 20, "the OOM logged")
+            time.sleep(4)  # four lanes, several retries each
+            assert smtp_sink.snapshot() == []
+            client.config_set("maxmemory", "0")
+            wait_for(drained(q), 30, "the queue drained once Redis has room")
+        finally:
+            worker.stop()
+        log = worker.log()
+        assert log.count("out of memory") == 1, log[-3000:]
+        assert "Traceback" not in log and "unexpected error" not in log, log[-3000:]
+        assert set(smtp_sink.per_job()) == {f"oom-{i}" for i in range(20)}
+        assert set(smtp_sink.per_job().values()) == {1}
+    finally:
+        server.cleanup()
