@@ -11,9 +11,11 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import subprocess
 import time
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 import redis
@@ -215,5 +217,42 @@ def test_redis_out_of_memory_is_logged_once_and_nothing_is_lost(smtp_sink: SmtpS
         assert "Traceback" not in log and "unexpected error" not in log, log[-3000:]
         assert set(smtp_sink.per_job()) == {f"oom-{i}" for i in range(20)}
         assert set(smtp_sink.per_job().values()) == {1}
+    finally:
+        server.cleanup()
+
+
+def test_push_interrupted_by_redis_oom_says_how_far_it_got_and_resumes(tmp_path: Path) -> None:
+    """Issue 16 item 5: ``push`` stopped by a full Redis must say how many rows are queued
+    and resume from there with nothing lost and nothing twice."""
+    server = RedisServer().start()
+    try:
+        client = server.client()
+        rows = 3000
+        csv = tmp_path / "rows.csv"
+        body = "x" * 1000
+        csv.write_text(
+            "to,from,subject,text\n"
+            + "".join(f"r{i}@x.example,s@x.example,hi,{body}\n" for i in range(rows))
+        )
+        used = int(client.info("memory")["used_memory"])
+        client.config_set("maxmemory", str(used + 1_500_000))  # room for ~1000 rows
+        env = {**os.environ, "REDIS_URL": server.url}
+        args = [str(WORKER_BIN), "push", str(csv), "--queue", "mail-push", "--batch-size", "250"]
+        first = subprocess.run(args, env=env, capture_output=True, text=True, timeout=120)
+        assert first.returncode == 1, first.stdout + first.stderr
+        assert "Traceback" not in first.stderr and "out of memory" in first.stderr, first.stderr
+        match = re.search(r"resume with --skip (\d+)", first.stderr)
+        assert match, first.stderr
+        done = int(match.group(1))
+        keys = QueueKeys("mail-push")
+        assert 0 < done < rows and client.llen(keys.ready) == done
+        client.config_set("maxmemory", "0")
+        second = subprocess.run(
+            [*args, "--skip", str(done)], env=env, capture_output=True, text=True, timeout=120
+        )
+        assert second.returncode == 0, second.stderr
+        assert client.llen(keys.ready) == rows
+        recipients = [json.loads(p)["data"]["to"] for p in client.lrange(keys.ready, 0, -1)]
+        assert recipients == [f"r{i}@x.example" for i in range(rows)]
     finally:
         server.cleanup()
