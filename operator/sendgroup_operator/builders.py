@@ -22,6 +22,9 @@ from sendgroup_operator.settings import DUMPS_MOUNT, Settings
 MAX_NAME: Final = 63
 HASH_LEN: Final = 8
 
+#: the dump segments' signing key (``sendgroup_worker.dumps.format.KEY_ENV``), a Job variable
+ENV_DUMP_SIGNING_KEY: Final = "DUMP_SIGNING_KEY"
+
 WORKER_COMMAND: Final = ("sendgroup-worker", "work")
 #: ``sendgroup-worker <cmd> --queue Q --dumps-dir DIR`` per Job kind; Redis from $REDIS_URL.
 #: ``purge --dumps-dir`` deletes the queue's keys and its dump segments.
@@ -533,22 +536,39 @@ def job(
     The command's JSON summary goes to stdout; its last line also becomes the termination
     message (``FallbackToLogsOnError``) when it fails."""
     meta = _metadata(ref, job_name(ref.name, kind, number), kind)
+    env = [
+        _value(ws.QUEUE, spec.queue_name(ref.name)),
+        _value(ws.KEY_PREFIX, settings.key_prefix),
+        redis_env(spec, settings),
+    ]
+    key_ref = settings.dump_signing_secret_ref
+    if key_ref is not None:
+        name, key = key_ref
+        env.append(
+            {
+                "name": ENV_DUMP_SIGNING_KEY,
+                "valueFrom": {"secretKeyRef": {"name": name, "key": key}},
+            }
+        )
     container = {
         "name": kind,
         "image": image(spec, settings),
         "imagePullPolicy": settings.image_pull_policy,
         "command": job_command(ref, spec, kind),
-        "env": [
-            _value(ws.QUEUE, spec.queue_name(ref.name)),
-            _value(ws.KEY_PREFIX, settings.key_prefix),
-            redis_env(spec, settings),
-        ],
+        "env": env,
         "resources": job_resources(spec, settings),
         "securityContext": container_security_context(),
         "terminationMessagePolicy": "FallbackToLogsOnError",
         "volumeMounts": [
             {"name": "tmp", "mountPath": "/tmp"},
-            {"name": "dumps", "mountPath": DUMPS_MOUNT},
+            # only the group's own directory of the claim (the kubelet resolves subPath
+            # without following links out of the volume): a Job never sees another group's
+            # or another namespace's dumps
+            {
+                "name": "dumps",
+                "mountPath": dumps_dir(ref),
+                "subPath": f"{ref.namespace}/{ref.name}",
+            },
         ],
     }
     volumes = [{"name": "dumps", "persistentVolumeClaim": {"claimName": settings.dumps_claim_name}}]

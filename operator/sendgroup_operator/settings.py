@@ -76,6 +76,16 @@ def _meta(env: str, value: str, doc: str) -> dict[str, str]:
     return {"env": env, "value": value, "doc": doc}
 
 
+def _secret_ref(env: Mapping[str, str], name: str) -> str:
+    """A ``<secret name>/<key>`` setting, or ""; raises :class:`SettingsError` otherwise."""
+    raw = env.get(name, "").strip()
+    if raw:
+        secret, slash, key = raw.partition("/")
+        if not (slash and secret and key and "/" not in key):
+            raise SettingsError(f"{name}={raw!r}: expected <secret name>/<key>")
+    return raw
+
+
 def _setting(default: Any, env: str, value: str, doc: str) -> Any:
     """A :class:`Settings` field: its default, environment variable, Helm value (``""`` when
     the chart has none) and meaning (the text of docs/reference.md)."""
@@ -120,6 +130,14 @@ class Settings:
         "Jobs of groups without spec.redis read REDIS_URL from it (the Secret must exist in "
         "each group's namespace), the operator from its own namespace's copy; empty = "
         "defaultRedisUrl as plain env",
+    )
+    dump_signing_secret: str = _setting(
+        "",
+        "SENDGROUP_DUMP_SIGNING_SECRET",
+        "dumpSigningSecretRef",
+        "Secret `name/key` of the key that signs dump segments (HMAC-SHA256): dump and restore "
+        "Jobs read it through secretKeyRef (a Secret of that name in each group's namespace); "
+        "a restore then refuses any segment not signed with it; empty = checksums only",
     )
     default_image: str = _setting(
         "sendgroup-worker:latest",
@@ -287,6 +305,14 @@ class Settings:
     )
 
     @property
+    def dump_signing_secret_ref(self) -> tuple[str, str] | None:
+        """(Secret name, key) of the segment signing key, or None (not signed)."""
+        if not self.dump_signing_secret:
+            return None
+        name, _, key = self.dump_signing_secret.partition("/")
+        return name, key
+
+    @property
     def default_redis_secret_ref(self) -> tuple[str, str] | None:
         """(Secret name, key) of the default Redis URL, or None (plain ``defaultRedisUrl``)."""
         if not self.default_redis_secret:
@@ -325,16 +351,11 @@ class Settings:
             raise SettingsError(
                 f"SENDGROUP_DEFAULT_REDIS_URL: {redisurl.redact(str(exc), redis_url)}"
             ) from None
-        secret = e.get("SENDGROUP_DEFAULT_REDIS_SECRET", "").strip()
-        if secret:
-            name, slash, key = secret.partition("/")
-            if not (slash and name and key and "/" not in key):
-                raise SettingsError(
-                    f"SENDGROUP_DEFAULT_REDIS_SECRET={secret!r}: expected <secret name>/<key>"
-                )
+        secret = _secret_ref(e, "SENDGROUP_DEFAULT_REDIS_SECRET")
         return cls(
             default_redis_url=redis_url,
             default_redis_secret=secret,
+            dump_signing_secret=_secret_ref(e, "SENDGROUP_DUMP_SIGNING_SECRET"),
             default_image=e.get("SENDGROUP_DEFAULT_IMAGE") or d.default_image,
             key_prefix=e.get("SENDGROUP_KEY_PREFIX", ""),
             image_pull_policy=e.get("SENDGROUP_IMAGE_PULL_POLICY") or d.image_pull_policy,

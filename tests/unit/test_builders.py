@@ -112,7 +112,23 @@ def test_dump_job() -> None:
         "--dumps-dir",
         "/dumps/mail/gmail-1",
     ]
-    assert {"name": "dumps", "mountPath": "/dumps"} in ctr["volumeMounts"]
+    # issue 16: only the group's own directory of the claim is mounted
+    assert {
+        "name": "dumps",
+        "mountPath": "/dumps/mail/gmail-1",
+        "subPath": "mail/gmail-1",
+    } in ctr["volumeMounts"]
+    assert "DUMP_SIGNING_KEY" not in {e["name"] for e in ctr["env"]}
+    signed = Settings(default_image="img:1", dump_signing_secret="dump-key/key")
+    env = {
+        e["name"]: e
+        for e in builders.job(REF, _spec(), signed, "restore", 1)["spec"]["template"]["spec"][
+            "containers"
+        ][0]["env"]
+    }
+    assert env["DUMP_SIGNING_KEY"]["valueFrom"] == {
+        "secretKeyRef": {"name": "dump-key", "key": "key"}
+    }
     assert (
         builders.job(REF, _spec(), SETTINGS, "purge", 1)["spec"]["template"]["spec"]["containers"][
             0
