@@ -281,10 +281,13 @@ def worker_probes(spec: models.SendGroupSpec) -> dict[str, Any]:
 
 
 def _resources(spec: models.SendGroupSpec) -> dict[str, Any]:
+    """The container's resources; every quantity as a string (``cpu: 1`` in a manifest is an
+    integer, which core/v1 accepts but the Kubernetes client's models do not)."""
     res = spec.worker.resources
     if res is None:
         return {k: dict(v) for k, v in DEFAULT_RESOURCES.items()}
-    return res.model_dump(by_alias=True, exclude_none=True)
+    dumped: dict[str, dict[str, Any]] = res.model_dump(by_alias=True, exclude_none=True)
+    return {section: {k: str(q) for k, q in values.items()} for section, values in dumped.items()}
 
 
 def _merged_map(default: dict[str, str] | None, group: dict[str, str] | None) -> dict[str, str]:

@@ -12,6 +12,7 @@ other time is integer seconds; counts are jobs.
 
 from __future__ import annotations
 
+import hashlib
 from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, Final, Literal
@@ -97,6 +98,8 @@ StringMap = Annotated[
     dict[str, str],
     WithJsonSchema({"type": "object", "additionalProperties": {"type": "string"}}),
 ]
+#: Longest default queue name (the queue rule's limit, sendgroup_worker.queue.keys).
+DEFAULT_QUEUE_MAX: Final = 200
 
 
 class _Model(BaseModel):
@@ -620,8 +623,16 @@ class SendGroupSpec(_Model):
     """A PodDisruptionBudget for the worker pods; unset = none."""
 
     def queue_name(self, name: str) -> str:
-        """The effective queue: ``spec.queue`` or ``mail-<metadata.name>``."""
-        return self.queue if self.queue else f"mail-{name}"
+        """The effective queue: ``spec.queue`` or ``mail-<metadata.name>``; a name too long
+        for the queue rule (200 characters) is shortened to its first 180 characters, ``-``
+        and 8 hex digits of its SHA-256, stable and distinct."""
+        if self.queue:
+            return self.queue
+        queue = f"mail-{name}"
+        if len(queue) > DEFAULT_QUEUE_MAX:
+            digest = hashlib.sha256(name.encode()).hexdigest()[:8]
+            queue = f"mail-{name[:180].rstrip('.-')}-{digest}"
+        return queue
 
 
 # ----------------------------------------------------------------------------- status

@@ -191,3 +191,23 @@ def test_default_redis_from_a_secret_is_never_plain_env() -> None:
     assert builders.redis_env(_spec(), with_secret)["valueFrom"]["secretKeyRef"]["name"] == (
         "redis-default"
     )
+
+
+def test_integer_quantities_become_strings() -> None:
+    """Issue 16: ``cpu: 1`` (an integer, valid in any manifest) reached the Kubernetes client
+    as an int; the Deployment carries quantities as strings."""
+    spec = _spec(worker={"resources": {"limits": {"cpu": 1, "memory": "256Mi"},
+                                       "requests": {"cpu": 0}}})  # fmt: skip
+    ctr = builders.deployment(REF, spec, SETTINGS, 1)["spec"]["template"]["spec"]["containers"][0]
+    assert ctr["resources"] == {"limits": {"cpu": "1", "memory": "256Mi"}, "requests": {"cpu": "0"}}
+
+
+def test_a_long_metadata_name_still_gives_a_valid_default_queue() -> None:
+    from sendgroup_worker.queue.keys import validate_queue_name
+
+    for name in ("a" * 195, "a" * 196, "b." * 126 + "c", "x" * 253):
+        queue = _spec().queue_name(name)
+        validate_queue_name(queue)
+        assert queue.startswith("mail-") and len(queue) <= 200
+    assert _spec().queue_name("a" * 253) != _spec().queue_name("a" * 252)
+    assert _spec().queue_name("gmail") == "mail-gmail"  # short names unchanged

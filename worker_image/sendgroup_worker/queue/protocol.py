@@ -34,6 +34,7 @@ from typing import Any, Final, Generic, Literal, TypeVar
 from sendgroup_contract import measure
 from sendgroup_contract.keys import QueueKeys
 from sendgroup_contract.measure import QueueMeasure
+from sendgroup_contract.timestamps import parse_pushed_at
 
 T = TypeVar("T")
 
