@@ -53,6 +53,7 @@ SCRIPT_NAMES: Final = (
     "failed_list",
     "failed_retry",
     "failed_forget",
+    "claim",
 )
 
 #: Payloads per ``push`` script call; a bigger batch is split into several calls (each atomic).
@@ -611,6 +612,39 @@ def failed_forget_call(keys: QueueKeys, uuids: Sequence[str] | None) -> ScriptCa
     return ScriptCall("failed_forget", (keys.failed, keys.failed_jobs), args, _as_int)
 
 
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """Reply of :func:`claim_call`: ``held`` True when the caller owns the queue after the call
+    (for a release: it let go, or nobody held it); ``owner`` the owner then
+    (``<namespace>/<name>/<uid>``, "" for none)."""
+
+    held: bool
+    owner: str
+
+
+def owner_id(namespace: str, name: str, uid: str) -> str:
+    """The owner string of a SendGroup: ``<namespace>/<name>/<uid>`` (the uid tells a group
+    from a deleted and re-created one of the same name)."""
+    for part in (namespace, name, uid):
+        if not part or "/" in part:
+            raise ValueError(f"owner part {part!r} must be non-empty and without '/'")
+    return f"{namespace}/{name}/{uid}"
+
+
+def _parse_claim(reply: Any) -> Claim:
+    return Claim(held=_as_int(reply[0]) == 1, owner=_as_bytes(reply[1]).decode("utf-8", "replace"))
+
+
+def claim_call(keys: QueueKeys, owner: str, release: bool = False) -> ScriptCall[Claim]:
+    """Claim the queue for ``owner`` (first claim wins; the owner claiming again is a no-op),
+    or with ``release`` give it up (only its owner can). One atomic script (``claim.lua``)."""
+    if not owner:
+        raise ValueError("owner must not be empty")
+    return ScriptCall(
+        "claim", (keys.owner,), (owner, "release" if release else "claim"), _parse_claim
+    )
+
+
 __all__ = [
     "MAX_JSON_DEPTH",
     "MESSAGE_MAX",
@@ -619,6 +653,7 @@ __all__ = [
     "UNREADABLE_RECORD",
     "Ack",
     "BeginSend",
+    "Claim",
     "FailedJob",
     "FailedPage",
     "QueueMeasure",
@@ -628,6 +663,7 @@ __all__ = [
     "RetryResult",
     "ScriptCall",
     "begin_send_call",
+    "claim_call",
     "clear_call",
     "decode_job",
     "decode_payload",
@@ -641,6 +677,7 @@ __all__ = [
     "later_call",
     "measure_call",
     "now_seconds",
+    "owner_id",
     "parse_failed_record",
     "parse_reserve_reply",
     "push_calls",
