@@ -76,6 +76,13 @@ def _meta(env: str, value: str, doc: str) -> dict[str, str]:
     return {"env": env, "value": value, "doc": doc}
 
 
+def _choice(env: Mapping[str, str], name: str, choices: tuple[str, ...], default: str) -> str:
+    raw = env.get(name, "").strip() or default
+    if raw not in choices:
+        raise SettingsError(f"{name}={raw!r}: expected one of {', '.join(choices)}")
+    return raw
+
+
 def _secret_ref(env: Mapping[str, str], name: str) -> str:
     """A ``<secret name>/<key>`` setting, or ""; raises :class:`SettingsError` otherwise."""
     raw = env.get(name, "").strip()
@@ -138,6 +145,20 @@ class Settings:
         "Secret `name/key` of the key that signs dump segments (HMAC-SHA256): dump and restore "
         "Jobs read it through secretKeyRef (a Secret of that name in each group's namespace); "
         "a restore then refuses any segment not signed with it; empty = checksums only",
+    )
+    allowed_redis_hosts: tuple[str, ...] = _setting(
+        (),
+        "SENDGROUP_ALLOWED_REDIS_HOSTS",
+        "allowedRedisHosts",
+        "Redis hosts (`host` or `host:port`, comma-separated) tenants may name in spec.redis, "
+        "besides the default Redis; any other is refused before it is contacted",
+    )
+    queue_name_policy: str = _setting(
+        "auto",
+        "SENDGROUP_QUEUE_NAME_POLICY",
+        "queueNamePolicy",
+        "`namespace`: every queue name starts with its namespace and a dot; `off`; `auto` "
+        "(default): `namespace` when the operator watches several or all namespaces",
     )
     default_image: str = _setting(
         "sendgroup-worker:latest",
@@ -356,6 +377,14 @@ class Settings:
             default_redis_url=redis_url,
             default_redis_secret=secret,
             dump_signing_secret=_secret_ref(e, "SENDGROUP_DUMP_SIGNING_SECRET"),
+            allowed_redis_hosts=tuple(
+                h.strip()
+                for h in e.get("SENDGROUP_ALLOWED_REDIS_HOSTS", "").split(",")
+                if h.strip()
+            ),
+            queue_name_policy=_choice(
+                e, "SENDGROUP_QUEUE_NAME_POLICY", ("auto", "namespace", "off"), "auto"
+            ),
             default_image=e.get("SENDGROUP_DEFAULT_IMAGE") or d.default_image,
             key_prefix=e.get("SENDGROUP_KEY_PREFIX", ""),
             image_pull_policy=e.get("SENDGROUP_IMAGE_PULL_POLICY") or d.image_pull_policy,

@@ -72,6 +72,7 @@ def test_each_setting_is_read_from_the_variable_it_documents() -> None:
             "default_redis_url": "redis+cluster://r1,r2/",
             "default_redis_secret": "redis-default/url",
             "dump_signing_secret": "dump-key/key",
+            "queue_name_policy": "namespace",
         }.get(field.name, _RAW[str(field.type)])
         read = settings.Settings.from_env({meta["env"]: raw})
         changed = [
