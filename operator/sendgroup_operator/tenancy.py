@@ -28,32 +28,37 @@ REASON_REDIS_NOT_ALLOWED: Final = "RedisNotAllowed"
 REASON_QUEUE_NOT_IN_NAMESPACE: Final = "QueueNameNotAllowed"
 
 
-def _host_port(url: str) -> tuple[str, int] | None:
+def _nodes(url: str) -> tuple[tuple[str, int], ...] | None:
+    """The (host, port) pairs a URL names (a unix socket as ``("unix:<path>", 0)``)."""
     try:
         target = redisurl.parse(url)
     except redisurl.RedisUrlError:
         return None
-    if target.scheme == "unix":
-        return (f"unix:{target.path}", 0)
-    return (target.host.lower(), target.port)
+    if target.socket is not None:
+        return ((f"unix:{target.socket}", 0),)
+    return tuple((host.lower(), port) for host, port in target.nodes)
+
+
+def _allowed(node: tuple[str, int], allowed_hosts: Sequence[str]) -> bool:
+    host, port = node
+    for entry in allowed_hosts:
+        name, _, entry_port = entry.strip().lower().rpartition(":")
+        if not name or not entry_port.isdigit():
+            name, entry_port = entry.strip().lower(), ""
+        if name == host and (not entry_port or int(entry_port) == port):
+            return True
+    return False
 
 
 def redis_refusal(url: str, default_url: str, allowed_hosts: Sequence[str]) -> str | None:
     """None when ``url`` may be used, else the message for the group's condition (the same
     for every refused URL: it says nothing about what listens there). ``allowed_hosts``:
-    ``host`` (any port) or ``host:port`` entries; the default Redis is always allowed."""
-    target = _host_port(url)
-    default = _host_port(default_url)
-    if target is not None and target == default:
+    ``host`` (any port) or ``host:port`` entries; the default Redis (every node of it) is
+    always allowed; a cluster or Sentinel URL needs every node allowed."""
+    nodes = _nodes(url)
+    default = set(_nodes(default_url) or ())
+    if nodes and all(n in default or _allowed(n, allowed_hosts) for n in nodes):
         return None
-    if target is not None:
-        host, port = target
-        for entry in allowed_hosts:
-            name, _, entry_port = entry.strip().lower().rpartition(":")
-            if not name or not entry_port.isdigit():
-                name, entry_port = entry.strip().lower(), ""
-            if name == host and (not entry_port or int(entry_port) == port):
-                return None
     return (
         "this Redis is not one the operator may use for tenants: use the default Redis "
         "(no spec.redis) or ask the platform team to add the host to allowedRedisHosts; "

@@ -171,5 +171,5 @@ def test_password_is_redacted_and_url_sources(tmp_path: Path) -> None:
         resolve_url(None, None)
     with pytest.raises(ConfigError, match="cannot read"):
         resolve_url(None, str(tmp_path / "missing"))
-    with pytest.raises(ConfigError, match="must start with"):
+    with pytest.raises(ConfigError, match="scheme"):
         resolve_url("http://x", None)

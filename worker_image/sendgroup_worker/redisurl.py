@@ -136,7 +136,7 @@ def _port(text: str, default: int) -> int:
         return default
     if not text.isdigit() or not 0 < int(text) < 65536:
         # never the text itself: after a bad split it may be a piece of a password
-        raise RedisUrlError("the Redis URL's port is not a number from 1 to 65535")
+        raise RedisUrlError("bad port in the Redis URL (a number from 1 to 65535)")
     return int(text)
 
 
@@ -311,7 +311,7 @@ def _userinfo(text: str) -> tuple[str | None, str | None]:
 
 def _db(text: str) -> int:
     if not text.isdigit():
-        raise RedisUrlError("the Redis URL's database is not a number")
+        raise RedisUrlError("Redis database must be a number")
     return int(text)
 
 
