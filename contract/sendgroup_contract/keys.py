@@ -176,6 +176,14 @@ class QueueKeys:
         received its SIGTERM) after the pause takes nothing. Kept through a dump; purged."""
         return self._sub("paused")
 
+    @property
+    def owner(self) -> str:
+        """String naming the SendGroup that owns the queue (``<namespace>/<name>/<uid>``),
+        set atomically by the claim script (``sendgroup_worker.queue.protocol.claim_call``).
+        Not in :attr:`all_keys`: a purge (cancel) keeps the claim; only the owner's deletion
+        releases it."""
+        return self._sub("owner")
+
     def staging(self, name: str) -> str:
         """Staging copy of live key ``name`` (``ready``, ``delayed``, ``reserved``, ...) used
         while a dump runs; same hash tag, so the atomic move works on a cluster."""

@@ -11,25 +11,33 @@ from __future__ import annotations
 
 import math
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Final
+
+#: Latest ``pushedAt`` accepted (unix seconds, 9999-12-31T23:59:59Z, the last instant a
+#: ``datetime`` can hold); later, negative or non-finite values read as "no pushedAt".
+MAX_UNIX_SECONDS: Final = 253402300799.0
 
 
 def parse_pushed_at(value: Any) -> float | None:
     """``pushedAt`` as unix seconds (float): from a number, a numeric string or bytes.
-    None when absent, boolean, not a number, or not finite."""
+    None when absent, boolean, not a number, not finite, or outside 0 ..
+    :data:`MAX_UNIX_SECONDS` (a producer's ``1e20`` made every pass of its group raise)."""
+    parsed: float | None = None
     if isinstance(value, bool) or value is None:
         return None
     if isinstance(value, int | float):
-        return float(value) if math.isfinite(value) else None
-    if isinstance(value, bytes):
-        value = value.decode("ascii", "replace")
-    if isinstance(value, str):
-        try:
-            parsed = float(value.strip())
-        except ValueError:
-            return None
-        return parsed if math.isfinite(parsed) else None
-    return None
+        parsed = float(value)
+    else:
+        if isinstance(value, bytes):
+            value = value.decode("ascii", "replace")
+        if isinstance(value, str):
+            try:
+                parsed = float(value.strip())
+            except ValueError:
+                return None
+    if parsed is None or not math.isfinite(parsed) or not 0 <= parsed <= MAX_UNIX_SECONDS:
+        return None
+    return parsed
 
 
 def format_created_at(at: datetime) -> str:

@@ -86,7 +86,10 @@ SMTP_TLS: Final = WorkerSetting(
     "smtp_tls", "SMTP_TLS", "tls", "none", "none | starttls | tls (implicit TLS)"
 )
 SMTP_CA_FILE: Final = WorkerSetting(
-    "smtp_ca_file", "SMTP_CA_FILE", "str", "system CAs",
+    "smtp_ca_file",
+    "SMTP_CA_FILE",
+    "str",
+    "system CAs",
     "PEM bundle that verifies the relay's certificate",
 )
 SMTP_USERNAME: Final = WorkerSetting(
@@ -96,7 +99,10 @@ SMTP_PASSWORD: Final = WorkerSetting(
     "smtp_password", "SMTP_PASSWORD", "str", "none", "AUTH password (optional)", secret=True
 )
 SMTP_TIMEOUT: Final = WorkerSetting(
-    "smtp_timeout", "SMTP_TIMEOUT", "duration", "30",
+    "smtp_timeout",
+    "SMTP_TIMEOUT",
+    "duration",
+    "30",
     "seconds per SMTP command; clamped below the job timeout",
 )
 SMTP_HELO_NAME: Final = WorkerSetting(
@@ -106,62 +112,115 @@ TRIES: Final = WorkerSetting(
     "tries", "WORKER_TRIES", "int", "3", "max attempts per job (payload maxTries wins)"
 )
 BACKOFF: Final = WorkerSetting(
-    "backoff", "WORKER_BACKOFF", "backoff", "10,60,300",
+    "backoff",
+    "WORKER_BACKOFF",
+    "backoff",
+    "10,60,300",
     "seconds before retry n; the last value repeats",
 )
 TIMEOUT: Final = WorkerSetting(
-    "timeout", "WORKER_TIMEOUT", "duration", "60",
+    "timeout",
+    "WORKER_TIMEOUT",
+    "duration",
+    "60",
     "one job's time limit, seconds (payload timeout wins)",
 )
 RETRY_AFTER: Final = WorkerSetting(
-    "retry_after", "WORKER_RETRY_AFTER", "duration", "90",
+    "retry_after",
+    "WORKER_RETRY_AFTER",
+    "duration",
+    "90",
     "reservation lifetime, seconds; must be > WORKER_TIMEOUT",
 )
 CONCURRENCY: Final = WorkerSetting(
-    "concurrency", "WORKER_CONCURRENCY", "int", "4",
+    "concurrency",
+    "WORKER_CONCURRENCY",
+    "int",
+    "4",
     "sends in flight per process (one SMTP connection each)",
 )
 MAX_JOBS: Final = WorkerSetting(
     "max_jobs", "WORKER_MAX_JOBS", "int", "0", "exit 0 after this many jobs (0 = never)"
 )
 MAX_TIME: Final = WorkerSetting(
-    "max_time", "WORKER_MAX_TIME", "duration", "0",
+    "max_time",
+    "WORKER_MAX_TIME",
+    "duration",
+    "0",
     "exit 0 after this long, seconds/duration (0 = never)",
 )
 BLOCK_FOR: Final = WorkerSetting(
-    "block_for", "WORKER_BLOCK_FOR", "duration", "5",
+    "block_for",
+    "WORKER_BLOCK_FOR",
+    "duration",
+    "5",
     "idle BLPOP timeout on the notify list, seconds",
 )
 RATE_PER_MINUTE: Final = WorkerSetting(
-    "rate_per_minute", "RATE_PER_MINUTE", "int", "unlimited",
+    "rate_per_minute",
+    "RATE_PER_MINUTE",
+    "int",
+    "unlimited",
     "messages per minute for the whole group",
 )
 RATE_BURST: Final = WorkerSetting(
     "rate_burst", "RATE_BURST", "int", "ceil(perMinute/60)", "messages allowed at once"
 )
 WARMUP_START_PER_HOUR: Final = WorkerSetting(
-    "warmup_start_per_hour", "WARMUP_START_PER_HOUR", "int", "none",
+    "warmup_start_per_hour",
+    "WARMUP_START_PER_HOUR",
+    "int",
+    "none",
     "warm-up: allowed per hour on day 0",
 )
 WARMUP_GROWTH_PER_DAY: Final = WorkerSetting(
-    "warmup_growth_per_day", "WARMUP_GROWTH_PER_DAY", "float", "2.0",
+    "warmup_growth_per_day",
+    "WARMUP_GROWTH_PER_DAY",
+    "float",
+    "2.0",
     "warm-up: factor per day since WARMUP_SINCE",
 )
 WARMUP_SINCE: Final = WorkerSetting(
-    "warmup_since", "WARMUP_SINCE", "time", "process start",
+    "warmup_since",
+    "WARMUP_SINCE",
+    "time",
+    "process start",
     "warm-up start, ISO 8601 or unix seconds",
 )
 BACKPRESSURE_SUSPEND_AFTER: Final = WorkerSetting(
-    "backpressure_suspend_after", "BACKPRESSURE_SUSPEND_AFTER", "int", "20",
+    "backpressure_suspend_after",
+    "BACKPRESSURE_SUSPEND_AFTER",
+    "int",
+    "20",
     "temporary failures in a row that suspend the group",
 )
 BACKPRESSURE_SUSPEND_FOR: Final = WorkerSetting(
-    "backpressure_suspend_for", "BACKPRESSURE_SUSPEND_FOR", "duration", "10m",
+    "backpressure_suspend_for",
+    "BACKPRESSURE_SUSPEND_FOR",
+    "duration",
+    "10m",
     "how long a suspension lasts",
 )
 BACKPRESSURE_PATTERNS: Final = WorkerSetting(
-    "backpressure_patterns", "BACKPRESSURE_PATTERNS", "patterns", "none",
+    "backpressure_patterns",
+    "BACKPRESSURE_PATTERNS",
+    "patterns",
+    "none",
     "JSON list or one regex per line; a 4xx match suspends",
+)
+MAIL_MAX_BYTES: Final = WorkerSetting(
+    "mail_max_bytes",
+    "MAIL_MAX_BYTES",
+    "int",
+    "10485760",
+    "largest message per job, bytes; larger: InvalidMailData",
+)
+MAIL_MAX_RECIPIENTS: Final = WorkerSetting(
+    "mail_max_recipients",
+    "MAIL_MAX_RECIPIENTS",
+    "int",
+    "100",
+    "most recipients (to+cc+bcc) per job; more: InvalidMailData",
 )
 NAMESPACE: Final = WorkerSetting(
     "namespace",
@@ -206,14 +265,20 @@ METRICS_HOST: Final = WorkerSetting(
     "metrics_host", "METRICS_HOST", "str", "0.0.0.0", "address the metrics server binds"
 )
 HEALTH_PORT: Final = WorkerSetting(
-    "health_port", "HEALTH_PORT", "int", "8080",
+    "health_port",
+    "HEALTH_PORT",
+    "int",
+    "8080",
     "/livez and /readyz port for the kubelet's probes (0 = off)",
 )
 HEALTH_HOST: Final = WorkerSetting(
     "health_host", "HEALTH_HOST", "str", "0.0.0.0", "address the health server binds"
 )
 STALL_AFTER: Final = WorkerSetting(
-    "stall_after", "WORKER_STALL_AFTER", "duration", "30",
+    "stall_after",
+    "WORKER_STALL_AFTER",
+    "duration",
+    "30",
     "liveness: event loop silent (or a job over its limit) this long",
 )
 LOG_LEVEL: Final = WorkerSetting(
@@ -251,6 +316,8 @@ WORKER_SETTINGS: Final = (
     BACKPRESSURE_SUSPEND_AFTER,
     BACKPRESSURE_SUSPEND_FOR,
     BACKPRESSURE_PATTERNS,
+    MAIL_MAX_BYTES,
+    MAIL_MAX_RECIPIENTS,
     NAMESPACE,
     GROUP,
     OUTCOME_STREAM,

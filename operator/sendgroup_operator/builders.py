@@ -22,6 +22,9 @@ from sendgroup_operator.settings import DUMPS_MOUNT, Settings
 MAX_NAME: Final = 63
 HASH_LEN: Final = 8
 
+#: the dump segments' signing key (``sendgroup_worker.dumps.format.KEY_ENV``), a Job variable
+ENV_DUMP_SIGNING_KEY: Final = "DUMP_SIGNING_KEY"
+
 WORKER_COMMAND: Final = ("sendgroup-worker", "work")
 #: ``sendgroup-worker <cmd> --queue Q --dumps-dir DIR`` per Job kind; Redis from $REDIS_URL.
 #: ``purge --dumps-dir`` deletes the queue's keys and its dump segments.
@@ -195,12 +198,18 @@ def _secret(setting: ws.WorkerSetting, secret: str, key: str) -> dict[str, Any]:
 
 def redis_env(spec: models.SendGroupSpec, settings: Settings) -> dict[str, Any]:
     """``REDIS_URL``: from the Secret when ``redis.secretRef`` is set (the password never
-    appears in the pod spec), else the password-less ``redis.url`` or the operator default."""
+    appears in the pod spec), else the password-less ``redis.url``, else the operator default:
+    its Secret (``defaultRedisSecretRef``, same name in the group's namespace) when set, the
+    plain ``defaultRedisUrl`` otherwise."""
     redis = spec.redis
     if redis is not None and redis.secret_ref is not None:
         return _secret(ws.REDIS_URL, redis.secret_ref.name, redis.secret_ref.key)
-    url = redis.url if redis is not None and redis.url else settings.default_redis_url
-    return _value(ws.REDIS_URL, url)
+    if redis is not None and redis.url:
+        return _value(ws.REDIS_URL, redis.url)
+    default_secret = settings.default_redis_secret_ref
+    if default_secret is not None:
+        return _secret(ws.REDIS_URL, *default_secret)
+    return _value(ws.REDIS_URL, settings.default_redis_url)
 
 
 def worker_env(
@@ -272,10 +281,13 @@ def worker_probes(spec: models.SendGroupSpec) -> dict[str, Any]:
 
 
 def _resources(spec: models.SendGroupSpec) -> dict[str, Any]:
+    """The container's resources; every quantity as a string (``cpu: 1`` in a manifest is an
+    integer, which core/v1 accepts but the Kubernetes client's models do not)."""
     res = spec.worker.resources
     if res is None:
         return {k: dict(v) for k, v in DEFAULT_RESOURCES.items()}
-    return res.model_dump(by_alias=True, exclude_none=True)
+    dumped: dict[str, dict[str, Any]] = res.model_dump(by_alias=True, exclude_none=True)
+    return {section: {k: str(q) for k, q in values.items()} for section, values in dumped.items()}
 
 
 def _merged_map(default: dict[str, str] | None, group: dict[str, str] | None) -> dict[str, str]:
@@ -527,22 +539,39 @@ def job(
     The command's JSON summary goes to stdout; its last line also becomes the termination
     message (``FallbackToLogsOnError``) when it fails."""
     meta = _metadata(ref, job_name(ref.name, kind, number), kind)
+    env = [
+        _value(ws.QUEUE, spec.queue_name(ref.name)),
+        _value(ws.KEY_PREFIX, settings.key_prefix),
+        redis_env(spec, settings),
+    ]
+    key_ref = settings.dump_signing_secret_ref
+    if key_ref is not None:
+        name, key = key_ref
+        env.append(
+            {
+                "name": ENV_DUMP_SIGNING_KEY,
+                "valueFrom": {"secretKeyRef": {"name": name, "key": key}},
+            }
+        )
     container = {
         "name": kind,
         "image": image(spec, settings),
         "imagePullPolicy": settings.image_pull_policy,
         "command": job_command(ref, spec, kind),
-        "env": [
-            _value(ws.QUEUE, spec.queue_name(ref.name)),
-            _value(ws.KEY_PREFIX, settings.key_prefix),
-            redis_env(spec, settings),
-        ],
+        "env": env,
         "resources": job_resources(spec, settings),
         "securityContext": container_security_context(),
         "terminationMessagePolicy": "FallbackToLogsOnError",
         "volumeMounts": [
             {"name": "tmp", "mountPath": "/tmp"},
-            {"name": "dumps", "mountPath": DUMPS_MOUNT},
+            # only the group's own directory of the claim (the kubelet resolves subPath
+            # without following links out of the volume): a Job never sees another group's
+            # or another namespace's dumps
+            {
+                "name": "dumps",
+                "mountPath": dumps_dir(ref),
+                "subPath": f"{ref.namespace}/{ref.name}",
+            },
         ],
     }
     volumes = [{"name": "dumps", "persistentVolumeClaim": {"claimName": settings.dumps_claim_name}}]

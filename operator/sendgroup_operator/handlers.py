@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import asyncio
 import time
+from datetime import UTC, datetime
 from typing import Any
 
 import kopf
 import pydantic
 
-from sendgroup_operator import builders, metrics, models, plan, reconcile, startup
+from sendgroup_operator import builders, metrics, models, plan, reconcile, startup, unusable
 
 RESOURCE = (models.GROUP, models.VERSION, models.PLURAL)
 
@@ -87,12 +88,29 @@ async def _compute(
     try:
         return await reconcile.reconcile(rt, body, logger, deployments=deployments)
     except pydantic.ValidationError as exc:
-        # Only possible for an object stored before the CRD's rules: say so, do not retry.
-        kopf.event(body, type="Warning", reason="InvalidSpec", message=str(exc)[:1000])
+        # An object the API server accepted but the operator cannot use: condition, ONE
+        # event, the pause applied anyway (issue 16; decisions in unusable.py)
+        await _refuse(rt, body, exc)
         return None
     except Exception:
         metrics.ERRORS.labels(body["metadata"]["namespace"]).inc()
         raise
+
+
+async def _refuse(rt: reconcile.Runtime, body: kopf.Body, exc: pydantic.ValidationError) -> None:
+    meta = body["metadata"]
+    refusal = unusable.refuse(body, exc, datetime.now(UTC))
+    if refusal.event:
+        kopf.event(
+            body, type="Warning", reason=unusable.REASON_INVALID_SPEC, message=refusal.message
+        )
+    if refusal.status is not None:
+        await rt.kube.patch_group_status(meta["namespace"], meta["name"], refusal.status)
+    if refusal.pause:
+        name = builders.deployment_name(meta["name"])
+        if await rt.kube.get_deployment(meta["namespace"], name) is not None:
+            scale = {"metadata": {"namespace": meta["namespace"], "name": name}}
+            await rt.kube.apply_deployment({**scale, "spec": {"replicas": 0}}, exists=True)
 
 
 async def _pass(

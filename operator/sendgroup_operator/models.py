@@ -12,7 +12,7 @@ other time is integer seconds; counts are jobs.
 
 from __future__ import annotations
 
-import re
+import hashlib
 from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, Final, Literal
@@ -24,6 +24,8 @@ from pydantic.alias_generators import to_camel
 from sendgroup_contract.durations import DURATION_PATTERN as DURATION_PATTERN
 from sendgroup_contract.keys import QUEUE_NAME_PATTERN as QUEUE_NAME_PATTERN
 from sendgroup_contract.tls import SmtpTls as SmtpTls
+from sendgroup_worker import redisurl
+from sendgroup_worker.patterns import PatternError, compile_pattern
 from sendgroup_worker.redisurl import PASSWORD_PATTERNS, URL_SCHEME_PATTERN
 
 GROUP: Final = "sendgroups.io"
@@ -96,6 +98,8 @@ StringMap = Annotated[
     dict[str, str],
     WithJsonSchema({"type": "object", "additionalProperties": {"type": "string"}}),
 ]
+#: Longest default queue name (the queue rule's limit, sendgroup_worker.queue.keys).
+DEFAULT_QUEUE_MAX: Final = 200
 
 
 class _Model(BaseModel):
@@ -176,10 +180,18 @@ class RedisSpec(_Model):
                 "rediss+cluster://, redis+sentinel:// or rediss+sentinel://",
             ),
             _cel(
-                " && ".join(f"!self.matches('{p}')" for p in PASSWORD_PATTERNS),
-                "redis.url must not contain a password (user:password@ or ?password=): put the "
-                "full URL in a Secret and reference it with redis.secretRef "
-                "(rule: no password in redis.url)",
+                " && ".join(
+                    [f"!self.matches('{p}')" for p in PASSWORD_PATTERNS]
+                    + [
+                        # any user info (redis-py reads "secret@host" as a password), and a
+                        # percent-encoded option name (?pass%77ord= is ?password=)
+                        "!self.matches('^[a-z+]+://[^?#]*@')",
+                        "!self.matches('[?&][^=&]*%')",
+                    ]
+                ),
+                "redis.url must not contain a password (user info before '@', or a query such "
+                "as ?password=, percent-encoded or not): put the full URL in a Secret and "
+                "reference it with redis.secretRef (rule: no password in redis.url)",
             ),
         ),
     )
@@ -190,6 +202,25 @@ class RedisSpec(_Model):
     secret_ref: SecretKeyRef | None = None
     """Secret key holding the full Redis URL, password inside; never copied into spec, status,
     events or logs."""
+
+    @field_validator("url")
+    @classmethod
+    def _url_without_credentials(cls, value: str | None) -> str | None:
+        # the operator's own check, read by the same parser every client uses: whatever
+        # slips past the CEL rule (an older CRD) never carries a credential into pod env
+        if value is None:
+            return value
+        try:
+            target = redisurl.parse(value)
+        except redisurl.RedisUrlError as exc:
+            raise ValueError(str(exc)) from None
+        before_query = value.partition("?")[0].partition("#")[0]
+        if "@" in before_query or target.password is not None or target.username is not None:
+            raise ValueError(
+                "redis.url must not contain a password: use redis.secretRef "
+                "(rule: no password in redis.url)"
+            )
+        return value
 
 
 class ResourceRequirements(_Model):
@@ -451,21 +482,19 @@ class BackpressureSpec(_Model):
     patterns: list[Annotated[str, Field(max_length=512)]] | None = Field(
         default=None, max_length=50
     )
-    """Regular expressions (Python's ``re`` syntax, as the workers use them): a 4xx reply whose
-    text matches one suspends the group at once (providers' deferral codes). The operator
-    refuses a group whose pattern does not compile (event InvalidSpec) instead of starting
-    workers that would exit on it."""
+    """Regular expressions (RE2 syntax: Python's without backreferences and lookaround;
+    case-insensitive, matched in linear time): a 4xx reply whose text matches one suspends the
+    group at once (providers' deferral codes). The operator refuses a group whose pattern does
+    not compile (event InvalidSpec) instead of starting workers that would exit on it."""
 
     @field_validator("patterns")
     @classmethod
     def _patterns_compile(cls, value: list[str] | None) -> list[str] | None:
         for i, pattern in enumerate(value or []):
             try:
-                re.compile(pattern)
-            except re.error as exc:
-                raise ValueError(
-                    f"backpressure.patterns[{i}] {pattern!r} is not a regular expression: {exc}"
-                ) from None
+                compile_pattern(pattern)
+            except PatternError as exc:
+                raise ValueError(f"backpressure.patterns[{i}]: {exc}") from None
         return value
 
 
@@ -594,8 +623,16 @@ class SendGroupSpec(_Model):
     """A PodDisruptionBudget for the worker pods; unset = none."""
 
     def queue_name(self, name: str) -> str:
-        """The effective queue: ``spec.queue`` or ``mail-<metadata.name>``."""
-        return self.queue if self.queue else f"mail-{name}"
+        """The effective queue: ``spec.queue`` or ``mail-<metadata.name>``; a name too long
+        for the queue rule (200 characters) is shortened to its first 180 characters, ``-``
+        and 8 hex digits of its SHA-256, stable and distinct."""
+        if self.queue:
+            return self.queue
+        queue = f"mail-{name}"
+        if len(queue) > DEFAULT_QUEUE_MAX:
+            digest = hashlib.sha256(name.encode()).hexdigest()[:8]
+            queue = f"mail-{name[:180].rstrip('.-')}-{digest}"
+        return queue
 
 
 # ----------------------------------------------------------------------------- status

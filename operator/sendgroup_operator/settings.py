@@ -76,6 +76,23 @@ def _meta(env: str, value: str, doc: str) -> dict[str, str]:
     return {"env": env, "value": value, "doc": doc}
 
 
+def _choice(env: Mapping[str, str], name: str, choices: tuple[str, ...], default: str) -> str:
+    raw = env.get(name, "").strip() or default
+    if raw not in choices:
+        raise SettingsError(f"{name}={raw!r}: expected one of {', '.join(choices)}")
+    return raw
+
+
+def _secret_ref(env: Mapping[str, str], name: str) -> str:
+    """A ``<secret name>/<key>`` setting, or ""; raises :class:`SettingsError` otherwise."""
+    raw = env.get(name, "").strip()
+    if raw:
+        secret, slash, key = raw.partition("/")
+        if not (slash and secret and key and "/" not in key):
+            raise SettingsError(f"{name}={raw!r}: expected <secret name>/<key>")
+    return raw
+
+
 def _setting(default: Any, env: str, value: str, doc: str) -> Any:
     """A :class:`Settings` field: its default, environment variable, Helm value (``""`` when
     the chart has none) and meaning (the text of docs/reference.md)."""
@@ -111,6 +128,37 @@ class Settings:
         "SENDGROUP_DEFAULT_REDIS_URL",
         "defaultRedisUrl",
         "Redis for groups without spec.redis",
+    )
+    default_redis_secret: str = _setting(
+        "",
+        "SENDGROUP_DEFAULT_REDIS_SECRET",
+        "defaultRedisSecretRef",
+        "Secret `name/key` holding the default Redis URL (password inside): worker pods and "
+        "Jobs of groups without spec.redis read REDIS_URL from it (the Secret must exist in "
+        "each group's namespace), the operator from its own namespace's copy; empty = "
+        "defaultRedisUrl as plain env",
+    )
+    dump_signing_secret: str = _setting(
+        "",
+        "SENDGROUP_DUMP_SIGNING_SECRET",
+        "dumpSigningSecretRef",
+        "Secret `name/key` of the key that signs dump segments (HMAC-SHA256): dump and restore "
+        "Jobs read it through secretKeyRef (a Secret of that name in each group's namespace); "
+        "a restore then refuses any segment not signed with it; empty = checksums only",
+    )
+    allowed_redis_hosts: tuple[str, ...] = _setting(
+        (),
+        "SENDGROUP_ALLOWED_REDIS_HOSTS",
+        "allowedRedisHosts",
+        "Redis hosts (`host` or `host:port`, comma-separated) tenants may name in spec.redis, "
+        "besides the default Redis; any other is refused before it is contacted",
+    )
+    queue_name_policy: str = _setting(
+        "auto",
+        "SENDGROUP_QUEUE_NAME_POLICY",
+        "queueNamePolicy",
+        "`namespace`: every queue name starts with its namespace and a dot; `off`; `auto` "
+        "(default): `namespace` when the operator watches several or all namespaces",
     )
     default_image: str = _setting(
         "sendgroup-worker:latest",
@@ -278,6 +326,22 @@ class Settings:
     )
 
     @property
+    def dump_signing_secret_ref(self) -> tuple[str, str] | None:
+        """(Secret name, key) of the segment signing key, or None (not signed)."""
+        if not self.dump_signing_secret:
+            return None
+        name, _, key = self.dump_signing_secret.partition("/")
+        return name, key
+
+    @property
+    def default_redis_secret_ref(self) -> tuple[str, str] | None:
+        """(Secret name, key) of the default Redis URL, or None (plain ``defaultRedisUrl``)."""
+        if not self.default_redis_secret:
+            return None
+        name, _, key = self.default_redis_secret.partition("/")
+        return name, key
+
+    @property
     def clusterwide(self) -> bool:
         """True when all namespaces are watched (``SENDGROUP_WATCH_NAMESPACES=*``)."""
         return "*" in self.watch_namespaces
@@ -308,8 +372,19 @@ class Settings:
             raise SettingsError(
                 f"SENDGROUP_DEFAULT_REDIS_URL: {redisurl.redact(str(exc), redis_url)}"
             ) from None
+        secret = _secret_ref(e, "SENDGROUP_DEFAULT_REDIS_SECRET")
         return cls(
             default_redis_url=redis_url,
+            default_redis_secret=secret,
+            dump_signing_secret=_secret_ref(e, "SENDGROUP_DUMP_SIGNING_SECRET"),
+            allowed_redis_hosts=tuple(
+                h.strip()
+                for h in e.get("SENDGROUP_ALLOWED_REDIS_HOSTS", "").split(",")
+                if h.strip()
+            ),
+            queue_name_policy=_choice(
+                e, "SENDGROUP_QUEUE_NAME_POLICY", ("auto", "namespace", "off"), "auto"
+            ),
             default_image=e.get("SENDGROUP_DEFAULT_IMAGE") or d.default_image,
             key_prefix=e.get("SENDGROUP_KEY_PREFIX", ""),
             image_pull_policy=e.get("SENDGROUP_IMAGE_PULL_POLICY") or d.image_pull_policy,

@@ -115,7 +115,9 @@ def run_job_locally(job: dict[str, Any], dumps_root: Path) -> dict[str, Any]:
     """Run a dump/restore/forget Job's container command here (no node to run the pod):
     same command, same env, the PVC mount ``/dumps`` replaced by ``dumps_root``."""
     container = job["spec"]["template"]["spec"]["containers"][0]
-    assert {"name": "dumps", "mountPath": "/dumps"} in container["volumeMounts"]
+    [mount] = [m for m in container["volumeMounts"] if m["name"] == "dumps"]
+    # only the group's directory of the claim is mounted, where the command looks for it
+    assert mount["mountPath"] == "/dumps/" + mount["subPath"]
     command = [
         str(dumps_root) + a[len("/dumps") :] if a.startswith("/dumps/") else a
         for a in container["command"]
@@ -246,6 +248,11 @@ BAD_SPECS = [
     ({"reaper": {"idleAfter": "30 minutes"}}, "duration well-formed"),
     ({"redis": {"url": "redis://:hunter2@redis:6379/0"}}, "redis.secretRef"),
     ({"redis": {"url": "redis://redis:6379/0?Password=hunter2"}}, "no password in redis.url"),
+    # issue 16: a percent-encoded query key and a password-only user info (redis-py reads
+    # both as the password) are refused too
+    ({"redis": {"url": "redis://redis:6379/0?pass%77ord=hunter2"}}, "no password in redis.url"),
+    ({"redis": {"url": "redis://hunter2@redis:6379/0"}}, "no password in redis.url"),
+    ({"redis": {"url": "redis://:hun/ter2@redis:6379/0"}}, "no password in redis.url"),
 ]
 
 

@@ -93,12 +93,11 @@ def test_three_workers_share_one_rate_limit(redis_url: str, smtp_sink: SmtpSink)
     assert 10 * 10 - 10 <= len(times) <= 10 * 10 + 10 + 2, len(times)
     gauge = re.escape(f"sendgroup_worker_rate_limit_per_minute{{{LABELS}}} 600.0").encode()
     assert re.search(gauge, metrics)
-    delivered = _metric(
-        metrics, f'sendgroup_worker_jobs_total{{outcome="delivered",{LABELS}}}'
-    )
+    delivered = _metric(metrics, f'sendgroup_worker_jobs_total{{outcome="delivered",{LABELS}}}')
     replies = _metric(
-        metrics, 'sendgroup_worker_smtp_replies_total{queue="mail-test",reply_class="2xx",'
-        'sendgroup="mail-test"}'
+        metrics,
+        'sendgroup_worker_smtp_replies_total{queue="mail-test",reply_class="2xx",'
+        'sendgroup="mail-test"}',
     )
     sends = _metric(metrics, f"sendgroup_worker_send_seconds_count{{{LABELS}}}")
     assert 10 <= delivered == replies == sends <= len(times)

@@ -112,7 +112,23 @@ def test_dump_job() -> None:
         "--dumps-dir",
         "/dumps/mail/gmail-1",
     ]
-    assert {"name": "dumps", "mountPath": "/dumps"} in ctr["volumeMounts"]
+    # issue 16: only the group's own directory of the claim is mounted
+    assert {
+        "name": "dumps",
+        "mountPath": "/dumps/mail/gmail-1",
+        "subPath": "mail/gmail-1",
+    } in ctr["volumeMounts"]
+    assert "DUMP_SIGNING_KEY" not in {e["name"] for e in ctr["env"]}
+    signed = Settings(default_image="img:1", dump_signing_secret="dump-key/key")
+    env = {
+        e["name"]: e
+        for e in builders.job(REF, _spec(), signed, "restore", 1)["spec"]["template"]["spec"][
+            "containers"
+        ][0]["env"]
+    }
+    assert env["DUMP_SIGNING_KEY"]["valueFrom"] == {
+        "secretKeyRef": {"name": "dump-key", "key": "key"}
+    }
     assert (
         builders.job(REF, _spec(), SETTINGS, "purge", 1)["spec"]["template"]["spec"]["containers"][
             0
@@ -157,3 +173,41 @@ def test_laravel_runtime_gets_no_probes_of_our_worker() -> None:
     spec = _spec(worker={"runtime": "laravel"})
     c = builders.deployment(REF, spec, SETTINGS, 1)["spec"]["template"]["spec"]["containers"][0]
     assert "livenessProbe" not in c and "readinessProbe" not in c
+
+
+def test_default_redis_from_a_secret_is_never_plain_env() -> None:
+    """Issue 16: with ``defaultRedisSecretRef`` a group without spec.redis reads REDIS_URL
+    from that Secret (worker and Jobs); a password-less ``redis.url`` stays plain."""
+    with_secret = Settings(default_image="img:1", default_redis_secret="redis-default/url")
+    ctr = builders.deployment(REF, _spec(), with_secret, 1)["spec"]["template"]["spec"][
+        "containers"
+    ][0]
+    assert _env(ctr)["REDIS_URL"] == {"secretKeyRef": {"name": "redis-default", "key": "url"}}
+    plain = _spec(redis={"url": "redis://other:6379/1"})
+    ctr = builders.deployment(REF, plain, with_secret, 1)["spec"]["template"]["spec"]["containers"][
+        0
+    ]
+    assert _env(ctr)["REDIS_URL"] == "redis://other:6379/1"
+    assert builders.redis_env(_spec(), with_secret)["valueFrom"]["secretKeyRef"]["name"] == (
+        "redis-default"
+    )
+
+
+def test_integer_quantities_become_strings() -> None:
+    """Issue 16: ``cpu: 1`` (an integer, valid in any manifest) reached the Kubernetes client
+    as an int; the Deployment carries quantities as strings."""
+    spec = _spec(worker={"resources": {"limits": {"cpu": 1, "memory": "256Mi"},
+                                       "requests": {"cpu": 0}}})  # fmt: skip
+    ctr = builders.deployment(REF, spec, SETTINGS, 1)["spec"]["template"]["spec"]["containers"][0]
+    assert ctr["resources"] == {"limits": {"cpu": "1", "memory": "256Mi"}, "requests": {"cpu": "0"}}
+
+
+def test_a_long_metadata_name_still_gives_a_valid_default_queue() -> None:
+    from sendgroup_worker.queue.keys import validate_queue_name
+
+    for name in ("a" * 195, "a" * 196, "b." * 126 + "c", "x" * 253):
+        queue = _spec().queue_name(name)
+        validate_queue_name(queue)
+        assert queue.startswith("mail-") and len(queue) <= 200
+    assert _spec().queue_name("a" * 253) != _spec().queue_name("a" * 252)
+    assert _spec().queue_name("gmail") == "mail-gmail"  # short names unchanged

@@ -572,3 +572,22 @@ def test_packaged_chart_carries_rules_and_crds(tmp_path: Path) -> None:
     objects = [d for d in yaml.safe_load_all(out) if d]
     assert find(objects, "Role")[0]["rules"] == RULES["namespaced"]
     assert len(find(objects, "CustomResourceDefinition")) == 3
+
+
+def test_default_redis_secret_ref_replaces_the_plain_url() -> None:
+    """Issue 16: ``defaultRedisSecretRef`` gives the operator its default URL from the Secret
+    and tells it the Secret's name/key for the pods; no URL is plain env then."""
+    [dep] = operator_deployments(
+        render({"defaultRedisSecretRef": {"name": "redis-default", "key": "url"}})
+    )
+    [container] = dep["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["SENDGROUP_DEFAULT_REDIS_URL"]["valueFrom"] == {
+        "secretKeyRef": {"name": "redis-default", "key": "url"}
+    }
+    assert env["SENDGROUP_DEFAULT_REDIS_SECRET"]["value"] == "redis-default/url"
+    [dep] = operator_deployments(render({}))
+    [container] = dep["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["SENDGROUP_DEFAULT_REDIS_URL"]["value"] == "redis://redis:6379/0"
+    assert "SENDGROUP_DEFAULT_REDIS_SECRET" not in env

@@ -181,8 +181,9 @@ def test_measure_script_keys_are_the_queues_own() -> None:
     assert got[10:] == k.staging_keys and all("{mail-x}" in name for name in got)
 
 
-def test_every_setting_is_a_worker_config_field_and_every_env_the_builder_writes_is_a_setting(
-) -> None:
+def test_every_setting_is_a_worker_config_field_and_every_env_the_builder_writes_is_a_setting() -> (
+    None
+):
     assert set(ws.BY_FIELD) <= set(WorkerConfig.model_fields)
     assert len({s.env for s in ws.WORKER_SETTINGS}) == len(ws.WORKER_SETTINGS)
     doc = yaml.safe_load((ROOT / "examples" / "sendgroup-full.yaml").read_text())

@@ -201,3 +201,16 @@ def test_oldest_counts_from_the_push_time_like_kubectl_get() -> None:
     assert row.oldest_seconds == 25
     del obj["status"]["queue"]["oldestJobPushedAt"]  # type: ignore[index]
     assert render.Row.from_object(obj).oldest_seconds == 5
+
+
+def test_terminal_escapes_in_a_tenant_field_never_reach_the_terminal() -> None:
+    """Issue 16: spec.campaign is free text a tenant writes; the status table strips escape
+    sequences and shows other control/format characters as '?'."""
+    obj = sendgroup("Running", total=1)
+    obj["spec"]["campaign"] = "\x1b[2J\x1b[31mspring\x1b]0;owned\x07\r\nfake-row\u202e"
+    obj["metadata"]["namespace"] = "mail\x1b[A"
+    text = render.table([render.Row.from_object(obj)], all_namespaces=True, ascii_only=True)
+    assert "\x1b" not in text and "\x07" not in text and "\u202e" not in text
+    assert "\r" not in text and len(text.splitlines()) == 2
+    assert "spring" in text and "owned" not in text
+    assert render.printable("caf\u00e9 \u2588") == "caf\u00e9 \u2588"  # text stays text

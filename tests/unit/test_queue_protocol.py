@@ -7,6 +7,7 @@ import json
 import pytest
 
 from sendgroup_contract import measure
+from sendgroup_contract.timestamps import MAX_UNIX_SECONDS, parse_pushed_at
 from sendgroup_worker.queue import protocol as p
 from sendgroup_worker.queue.keys import QueueKeys
 
@@ -47,6 +48,38 @@ def test_parse_reserve_reply() -> None:
     assert r.jobs[1].payload is None  # Python cannot read it: the worker fails the job
     paused = p.parse_reserve_reply([[], [0, 0, 1]])
     assert paused.paused and paused.jobs == []
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [("1796002801.014", 1796002801.014), (1796000000, 1796000000.0), ("nan", None),
+     (1e20, None), ("9e99", None), (float("inf"), None), (-1.0, None), ([1], None),
+     ({"a": 1}, None), (MAX_UNIX_SECONDS, MAX_UNIX_SECONDS)],
+)  # fmt: skip
+def test_pushed_at_out_of_any_clock_range_reads_as_none(
+    value: object, expected: float | None
+) -> None:
+    """Issue 16: a pushedAt of 1e20 made every pass of the group raise (year out of range)."""
+    assert parse_pushed_at(value) == expected
+
+
+@pytest.mark.parametrize(
+    ("data", "reason"),
+    [(b'{"uuid":"u","attempts":0}', ""),
+     (b'{"uuid":"u","attempts":"2"}', ""),
+     (b'{"uuid":"u","attempts":-1}', '"attempts" is not a number >= 0'),
+     (b'{"uuid":"u","attempts":"nan"}', '"attempts" is not a number >= 0'),
+     (b'{"uuid":"u","attempts":1e999}', '"attempts" is not a number >= 0'),
+     (b'{"uuid":"u","attempts":[1]}', '"attempts" is not a number >= 0'),
+     (b'{"uuid":"u","d":' + b"[" * 64 + b"]" * 64 + b"}", "nests deeper than 64"),
+     (b'{"uuid":"u","d":' + b"[" * 63 + b"]" * 63 + b"}", ""),
+     (b'{"uuid":"u","d":' + b"[" * 100_000 + b"]" * 100_000 + b"}", "nests deeper than 64"),
+     (b"\xff", "not UTF-8"), (b"[1]", "not a JSON object"), (b"{", "not JSON")],
+)  # fmt: skip
+def test_decode_job_never_raises(data: bytes, reason: str) -> None:
+    obj, why = p.decode_job(data)
+    assert (obj is None) == bool(reason)
+    assert reason in why if reason else why == ""
 
 
 def test_failed_record_keeps_non_utf8_payload_bytes() -> None:

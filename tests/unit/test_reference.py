@@ -67,9 +67,13 @@ def test_each_setting_is_read_from_the_variable_it_documents() -> None:
     for field in dataclasses.fields(settings.Settings):
         meta = field.metadata
         assert meta.get("env") and meta.get("doc"), f"Settings.{field.name}: no env/doc metadata"
-        raw = {"default_smtp_tls": "tls", "default_redis_url": "redis+cluster://r1,r2/"}.get(
-            field.name, _RAW[str(field.type)]
-        )
+        raw = {
+            "default_smtp_tls": "tls",
+            "default_redis_url": "redis+cluster://r1,r2/",
+            "default_redis_secret": "redis-default/url",
+            "dump_signing_secret": "dump-key/key",
+            "queue_name_policy": "namespace",
+        }.get(field.name, _RAW[str(field.type)])
         read = settings.Settings.from_env({meta["env"]: raw})
         changed = [
             f.name

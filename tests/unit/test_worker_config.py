@@ -72,7 +72,10 @@ def test_timeout_must_be_below_retry_after() -> None:
         ({"SENDGROUP_QUEUE": "q", "SMTP_TLS": "ssl"}, "SMTP_TLS"),
         ({"SENDGROUP_QUEUE": "q", "WORKER_BACKOFF": "soon"}, "WORKER_BACKOFF"),
         ({"SENDGROUP_QUEUE": "q", "WORKER_TRIES": "0"}, "WORKER_TRIES"),
-        ({"SENDGROUP_QUEUE": "q", "BACKPRESSURE_PATTERNS": "(unclosed"}, "bad regex"),
+        (
+            {"SENDGROUP_QUEUE": "q", "BACKPRESSURE_PATTERNS": "(unclosed"},
+            "is not an RE2 regular expression",
+        ),
         ({"SENDGROUP_QUEUE": "q", "BACKPRESSURE_PATTERNS": "[unclosed"}, "not a JSON list"),
         ({"SENDGROUP_QUEUE": "q", "REDIS_URL": "http://redis:6379"}, "REDIS_URL: .*redis://"),
         ({"SENDGROUP_QUEUE": "q", "REDIS_URL_FILE": "/nonexistent/url"}, "REDIS_URL_FILE: cannot"),
@@ -156,3 +159,21 @@ def test_one_prefix_variable_with_a_deprecated_alias(caplog: pytest.LogCaptureFi
         "SENDGROUP_KEY_PREFIX='other_' and QUEUE_PREFIX='app_' disagree: set only "
         "SENDGROUP_KEY_PREFIX (QUEUE_PREFIX is a deprecated alias)"
     )
+
+
+def test_backpressure_patterns_match_in_linear_time() -> None:
+    """Issue 16: a tenant's catastrophic-backtracking pattern froze a worker for 15 s with
+    Python's ``re``; RE2 matches it at once. Patterns RE2 cannot run are refused by name."""
+    import time
+
+    cfg = WorkerConfig.from_env(
+        {"SENDGROUP_QUEUE": "q", "BACKPRESSURE_PATTERNS": '["(a+)+$", "(a|aa)+$", "DEFERRED"]'}
+    )
+    compiled = cfg.patterns()
+    reply = "451 " + "a" * 50_000 + "!"
+    started = time.monotonic()
+    assert not any(p.search(reply) for p in compiled)
+    assert time.monotonic() - started < 0.5
+    assert compiled[2].search("421 4.7.0 deferred, try later")  # case-insensitive
+    with pytest.raises(ConfigError, match="RE2"):
+        WorkerConfig.from_env({"SENDGROUP_QUEUE": "q", "BACKPRESSURE_PATTERNS": "(a)\\1"})

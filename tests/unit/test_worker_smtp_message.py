@@ -5,6 +5,7 @@ import email.policy
 
 import pytest
 
+from sendgroup_worker import smtp
 from sendgroup_worker.handlers import Outcome, from_send_result
 from sendgroup_worker.smtp import (
     JOB_HEADER,
@@ -133,3 +134,57 @@ def test_a_line_break_in_a_header_is_invalid_mail_data_not_a_crash(data: dict[st
     full = {"to": "a@example.test", "from": "n@example.test", "text": "x", **data}
     with pytest.raises(InvalidMailData, match="contains a line break"):
         build_message(full, "u-1")
+
+
+@pytest.mark.parametrize(
+    "to",
+    [
+        "a@x.example\r\nRCPT TO:<evil@y.example>",
+        "a@x.example\n",
+        "a@x.example, evil@y.example",
+        "a@x.example;evil@y.example",
+        "evil@y.example <a@x.example>",
+        "a@x.example <evil@y.example>",
+        "Doe, John <a@x.example>",
+        '"Doe" John" <a@x.example>',
+        {"address": "a@x.example", "name": "A\r\nBcc: evil@y.example"},
+        {"address": "a@x.example", "name": "A <evil@y.example>"},
+        {"address": "a@x.example evil@y.example"},
+        "<>",
+        "a@@x.example",
+    ],
+)
+def test_an_address_is_validated_never_rewritten(to: object) -> None:
+    """Issue 16: such values used to be parsed away, sending to a different address."""
+    with pytest.raises(smtp.InvalidMailData):
+        smtp.build_message({"to": to, "from": "s@x.example", "text": "t"}, "u")
+
+
+@pytest.mark.parametrize(
+    ("to", "envelope", "header"),
+    [
+        ("a@x.example", ["a@x.example"], "a@x.example"),
+        ("Ann <a@x.example>", ["a@x.example"], "Ann <a@x.example>"),
+        ('"Doe, John" <a@x.example>', ["a@x.example"], '"Doe, John" <a@x.example>'),
+        ({"address": "a@x.example", "name": "Doe, John"}, ["a@x.example"], '"Doe, John"'),
+        (["a@x.example", "A@x.example"], ["a@x.example", "A@x.example"], "a@x.example"),
+    ],
+)
+def test_valid_addresses_go_to_exactly_what_the_job_named(
+    to: object, envelope: list[str], header: str
+) -> None:
+    mail = smtp.build_message({"to": to, "from": "s@x.example", "text": "t"}, "u")
+    assert mail.recipients == envelope
+    assert header.encode() in mail.body
+
+
+def test_caps_on_size_and_recipients() -> None:
+    limits = smtp.MailLimits(max_bytes=10_000, max_recipients=3)
+    data = {"to": [f"r{i}@x.example" for i in range(4)], "from": "s@x.example", "text": "t"}
+    with pytest.raises(smtp.InvalidMailData, match="MAIL_MAX_RECIPIENTS"):
+        smtp.build_message(data, "u", limits)
+    with pytest.raises(smtp.InvalidMailData, match="MAIL_MAX_BYTES"):
+        smtp.build_message({**data, "to": "a@x.example", "text": "x" * 20_000}, "u", limits)
+    assert smtp.build_message({**data, "to": ["a@x.example"] * 5}, "u", limits).recipients == [
+        "a@x.example"
+    ]

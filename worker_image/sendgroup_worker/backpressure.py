@@ -12,11 +12,11 @@ call per second, not one per job; a suspension reaches every worker within that 
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Sequence
 from typing import Final
 
+from sendgroup_worker.patterns import Pattern
 from sendgroup_worker.ratelimit import load_script
 from sendgroup_worker.redisclient import AsyncClient, AsyncScript
 
@@ -32,7 +32,7 @@ class Backpressure:
         key: str,
         suspend_after: int,
         suspend_for: float,
-        patterns: Sequence[re.Pattern[str]] = (),
+        patterns: Sequence[Pattern] = (),
     ) -> None:
         self.redis = redis
         self.key = key

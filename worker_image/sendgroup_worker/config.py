@@ -18,7 +18,6 @@ import json
 import logging
 import math
 import os
-import re
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from pathlib import Path
@@ -29,7 +28,7 @@ from pydantic import BaseModel, Field, ValidationError, field_validator, model_v
 from sendgroup_contract import durations, timestamps
 from sendgroup_contract import worker_settings as ws
 from sendgroup_contract.tls import SmtpTls
-from sendgroup_worker import loopback, redisurl
+from sendgroup_worker import loopback, patterns, redisurl
 
 #: (variable, default shown to users, meaning), in documentation order: a view of the one
 #: table, :data:`sendgroup_contract.worker_settings.WORKER_SETTINGS`.
@@ -151,6 +150,8 @@ class WorkerConfig(BaseModel):
     outcome_stream: str | None = None
     outcome_stream_maxlen: int = Field(loopback.DEFAULT_MAXLEN, ge=0)
     suppression_set: str | None = None
+    mail_max_bytes: int = Field(10 * 1024 * 1024, ge=1024)
+    mail_max_recipients: int = Field(100, ge=1, le=100_000)
 
     metrics_port: int = Field(9090, ge=0, le=65535)
     metrics_host: str = "0.0.0.0"
@@ -173,9 +174,9 @@ class WorkerConfig(BaseModel):
     def _patterns_compile(cls, value: list[str]) -> list[str]:
         for pattern in value:
             try:
-                re.compile(pattern)
-            except re.error as exc:
-                raise ValueError(f"BACKPRESSURE_PATTERNS: bad regex {pattern!r}: {exc}") from exc
+                patterns.compile_pattern(pattern)
+            except patterns.PatternError as exc:
+                raise ValueError(f"BACKPRESSURE_PATTERNS: {exc}") from None
         return value
 
     @model_validator(mode="after")
@@ -218,9 +219,9 @@ class WorkerConfig(BaseModel):
             return self.key_prefix + self.suppression_set
         return loopback.suppression_set_key(self.namespace, self.key_prefix)
 
-    def patterns(self) -> list[re.Pattern[str]]:
-        """The backpressure regexes, compiled (case-insensitive)."""
-        return [re.compile(p, re.IGNORECASE) for p in self.backpressure_patterns]
+    def patterns(self) -> list[patterns.Pattern]:
+        """The backpressure regexes, compiled by RE2 (case-insensitive, linear time)."""
+        return [patterns.compile_pattern(p) for p in self.backpressure_patterns]
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> WorkerConfig:

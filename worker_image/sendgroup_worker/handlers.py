@@ -46,8 +46,9 @@ class HandlerResult:
     ``from_provider``: whether a temporary outcome came from the provider (a 4xx reply, a
     connection or time-out) and so counts towards the group's backpressure suspension; False for
     the worker's own trouble (a handler that raised), which is retried but suspends nothing.
-    ``recipients``: the envelope recipients (for the outcome stream); ``suppressed``: those left
-    out by the suppression screen."""
+    ``recipients``: the envelope recipients (for the outcome stream and the rate limit, which
+    counts recipients, not jobs: the worker charges the slots beyond the job's first);
+    ``suppressed``: those left out by the suppression screen."""
 
     outcome: Outcome
     exception: str = ""
@@ -56,6 +57,13 @@ class HandlerResult:
     from_provider: bool = True
     recipients: tuple[str, ...] = ()
     suppressed: tuple[str, ...] = ()
+
+    @property
+    def sent_to(self) -> int:
+        """Recipients the relay was given (suppressed ones excluded; 0 when fenced)."""
+        if self.outcome is Outcome.FENCED:
+            return 0
+        return len(self.recipients) - len(self.suppressed)
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,15 +109,19 @@ class Registry:
 
 
 def default_registry(
-    pool: smtp.SmtpPool, metrics: WorkerMetrics, screen: smtp.Screen | None = None
+    pool: smtp.SmtpPool,
+    metrics: WorkerMetrics,
+    screen: smtp.Screen | None = None,
+    limits: smtp.MailLimits = smtp.DEFAULT_LIMITS,
 ) -> Registry:
     """The worker's registry: :data:`SEND_MAIL` over ``pool`` (recipients checked with
-    ``screen`` right before the SMTP transaction, see ``loopback``) and :data:`NOOP`."""
+    ``screen`` right before the SMTP transaction, see ``loopback``; mails capped by
+    ``limits``) and :data:`NOOP`."""
     registry = Registry()
 
     async def send_mail(job: JobContext) -> HandlerResult:
         try:
-            mail = smtp.build_message(job.payload.get("data") or {}, job.uuid)
+            mail = smtp.build_message(job.payload.get("data") or {}, job.uuid, limits)
         except smtp.InvalidMailData as exc:
             return HandlerResult(Outcome.PERMANENT, "InvalidMailData", str(exc))
         started = time.monotonic()

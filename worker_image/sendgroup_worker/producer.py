@@ -28,6 +28,7 @@ from sendgroup_contract import jobs
 from sendgroup_contract.jobs import MAIL_JOB as MAIL_JOB
 from sendgroup_worker import smtp
 from sendgroup_worker.config import DEFAULT_TRIES
+from sendgroup_worker.queue.protocol import PUSH_CHUNK
 
 #: Row fields that map onto ``data`` directly; any other CSV column / JSON key becomes a
 #: template variable in ``data.vars`` (mail merge).
@@ -357,9 +358,12 @@ def push_recipients(
 
     ``rows``: recipient rows (see :func:`payload_from_row`) or ready payload bytes.
     ``progress``: show a tqdm bar on stderr (None: only on a terminal); ``total`` rows, if
-    known, sizes the bar. ``on_batch(pushed_so_far)`` runs after each batch. Raises ValueError
+    known, sizes the bar. ``on_batch(pushed_so_far)`` runs after each atomic push (a batch, or
+    each :data:`~sendgroup_worker.queue.protocol.PUSH_CHUNK` of a bigger one), so after an
+    error ``pushed_so_far`` is exactly the number of leading rows queued. Raises ValueError
     for an unusable row (jobs of earlier batches are already pushed; validate first with
-    :func:`validate_rows` when that matters) and ``redis.RedisError`` on Redis errors.
+    :func:`validate_rows` when that matters) and ``redis.RedisError`` on Redis errors (e.g.
+    out of memory).
     """
     if batch_size <= 0:
         raise ValueError(f"batch_size must be > 0, got {batch_size}")
@@ -376,12 +380,14 @@ def push_recipients(
         def flush() -> None:
             nonlocal pushed, batches
             if batch:
-                pushed += queue.push_many(batch)
+                for start in range(0, len(batch), PUSH_CHUNK):
+                    chunk = batch[start : start + PUSH_CHUNK]
+                    pushed += queue.push_many(chunk)
+                    bar.update(len(chunk))
+                    if on_batch is not None:
+                        on_batch(pushed)
                 batches += 1
-                bar.update(len(batch))
                 batch.clear()
-                if on_batch is not None:
-                    on_batch(pushed)
 
         for row in rows:
             batch.append(row if isinstance(row, bytes) else payload_from_row(row, defaults))

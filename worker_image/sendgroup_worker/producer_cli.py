@@ -13,6 +13,7 @@ is never printed.
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import sys
 from collections.abc import Callable, Iterator
@@ -116,7 +117,16 @@ def _redis_errors(url: str) -> Iterator[None]:
 
 
 def _fmt_time(ts: float) -> str:
-    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    try:
+        return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    except (OverflowError, ValueError, OSError):
+        return "-"
+
+
+def _recipient(payload: Any) -> Any:
+    """``data.to`` of a failed job's payload, or None when the payload has no such field."""
+    data = payload.get("data") if isinstance(payload, dict) else None
+    return data.get("to") if isinstance(data, dict) else None
 
 
 @contextmanager
@@ -193,6 +203,12 @@ def _open_rows(path: str, fmt: str | None) -> Iterator[tuple[IO[str], producer.R
     default=None,
     help="Progress bar on stderr [default: when stderr is a terminal].",
 )
+@click.option(
+    "--skip",
+    type=click.IntRange(0),
+    default=0,
+    help="Skip the first N rows (already pushed: resume after an interrupted push).",
+)
 @queue_options
 def push_command(
     queue: Queue,
@@ -210,6 +226,7 @@ def push_command(
     timeout: int | None,
     validate: bool,
     progress: bool | None,
+    skip: int,
 ) -> None:
     """Push one mail job per row of FILE (CSV with a header line, or JSON lines; '-' = stdin).
 
@@ -259,14 +276,14 @@ def push_command(
         pushed = n
 
     with _open_rows(file, fmt) as (stream, chosen):
-        rows = (row for _, row in producer.read_rows(stream, chosen))
+        rows = itertools.islice((row for _, row in producer.read_rows(stream, chosen)), skip, None)
         try:
             report = producer.push_recipients(
                 queue,
                 rows,
                 batch_size=batch_size,
                 progress=progress,
-                total=total,
+                total=None if total is None else max(0, total - skip),
                 defaults=defaults,
                 on_batch=note,
             )
@@ -274,8 +291,21 @@ def push_command(
             raise click.ClickException(
                 f"{file}: {e}; {pushed} jobs were pushed before it"
             ) from None
+        except redis.RedisError as e:
+            done = skip + pushed
+            reason = (
+                "Redis is out of memory (maxmemory reached)"
+                if type(e).__name__ == "OutOfMemoryError"
+                else f"{type(e).__name__}: {e}"
+            )
+            raise click.ClickException(
+                f"{file}: push interrupted: {reason}. The first {done} rows are queued "
+                f"({pushed} by this run), none after them; once Redis has room, resume with "
+                f"--skip {done}"
+            ) from None
     click.echo(
         f"pushed {report.pushed} jobs to queue {queue.keys.queue} in {report.batches} batches"
+        + (f" (after skipping {skip} rows)" if skip else "")
     )
 
 
@@ -327,8 +357,7 @@ def failed_list_command(queue: Queue, offset: int, limit: int, as_json: bool) ->
     """Failed jobs, newest first."""
     page = queue.failed_list(offset, limit)
     for j in page.jobs:
-        payload = j.payload_json()
-        to = payload.get("data", {}).get("to") if isinstance(payload, dict) else None
+        to = _recipient(j.payload_json())
         if as_json:
             click.echo(
                 json.dumps(

@@ -138,3 +138,14 @@ class RateLimiter:
         if params is None:
             return
         await self._script(keys=[self.key], args=[*params, -n])
+
+    async def charge(self, n: int, slowdown_run: int = 0) -> None:
+        """Take ``n`` more slots whether or not they are free (the theoretical arrival time
+        moves ``n`` emission intervals on): a mail to ``n + 1`` recipients costs ``n + 1``
+        slots, the later jobs wait for the debt."""
+        if n <= 0:
+            return
+        params = self._params(slowdown_run)
+        if params is None:
+            return
+        await self._script(keys=[self.key], args=[*params, n, "charge"])

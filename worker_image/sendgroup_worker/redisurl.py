@@ -27,7 +27,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from typing import Final, Literal
-from urllib.parse import parse_qsl, unquote, urlsplit
+from urllib.parse import parse_qsl, unquote
 
 #: URL schemes accepted everywhere a Redis URL is taken.
 SCHEMES: Final = (
@@ -78,6 +78,11 @@ _REDIS_PY_OPTIONS: Final = frozenset(
 
 #: Our own query options (consumed here, never passed to redis-py).
 _OWN_OPTIONS: Final = frozenset({"cluster", "sentinel_auth"})
+
+#: A query option in a URL's text (tells an '@' inside an option from user info).
+_OPTION_IN_TEXT: Final = re.compile(
+    r"[?&](?:" + "|".join(sorted(_REDIS_PY_OPTIONS | _OWN_OPTIONS)) + r")="
+)
 
 Kind = Literal["standalone", "cluster", "sentinel", "detect"]
 
@@ -130,7 +135,8 @@ def _port(text: str, default: int) -> int:
     if not text:
         return default
     if not text.isdigit() or not 0 < int(text) < 65536:
-        raise RedisUrlError(f"bad port {text!r} in the Redis URL")
+        # never the text itself: after a bad split it may be a piece of a password
+        raise RedisUrlError("bad port in the Redis URL (a number from 1 to 65535)")
     return int(text)
 
 
@@ -177,9 +183,22 @@ def parse(url: str) -> RedisTarget:
         raise RedisUrlError(
             f"Redis URL scheme {scheme!r} is not one of {', '.join(s + '://' for s in SCHEMES)}"
         )
+    if any(ord(c) < 32 or ord(c) == 127 for c in url):
+        raise RedisUrlError("Redis URL contains a control character (a line break?)")
+    # User info first, up to the LAST '@' (a host never holds one): a password from a Secret
+    # written without percent-encoding may contain '/', '#', '?' or '@', which would otherwise
+    # cut the URL inside the password and put a piece of it into the host, port or path.
+    userinfo_raw, at_sign, rest = rest.rpartition("@")
+    if not at_sign:
+        userinfo_raw, rest = "", rest
+    elif "/" in userinfo_raw.partition(":")[0] or _OPTION_IN_TEXT.search(userinfo_raw):
+        # an '@' inside a query option (e.g. a certificate path), not user info
+        rest, userinfo_raw, at_sign = url.partition("://")[2], "", ""
     rest, _, fragment = rest.partition("#")
     rest, _, query = rest.partition("?")
     netloc, slash, path = rest.partition("/")
+    if at_sign:
+        netloc = f"{userinfo_raw}@{netloc}"
     options: dict[str, str] = {}
     for name, value in parse_qsl(query, keep_blank_values=True):
         if name not in _REDIS_PY_OPTIONS and name not in _OWN_OPTIONS:
@@ -189,7 +208,7 @@ def parse(url: str) -> RedisTarget:
             )
         options[name] = value
     if scheme == "unix":
-        socket = unquote(urlsplit(url).path)
+        socket = unquote("/" + path if slash else "")
         if not socket:
             raise RedisUrlError("unix:// Redis URL without a socket path")
         db = _db(options.pop("db", "0"))
@@ -292,7 +311,7 @@ def _userinfo(text: str) -> tuple[str | None, str | None]:
 
 def _db(text: str) -> int:
     if not text.isdigit():
-        raise RedisUrlError(f"Redis database must be a number, not {text!r}")
+        raise RedisUrlError("Redis database must be a number")
     return int(text)
 
 

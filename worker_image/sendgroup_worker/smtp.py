@@ -29,7 +29,7 @@ from email.header import Header
 from email.message import EmailMessage, Message
 from email.mime.multipart import MIMEMultipart
 from email.mime.text import MIMEText
-from email.utils import formataddr, formatdate, make_msgid, parseaddr
+from email.utils import formataddr, formatdate, make_msgid
 from typing import Any, Final
 
 import aiosmtplib
@@ -102,29 +102,101 @@ class OutgoingMail:
     needs_utf8: bool
 
 
-def _addresses(value: Any, field_name: str) -> list[str]:
+#: A mailbox: (display name, addr-spec); the name is "" when there is none.
+Mailbox = tuple[str, str]
+
+#: addr-spec as this worker sends it (RFC 5321 Mailbox without quoted local parts or address
+#: literals): one ``@``, no white space, no control character, none of ``<>()[],;:"\``.
+#: Non-ASCII (SMTPUTF8) is allowed.
+_ATOMS: Final = r'[^\s<>()\[\],;:"\\@\x00-\x1f\x7f]+'
+_ADDR_SPEC: Final = re.compile(f"{_ATOMS}@{_ATOMS}")
+
+#: A control character (C0 or DEL), CR and LF included: refused anywhere in an address.
+_CONTROL: Final = re.compile(r"[\x00-\x1f\x7f]")
+
+#: ``Name <addr>`` or ``"Name" <addr>`` written as one string.
+_NAME_ADDR: Final = re.compile(r"(?P<name>[^<>]*?)\s*<(?P<addr>[^<>]*)>")
+
+#: Characters never allowed in a display name: a line break or any other control character
+#: (header injection), and ``<``, ``>``, ``@`` (a second address hidden in the name).
+_BAD_NAME: Final = re.compile(r"[\x00-\x1f\x7f<>@]")
+
+
+@dataclass(frozen=True, slots=True)
+class MailLimits:
+    """Caps on one job's mail (``MAIL_MAX_BYTES``, ``MAIL_MAX_RECIPIENTS``): the message's
+    size in bytes as sent (headers + body) and the envelope recipients (to + cc + bcc, each
+    distinct address once). A job over a cap fails as ``InvalidMailData``."""
+
+    max_bytes: int = 10 * 1024 * 1024
+    max_recipients: int = 100
+
+
+#: The caps when the worker's settings give none.
+DEFAULT_LIMITS: Final = MailLimits()
+
+
+def _mailbox(item: Any, field_name: str) -> Mailbox:
+    """One address of ``data.<field_name>``, validated, never rewritten: ``"a@x"``,
+    ``"Name <a@x>"``, ``'"Name, Jr." <a@x>'`` or ``{"address": "a@x", "name": "Name"}``.
+    Raises InvalidMailData for anything else: a line break or control character anywhere, a
+    second address, an address in the display name, an addr-spec this worker would not send
+    to exactly as written."""
+    if isinstance(item, Mapping):
+        address, name = item.get("address"), item.get("name")
+        if not isinstance(address, str) or not (name is None or isinstance(name, str)):
+            raise InvalidMailData(f"data.{field_name}: not an address: {_show(item)}")
+        name = name or ""
+    elif isinstance(item, str):
+        if _CONTROL.search(item):
+            raise InvalidMailData(
+                f"data.{field_name}: contains a line break or control character: {_show(item)}"
+            )
+        text = item.strip(" ")
+        match = _NAME_ADDR.fullmatch(text) if text.endswith(">") else None
+        if match is None:
+            name, address = "", text
+        else:
+            name, address = match.group("name").strip(), match.group("addr").strip()
+            if len(name) >= 2 and name[0] == name[-1] == '"':
+                inner = name[1:-1]
+                if re.search(r'(?<!\\)"', inner):
+                    raise InvalidMailData(
+                        f"data.{field_name}: badly quoted display name: {_show(item)}"
+                    )
+                name = re.sub(r"\\(.)", r"\1", inner)
+            elif re.search(r'[,;"]', name):
+                raise InvalidMailData(
+                    f'data.{field_name}: a display name with , ; or " must be quoted: {_show(item)}'
+                )
+    else:
+        raise InvalidMailData(f"data.{field_name}: not an address: {_show(item)}")
+    if _BAD_NAME.search(name):
+        raise InvalidMailData(
+            f"data.{field_name}: display name contains a line break, a control character, "
+            f"'<', '>' or '@': {_show(item)}"
+        )
+    if not _ADDR_SPEC.fullmatch(address):
+        raise InvalidMailData(
+            f"data.{field_name}: not a single valid address (one local@domain, no line "
+            f"break, no second address): {_show(item)}"
+        )
+    return name, address
+
+
+def _show(value: Any) -> str:
+    """``value`` for an error message: repr (line breaks visible), cut to 200 characters."""
+    text = repr(value)
+    return text if len(text) <= 200 else text[:199] + "\u2026"
+
+
+def _addresses(value: Any, field_name: str) -> list[Mailbox]:
     """``"a@x"``, ``["a@x", ...]``, ``{"address": "a@x", "name": "A"}`` or a list of those, as
-    header-ready strings."""
+    validated mailboxes (see :func:`_mailbox`)."""
     if value is None:
         return []
     items = value if isinstance(value, list) else [value]
-    out: list[str] = []
-    for item in items:
-        if isinstance(item, str) and item.strip():
-            out.append(item.strip())
-        elif isinstance(item, Mapping) and isinstance(item.get("address"), str):
-            name = item.get("name")
-            out.append(formataddr((str(name), item["address"])) if name else item["address"])
-        else:
-            raise InvalidMailData(f"data.{field_name}: not an address: {item!r}")
-    return out
-
-
-def _bare(address: str) -> str:
-    """The addr-spec of ``"Name <a@x>"`` or ``"a@x"``."""
-    if "<" in address and address.rstrip().endswith(">"):
-        return address[address.rindex("<") + 1 : -1].strip()
-    return address.strip()
+    return [_mailbox(item, field_name) for item in items]
 
 
 def check_header_line(label: str, value: str) -> None:
@@ -145,7 +217,9 @@ def render_part(template: Any, variables: Mapping[str, Any]) -> str | None:
     return string.Template(template).safe_substitute({k: str(v) for k, v in variables.items()})
 
 
-def build_message(data: Mapping[str, Any], job_uuid: str) -> OutgoingMail:
+def build_message(
+    data: Mapping[str, Any], job_uuid: str, limits: MailLimits | None = None
+) -> OutgoingMail:
     """Build the message for a mail job.
 
     ``data`` fields: ``to`` (required), ``cc``, ``bcc``, ``from`` (required), ``reply_to``,
@@ -153,6 +227,9 @@ def build_message(data: Mapping[str, Any], job_uuid: str) -> OutgoingMail:
     ``subject``/``text``/``html`` using ``$name`` placeholders, Python's ``string.Template``)
     plus ``vars``; ``headers`` (name -> value). Adds ``X-SendGroup-Job: <uuid>`` and a
     ``Message-ID`` derived from the uuid unless ``headers`` sets one.
+
+    Addresses are validated, never rewritten (:func:`_mailbox`): the envelope goes exactly to
+    the addr-specs the job names. ``limits`` caps the size and the recipients.
 
     Raises :class:`InvalidMailData` when the data cannot make a message.
     """
@@ -166,6 +243,13 @@ def build_message(data: Mapping[str, Any], job_uuid: str) -> OutgoingMail:
         raise InvalidMailData("data.to: no recipient")
     if len(senders) != 1:
         raise InvalidMailData("data.from: exactly one sender is required")
+    limits = limits or DEFAULT_LIMITS
+    recipients = list(dict.fromkeys(addr for _, addr in (*to, *cc, *bcc)))
+    if len(recipients) > limits.max_recipients:
+        raise InvalidMailData(
+            f"data: {len(recipients)} recipients, more than MAIL_MAX_RECIPIENTS "
+            f"({limits.max_recipients}) per job"
+        )
     subject, text, html = data.get("subject"), data.get("text"), data.get("html")
     template = data.get("template")
     if template is not None:
@@ -182,6 +266,8 @@ def build_message(data: Mapping[str, Any], job_uuid: str) -> OutgoingMail:
     for name, part in (("subject", subject), ("text", text), ("html", html)):
         if part is not None and not isinstance(part, str):
             raise InvalidMailData(f"data.{name} must be a string")
+    # checked before building: encoding a huge body costs several copies of it in memory
+    _check_size(sum(len(part) for part in (subject, text, html) if part), limits)
 
     headers = data.get("headers") or {}
     if not isinstance(headers, Mapping):
@@ -206,14 +292,21 @@ def build_message(data: Mapping[str, Any], job_uuid: str) -> OutgoingMail:
         headers=extra,
         job_uuid=job_uuid,
     )
-    recipients = [_bare(a) for a in (*to, *cc, *bcc)]
-    sender = _bare(senders[0])
+    sender = senders[0][1]
     needs_utf8 = not all(a.isascii() for a in (sender, *recipients))
     try:
         body = _build_utf8(parts) if needs_utf8 else _build(parts)
     except (ValueError, TypeError, IndexError, UnicodeError, email.errors.MessageError) as exc:
         raise InvalidMailData(f"cannot build the message: {exc}") from exc
+    _check_size(len(body), limits)
     return OutgoingMail(sender=sender, recipients=recipients, body=body, needs_utf8=needs_utf8)
+
+
+def _check_size(size: int, limits: MailLimits) -> None:
+    if size > limits.max_bytes:
+        raise InvalidMailData(
+            f"data: message of at least {size} bytes, more than MAIL_MAX_BYTES ({limits.max_bytes})"
+        )
 
 
 _HEADER_NAME: Final = re.compile(r"^[!-9;-~]+$")  # RFC 5322 field-name: printable, no ':'
@@ -222,10 +315,10 @@ _COMPAT_CRLF: Final = email.policy.compat32.clone(linesep="\r\n")
 
 @dataclass(frozen=True, slots=True)
 class _Parts:
-    sender: str
-    to: list[str]
-    cc: list[str]
-    reply_to: list[str]
+    sender: Mailbox
+    to: list[Mailbox]
+    cc: list[Mailbox]
+    reply_to: list[Mailbox]
     subject: str
     text: str | None
     html: str | None
@@ -238,11 +331,20 @@ def _header(value: str, name: str) -> str:
     return value if value.isascii() else Header(value, "utf-8", header_name=name).encode()
 
 
-def _address_list(addresses: list[str]) -> str:
+def _address_list(mailboxes: list[Mailbox]) -> str:
+    """An address header's value; non-ASCII names become RFC 2047 encoded words."""
+    return ", ".join(formataddr(mailbox, charset="utf-8") for mailbox in mailboxes)
+
+
+def _address_list_utf8(mailboxes: list[Mailbox]) -> str:
+    """An address header's value with raw UTF-8 (SMTPUTF8); names quoted when needed."""
     out = []
-    for address in addresses:
-        name, addr = parseaddr(address)
-        out.append(formataddr((name, addr or address), charset="utf-8"))
+    for name, addr in mailboxes:
+        if not name:
+            out.append(addr)
+        else:
+            quoted = name.replace("\\", "\\\\").replace('"', '\\"')
+            out.append(f'"{quoted}" <{addr}>')
     return ", ".join(out)
 
 
@@ -289,13 +391,13 @@ def _build_utf8(p: _Parts) -> bytes:
     """Internationalized addresses need SMTPUTF8 (RFC 6531) and raw UTF-8 headers: built with
     ``EmailMessage`` and the SMTPUTF8 policy (slower, rare)."""
     msg = EmailMessage(policy=email.policy.SMTPUTF8)
-    msg["From"] = p.sender
+    msg["From"] = _address_list_utf8([p.sender])
     if p.to:
-        msg["To"] = ", ".join(p.to)
+        msg["To"] = _address_list_utf8(p.to)
     if p.cc:
-        msg["Cc"] = ", ".join(p.cc)
+        msg["Cc"] = _address_list_utf8(p.cc)
     if p.reply_to:
-        msg["Reply-To"] = ", ".join(p.reply_to)
+        msg["Reply-To"] = _address_list_utf8(p.reply_to)
     msg["Subject"] = p.subject
     for name, value in p.headers:
         msg[name] = value
@@ -519,7 +621,7 @@ def _describe(exc: BaseException) -> str:
 
 
 def recipients_of(data: Mapping[str, Any]) -> Sequence[str]:
-    """Envelope recipients of a job's data (for logs and metrics), without validation."""
+    """Envelope recipients of a job's data (for logs and metrics); [] when it is invalid."""
     try:
         return build_message(data, "").recipients
     except InvalidMailData:
@@ -527,8 +629,11 @@ def recipients_of(data: Mapping[str, Any]) -> Sequence[str]:
 
 
 __all__ = [
+    "DEFAULT_LIMITS",
     "JOB_HEADER",
     "InvalidMailData",
+    "MailLimits",
+    "Mailbox",
     "OutgoingMail",
     "ReplyClass",
     "SendResult",

@@ -35,6 +35,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Final, TypeVar
 
+import redis.exceptions as redis_exceptions
 from tenacity import (
     AsyncRetrying,
     RetryCallState,
@@ -56,7 +57,7 @@ from sendgroup_worker.queue.protocol import Ack, Reserved
 from sendgroup_worker.ratelimit import RateLimiter, RatePolicy
 from sendgroup_worker.redisclient import TRANSIENT_ERRORS, AsyncClient, build_async, detect_sync
 from sendgroup_worker.redisurl import RedisTarget, parse
-from sendgroup_worker.smtp import SmtpPool, SmtpSettings
+from sendgroup_worker.smtp import MailLimits, SmtpPool, SmtpSettings
 
 log = logging.getLogger("sendgroup_worker.worker")
 
@@ -71,6 +72,15 @@ REDIS_DOWN: Final = TRANSIENT_ERRORS
 #: :data:`REDIS_DOWN` raised by redis-py itself (not a bare OSError, which a handler's SMTP
 #: connection may raise too).
 REDIS_CALL_DOWN: Final = tuple(e for e in TRANSIENT_ERRORS if e is not OSError)
+
+#: Redis answers but refuses writes (``OOM command not allowed when used memory >
+#: 'maxmemory'``): handled like an outage (logged once, retried with backoff), never a
+#: traceback per lane per second; a finished job's outcome is retried until it is written.
+#: (redis-py's ``OutOfMemoryError``, read by name: the types-redis stubs predate it.)
+REDIS_FULL: Final[tuple[type[Exception], ...]] = (vars(redis_exceptions)["OutOfMemoryError"],)
+
+#: Every error after which the same Redis call is simply tried again later.
+REDIS_RETRY: Final[tuple[type[Exception], ...]] = (*REDIS_DOWN, *REDIS_FULL)
 
 #: The fence refuses SMTP DATA this many seconds before the reservation expires.
 FENCE_MARGIN: Final = 0.5
@@ -131,12 +141,18 @@ class Outage:
         self.last_failure = 0.0
 
     def failed(self, exc: BaseException) -> None:
-        """Note a failed Redis call."""
+        """Note a failed Redis call (unreachable, or out of memory)."""
         self.last_failure = time.monotonic()
         if self.since is None:
             self.since = self.last_failure
             self.metrics.reachable(False)
-            log.warning("Redis unreachable (%s); retrying with backoff", _short(exc))
+            if isinstance(exc, REDIS_FULL):
+                log.error(
+                    "Redis is out of memory (maxmemory reached, writes refused): no job is "
+                    "taken until it has room again; retrying with backoff"
+                )
+            else:
+                log.warning("Redis unreachable (%s); retrying with backoff", _short(exc))
 
     def ok(self) -> None:
         """Note a successful Redis call."""
@@ -265,7 +281,7 @@ class Worker:
             try:
                 await self._step(lane)
                 failures = 0
-            except REDIS_DOWN as exc:
+            except REDIS_RETRY as exc:
                 self.outage.failed(exc)
                 failures += 1
                 await self._sleep(delay(_retry_state(failures)))
@@ -274,7 +290,7 @@ class Worker:
                 await self._sleep(1.0)
         try:
             await self._flush(lane)
-        except REDIS_DOWN:
+        except REDIS_RETRY:
             log.error(
                 "job %s: delivered, but Redis stayed unreachable during the stop; the job "
                 "comes back after retry_after and may be sent again",
@@ -420,7 +436,7 @@ class Worker:
     async def _process(self, lane: _Lane, job: Reserved, reserved_until: float) -> None:
         payload = job.payload
         if payload is None:
-            await self._fail(job, "InvalidPayload", "payload is not a JSON object")
+            await self._fail(job, "InvalidPayload", job.invalid or "payload is not a JSON object")
             return
         handler = self.registry.get(payload.get("job"))
         if handler is None and laravel.is_laravel_job(payload.get("job")):
@@ -509,6 +525,10 @@ class Worker:
     ) -> None:
         """Act on ``result``; with ``record`` (mail handlers) also write the outcome stream
         entry (see :mod:`sendgroup_worker.loopback`), before the outcome is committed."""
+        if result.sent_to > 1 and not self.limiter.unlimited:
+            # the rate counts recipients: the job's first slot was taken before reserving,
+            # the others are charged now (in debt: the next jobs wait for them)
+            await self._best_effort(self.limiter.charge(result.sent_to - 1, self.backpressure.run))
         if result.outcome is h.Outcome.DONE:
             # acknowledged inside the lane's next reserve call (one round trip saved), or by
             # _flush before the lane waits or stops
@@ -603,7 +623,7 @@ class Worker:
         )
         try:
             await self._retry(lambda: self.loopback.record(entry))
-        except REDIS_DOWN:
+        except REDIS_RETRY:
             log.error("job %s: outcome %s not written to the outcome stream", job.uuid, outcome)
 
     async def _retry(self, call: Callable[[], Awaitable[T]]) -> T:
@@ -622,7 +642,7 @@ class Worker:
                 self.outage.failed(state.outcome.exception())  # type: ignore[arg-type]
 
         retrying = AsyncRetrying(
-            retry=retry_if_exception_type(REDIS_DOWN),
+            retry=retry_if_exception_type(REDIS_RETRY),
             wait=wait_exponential_jitter(initial=0.05, max=OUTAGE_MAX_WAIT, jitter=0.1),
             stop=give_up,
             before_sleep=before_sleep,
@@ -637,7 +657,7 @@ class Worker:
     async def _best_effort(self, call: Awaitable[T]) -> T | None:
         try:
             return await call
-        except REDIS_DOWN as exc:
+        except REDIS_RETRY as exc:
             self.outage.failed(exc)
             return None
 
@@ -765,7 +785,9 @@ def build_worker(config: WorkerConfig) -> Worker:
         client, config.outcome_stream_key, config.suppression_set_key, config.outcome_stream_maxlen
     )
     screen = loopback.screen if loopback.suppressed is not None else None
-    registry = h.default_registry(pool, metrics, screen)
+    registry = h.default_registry(
+        pool, metrics, screen, MailLimits(config.mail_max_bytes, config.mail_max_recipients)
+    )
     check_timeout = min(5.0, config.smtp_command_timeout)
     health = WorkerHealth(
         stall_after=config.stall_after,

@@ -5,6 +5,8 @@ conditions that are not ok, and whether a watch is done. No API calls here.
 
 from __future__ import annotations
 
+import re
+import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -218,14 +220,31 @@ class Row:
         ]
 
 
+#: An ANSI escape sequence (CSI ``ESC [ ... final``, OSC ``ESC ] ... BEL/ST``, or ESC + one
+#: character), then any single control or format character left (C0, DEL, C1, bidi overrides).
+_ESCAPES: Final = re.compile(
+    r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b.?|\x9b[0-?]*[ -/]*[@-~]"
+)
+
+
+def printable(text: str) -> str:
+    """``text`` safe to print on a terminal: escape sequences removed, every other control or
+    format character (line breaks, C1, bidi overrides such as U+202E) shown as ``?``. A
+    tenant's ``spec.campaign`` or ``spec.host`` can then never move the cursor, recolour or
+    rewrite the operator's screen."""
+    text = _ESCAPES.sub("", text)
+    return "".join("?" if unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp") else c for c in text)
+
+
 def table(rows: Sequence[Row], all_namespaces: bool = False, ascii_only: bool = False) -> str:
     """The rows as a kubectl-style table: columns separated by at least 3 spaces, a
-    NAMESPACE column first when ``all_namespaces``. No trailing newline."""
+    NAMESPACE column first when ``all_namespaces``. No trailing newline. Every cell goes
+    through :func:`printable`."""
     header = list(COLUMNS)
-    body = [r.cells(ascii_only) for r in rows]
+    body = [[printable(c) for c in r.cells(ascii_only)] for r in rows]
     if all_namespaces:
         header.insert(0, "NAMESPACE")
-        body = [[r.namespace, *cells] for r, cells in zip(rows, body, strict=True)]
+        body = [[printable(r.namespace), *cells] for r, cells in zip(rows, body, strict=True)]
     widths = [max(len(c) for c in col) for col in zip(header, *body, strict=True)]
     lines = [
         "   ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip()

@@ -23,7 +23,7 @@ import click
 from sendgroup_worker.cli_prefix import key_prefix_option
 from sendgroup_worker.dumps import paths
 from sendgroup_worker.dumps.dump import DEFAULT_CHUNK_JOBS, DumpError, dump_queue
-from sendgroup_worker.dumps.format import SegmentError, read_info, verify_segment
+from sendgroup_worker.dumps.format import SegmentError, read_info, signing_key, verify_segment
 from sendgroup_worker.dumps.lock import LockHeld, LockLost, QueueLock
 from sendgroup_worker.dumps.purge import forget_segments, purge_queue
 from sendgroup_worker.dumps.redisconn import (
@@ -185,6 +185,10 @@ def dump_command(
     Resumes an interrupted dump of the same queue. Jobs pushed while it runs stay in Redis.
     """
     ctx = _Ctx(queue, redis_url, redis_url_file, key_prefix)
+    try:
+        signing_key()  # an unreadable key fails here, before anything moves
+    except SegmentError as e:
+        _fail(f"refused: {e}", EXIT_SEGMENT, ctx.url)
     result = _run(
         ctx,
         "dump",
@@ -215,8 +219,11 @@ def restore_command(
     ctx = _Ctx(queue, redis_url, redis_url_file, key_prefix)
     try:
         directory = paths.queue_dir(dumps_dir, queue)
+        signing_key()  # an unreadable key fails here, before anything moves
     except InvalidQueueName as e:
         _fail(str(e), EXIT_RULE, None)
+    except SegmentError as e:
+        _fail(f"refused: {e}", EXIT_SEGMENT, None)
     had_directory = directory.is_dir()
     result = _run(
         ctx,
@@ -271,7 +278,7 @@ def forget_command(queue: str, dumps_dir: str) -> None:
     """Delete a queue's dump segments (a cancelled group's dump must never be restored)."""
     try:
         count, size = forget_segments(dumps_dir, queue)
-    except (InvalidQueueName, OSError) as e:
+    except (InvalidQueueName, OSError, SegmentError) as e:
         _fail(f"forget of queue {queue!r}: {e}", 1, None)
     _emit({"command": "forget", "queue": queue, "segments": count, "bytes": size})
 
@@ -286,11 +293,15 @@ def dumps_command(queue: str, dumps_dir: str, verify: bool) -> None:
         directory = paths.queue_dir(dumps_dir, queue)
     except InvalidQueueName as e:
         _fail(str(e), EXIT_RULE, None)
+    except SegmentError as e:
+        _fail(f"refused: {e}", EXIT_SEGMENT, None)
     bad = False
     for p in paths.list_segments(directory):
         try:
             info = verify_segment(p) if verify else read_info(p)
             h = info.header
+            if h.queue != queue:
+                raise SegmentError(f"{p}: a segment of queue {h.queue!r}, not of {queue!r}")
             # Without --verify only the header and trailer were read: the records' checksums
             # were not, so "valid" is unknown (null) rather than a promise.
             _emit(

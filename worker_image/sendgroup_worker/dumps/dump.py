@@ -41,6 +41,7 @@ from sendgroup_worker.dumps.format import (
     SegmentError,
     SegmentHeader,
     SegmentWriter,
+    signing_key,
     verify_segment,
 )
 from sendgroup_worker.dumps.lock import QueueLock
@@ -125,6 +126,8 @@ def dump_queue(
     ``redis.RedisError`` (staging kept: the next dump resumes, the next restore unstages).
     """
     check_slot_rule(client, keys)
+    # an unsafe directory (a planted symbolic link) is refused before any job is moved
+    directory = paths.queue_dir(dumps_dir, keys.queue)
     started = time.monotonic()
     version = redis_version(client)
     result = DumpResult(queue=keys.queue, redis_version=version)
@@ -148,7 +151,6 @@ def dump_queue(
         "delayed": int(client.zcard(s_delayed)),
         "reserved": int(client.zcard(s_reserved)),
     }
-    directory = paths.queue_dir(dumps_dir, keys.queue)
     final = paths.segment_path(directory, segment_id)
     header = SegmentHeader(
         queue=keys.queue,
@@ -234,9 +236,9 @@ def _write_segment(
     (Counts, bytes)."""
     s_ready, s_delayed, s_reserved, s_failed, s_failed_jobs = keys.staging_data_keys
     tmp = paths.temp_path(directory, header.segment)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
+    fd = paths.create_new(tmp, FILE_MODE)
     with os.fdopen(fd, "wb") as fh:
-        w = SegmentWriter(fh, header)
+        w = SegmentWriter(fh, header, signing_key())
         sink = _BackgroundWriter(fh, w)
         read = 0
 

@@ -21,18 +21,32 @@ Chunk kinds and the records of their bodies:
 The trailer's JSON holds the record counts per kind and the SHA-256 of every byte before the
 trailer; :func:`verify_segment` checks every chunk CRC, the counts and the digest, so a
 truncated or corrupted file is refused before anything is merged.
+
+Integrity is not authenticity: anyone who can write the volume can recompute every checksum.
+With a signing key (:data:`KEY_ENV`, a Secret the operator holds, given to the dump and restore
+Jobs through ``secretKeyRef``) the trailer also carries ``hmac``: HMAC-SHA256 under the key of
+the trailer's canonical JSON without it (counts + the SHA-256 of everything before, header
+with queue, prefix and segment id included). With a key set, a segment whose ``hmac`` is
+missing or wrong is refused (:func:`verify_segment`).
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
+import hmac
 import json
 import os
 import struct
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import IO, Any, Final, Literal
+
+#: Environment variables holding the segment signing key (``_FILE``: a file holding it, e.g.
+#: a mounted Secret key; the file wins). Unset: segments are checksummed, not signed.
+KEY_ENV: Final = "DUMP_SIGNING_KEY"
 
 MAGIC: Final = b"SGDUMP"
 FOOTER_MAGIC: Final = b"SGDUMPEN"
@@ -61,6 +75,30 @@ class SegmentError(Exception):
 
     The message names the file and what is wrong; the file is left where it is.
     """
+
+
+def signing_key(environ: Mapping[str, str] | None = None) -> bytes | None:
+    """The segment signing key from :data:`KEY_ENV` (or its ``_FILE``), or None. Raises
+    :class:`SegmentError` when the file cannot be read or the key is shorter than 16 bytes."""
+    env = os.environ if environ is None else environ
+    path = env.get(f"{KEY_ENV}_FILE")
+    if path:
+        try:
+            raw = Path(path).read_bytes().strip()
+        except OSError as e:
+            raise SegmentError(f"{KEY_ENV}_FILE: cannot read {path}: {e.strerror}") from None
+    else:
+        raw = env.get(KEY_ENV, "").strip().encode()
+    if not raw:
+        return None
+    if len(raw) < 16:
+        raise SegmentError(f"{KEY_ENV}: the signing key must be at least 16 bytes")
+    return raw
+
+
+def _mac(key: bytes, trailer: Mapping[str, Any]) -> str:
+    canonical = json.dumps({k: v for k, v in trailer.items() if k != "hmac"}, sort_keys=True)
+    return hmac.new(key, canonical.encode(), hashlib.sha256).hexdigest()
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,8 +241,9 @@ class SegmentWriter:
     The caller owns durability (fsync, rename): see ``dump.py``.
     """
 
-    def __init__(self, fh: IO[bytes], header: SegmentHeader) -> None:
+    def __init__(self, fh: IO[bytes], header: SegmentHeader, key: bytes | None = None) -> None:
         self._fh = fh
+        self._key = key
         self._sha = hashlib.sha256()
         self.counts = Counts()
         self.bytes = 0
@@ -226,9 +265,10 @@ class SegmentWriter:
     def finish(self) -> None:
         """Write the trailer (counts + SHA-256 of everything before it) and the footer."""
         offset = self.bytes
-        body = json.dumps(
-            {**self.counts.as_dict(), "sha256": self._sha.hexdigest()}, sort_keys=True
-        ).encode()
+        trailer: dict[str, Any] = {**self.counts.as_dict(), "sha256": self._sha.hexdigest()}
+        if self._key is not None:
+            trailer["hmac"] = _mac(self._key, trailer)
+        body = json.dumps(trailer, sort_keys=True).encode()
         tail = _frame(b"E", self.counts.chunks, body) + _FOOTER.pack(offset, FOOTER_MAGIC)
         self._fh.write(tail)
         self.bytes += len(tail)
@@ -288,6 +328,19 @@ class SegmentInfo:
     sha256: str
     bytes: int
     trailer_offset: int
+    #: the trailer as written (for the signature check)
+    trailer: dict[str, Any] = field(default_factory=dict)
+
+
+def _open_segment(path: str | os.PathLike[str]) -> IO[bytes]:
+    """``path`` opened for reading, never through a symbolic link (``O_NOFOLLOW``)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise SegmentError(f"{path}: a symbolic link, not a segment: refused") from None
+        raise
+    return os.fdopen(fd, "rb")
 
 
 def _read_exact(fh: IO[bytes], n: int, where: str, what: str) -> bytes:
@@ -335,7 +388,7 @@ def read_info(path: str | os.PathLike[str]) -> SegmentInfo:
     (a truncated file loses its footer).
     """
     where = str(path)
-    with open(path, "rb") as fh:
+    with _open_segment(path) as fh:
         header, _ = _read_header(fh, where)
         size = os.fstat(fh.fileno()).st_size
         if size < _FOOTER.size:
@@ -362,7 +415,7 @@ def read_info(path: str | os.PathLike[str]) -> SegmentInfo:
             raise SegmentError(f"{where}: unreadable trailer ({e})") from e
         if counts.chunks != nchunks:
             raise SegmentError(f"{where}: trailer chunk counts disagree (corrupted)")
-    return SegmentInfo(where, header, counts, digest, size, offset)
+    return SegmentInfo(where, header, counts, digest, size, offset, dict(t))
 
 
 def iter_chunks(path: str | os.PathLike[str], info: SegmentInfo | None = None) -> Iterator[Chunk]:
@@ -373,7 +426,7 @@ def iter_chunks(path: str | os.PathLike[str], info: SegmentInfo | None = None) -
     """
     where = str(path)
     info = info or read_info(path)
-    with open(path, "rb") as fh:
+    with _open_segment(path) as fh:
         _read_header(fh, where)
         index = 0
         while fh.tell() < info.trailer_offset:
@@ -387,17 +440,28 @@ def iter_chunks(path: str | os.PathLike[str], info: SegmentInfo | None = None) -
             raise SegmentError(f"{where}: chunks overrun the trailer (corrupted)")
 
 
-def verify_segment(path: str | os.PathLike[str]) -> SegmentInfo:
+def verify_segment(path: str | os.PathLike[str], key: bytes | None = None) -> SegmentInfo:
     """Read the whole segment and check header, every chunk CRC and body, the per-kind
-    counts and the SHA-256 against the trailer. Returns its :class:`SegmentInfo`.
+    counts and the SHA-256 against the trailer; with ``key``, the trailer's ``hmac`` too
+    (default: :func:`signing_key` from the environment). Returns its :class:`SegmentInfo`.
 
     Raises :class:`SegmentError` naming the file and the first problem found.
     """
     where = str(path)
     info = read_info(path)
+    key = key if key is not None else signing_key()
+    if key is not None:
+        given = info.trailer.get("hmac")
+        if not isinstance(given, str):
+            raise SegmentError(f"{where}: not signed (this installation signs its segments)")
+        if not hmac.compare_digest(given, _mac(key, info.trailer)):
+            raise SegmentError(
+                f"{where}: signature mismatch (not written by this installation's dump Jobs, "
+                "or altered since)"
+            )
     sha = hashlib.sha256()
     seen = Counts()
-    with open(path, "rb") as fh:
+    with _open_segment(path) as fh:
         _, raw = _read_header(fh, where)
         sha.update(raw)
         while fh.tell() < info.trailer_offset:

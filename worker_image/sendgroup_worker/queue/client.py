@@ -206,7 +206,7 @@ class Queue(_Base):
     def failed_get(self, uuid: str) -> p.FailedJob | None:
         """The failed record of ``uuid``, or None."""
         data = self.redis.hget(self.keys.failed_jobs, uuid)
-        return None if data is None else p.parse_failed_record(data)
+        return None if data is None else p.parse_failed_record(data, uuid)
 
     def failed_retry(self, *uuids: str) -> p.RetryResult:
         """Push these failed jobs back to ready (attempts 0) and forget their records."""
@@ -423,7 +423,7 @@ class AsyncQueue(_Base):
     async def failed_get(self, uuid: str) -> p.FailedJob | None:
         """See :meth:`Queue.failed_get`."""
         data = await self.redis.hget(self.keys.failed_jobs, uuid)
-        return None if data is None else p.parse_failed_record(data)
+        return None if data is None else p.parse_failed_record(data, uuid)
 
     async def failed_retry(self, *uuids: str) -> p.RetryResult:
         """See :meth:`Queue.failed_retry`."""

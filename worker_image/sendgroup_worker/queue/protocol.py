@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -33,6 +34,7 @@ from typing import Any, Final, Generic, Literal, TypeVar
 from sendgroup_contract import measure
 from sendgroup_contract.keys import QueueKeys
 from sendgroup_contract.measure import QueueMeasure
+from sendgroup_contract.timestamps import parse_pushed_at
 
 T = TypeVar("T")
 
@@ -51,6 +53,7 @@ SCRIPT_NAMES: Final = (
     "failed_list",
     "failed_retry",
     "failed_forget",
+    "claim",
 )
 
 #: Payloads per ``push`` script call; a bigger batch is split into several calls (each atomic).
@@ -58,6 +61,12 @@ PUSH_CHUNK: Final = 1000
 
 #: Longest exception message kept in a failed record (characters); longer ones are cut.
 MESSAGE_MAX: Final = 8192
+
+#: Deepest nesting of arrays/objects accepted in a job payload (levels, the envelope itself
+#: counting 1). Deeper payloads are refused as ``InvalidPayload``: Python's json module raises
+#: RecursionError on a few hundred levels, and nothing a mail job carries needs more than a few.
+MAX_JSON_DEPTH: Final = 64
+
 
 BeginSend = Literal["ok", "lost", "already_sent"]
 
@@ -125,6 +134,8 @@ class Reserved:
     * ``payload``: ``reserved`` decoded as JSON, or None if Python cannot decode it (Lua's cjson
       is laxer; the worker should then ``fail`` the job).
     * ``uuid``: the payload's ``uuid``; ``attempts``: reservations so far, this one included.
+    * ``invalid``: why the payload cannot be run (the failed record's message, exception
+      ``InvalidPayload``), or "" for a usable job; ``payload`` is None whenever it is set.
     """
 
     raw: bytes
@@ -132,6 +143,7 @@ class Reserved:
     payload: dict[str, Any] | None
     uuid: str
     attempts: int
+    invalid: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,13 +226,64 @@ def _num(value: float) -> str:
     return repr(float(value)) if value != int(value) else str(int(value))
 
 
-def decode_payload(data: bytes) -> dict[str, Any] | None:
-    """``data`` decoded as a JSON object, or None (invalid UTF-8, not JSON, not an object)."""
+def json_depth_exceeds(value: Any, limit: int) -> bool:
+    """True when ``value`` (decoded JSON) nests arrays/objects deeper than ``limit`` levels
+    (a scalar is 0 levels, ``[]`` 1). Iterative: never recurses, whatever the input."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Iterable[Any] = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+    return False
+
+
+def decode_job(data: bytes) -> tuple[dict[str, Any] | None, str]:
+    """``data`` decoded as a job envelope: ``(object, "")``, or ``(None, reason)`` when it is
+    not UTF-8, not JSON, not an object, nests deeper than :data:`MAX_JSON_DEPTH`, or carries
+    an ``attempts`` that is not a finite number >= 0. The one place payload bytes read from
+    Redis are decoded; never raises (RecursionError and MemoryError included)."""
     try:
         obj = json.loads(data)
-    except (ValueError, UnicodeDecodeError):
+    except UnicodeDecodeError:
+        return None, "payload is not UTF-8"
+    except ValueError as exc:
+        return None, f"payload is not JSON: {exc}"
+    except RecursionError:
+        return None, f"payload nests deeper than {MAX_JSON_DEPTH} levels"
+    except MemoryError:
+        return None, "payload too large to decode"
+    if not isinstance(obj, dict):
+        return None, "payload is not a JSON object"
+    if json_depth_exceeds(obj, MAX_JSON_DEPTH):
+        return None, f"payload nests deeper than {MAX_JSON_DEPTH} levels"
+    attempts = obj.get("attempts", 0)
+    number = _finite(attempts)
+    if number is None or number < 0:
+        return None, f'payload "attempts" is not a number >= 0: {str(attempts)[:40]!r}'
+    return obj, ""
+
+
+def decode_payload(data: bytes) -> dict[str, Any] | None:
+    """``data`` decoded as a JSON object, or None (see :func:`decode_job` for the reasons)."""
+    return decode_job(data)[0]
+
+
+def _finite(value: Any) -> float | None:
+    """``value`` (a JSON number or a numeric string) as a finite float, else None."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str | bytes):
         return None
-    return obj if isinstance(obj, dict) else None
+    try:
+        number = float(value.strip() if isinstance(value, str | bytes) else value)
+    except (ValueError, OverflowError):
+        return None
+    return number if math.isfinite(number) else None
 
 
 def _as_bytes(value: Any) -> bytes:
@@ -237,33 +300,54 @@ def _as_int(value: Any) -> int:
     return int(value)
 
 
-def parse_failed_record(data: bytes) -> FailedJob:
+#: ``exception`` of a failed record that cannot be read (written by someone else, damaged).
+UNREADABLE_RECORD: Final = "UnreadableRecord"
+
+
+def parse_failed_record(data: bytes, record_id: str = "") -> FailedJob:
     """Decode a failed record written by the scripts (``cjson.encode`` of uuid, payload,
     exception, message, failedAt). Non-UTF-8 payload bytes round-trip exactly (cjson writes
-    them raw; decoded here with ``surrogateescape``). Raises ValueError on a corrupt record."""
-    obj = json.loads(data.decode("utf-8", "surrogateescape"))
+    them raw; decoded here with ``surrogateescape``). Never raises: a record that is not such
+    an object comes back as exception :data:`UNREADABLE_RECORD` with its raw bytes as the
+    payload and ``record_id`` (its key in the hash) as uuid, so it can still be listed, shown
+    and forgotten; a ``failedAt`` out of any clock's range reads as 0."""
+    try:
+        obj: Any = json.loads(data.decode("utf-8", "surrogateescape"))
+    except (ValueError, RecursionError) as exc:
+        obj = exc
     if not isinstance(obj, dict):
-        raise ValueError("failed record is not a JSON object")
+        why = f"not JSON: {obj}" if isinstance(obj, Exception) else "not a JSON object"
+        return FailedJob(record_id, data, UNREADABLE_RECORD, f"failed record is {why}", 0.0)
+    try:
+        payload = str(obj.get("payload", "")).encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        payload = data
     return FailedJob(
-        uuid=str(obj.get("uuid", "")),
-        payload=str(obj.get("payload", "")).encode("utf-8", "surrogateescape"),
+        uuid=str(obj.get("uuid", "") or record_id),
+        payload=payload,
         exception=str(obj.get("exception", "")),
         message=str(obj.get("message", "")),
-        failed_at=float(obj.get("failedAt", 0) or 0),
+        failed_at=parse_pushed_at(obj.get("failedAt")) or 0.0,
     )
 
 
 def _reserved_from(raw: bytes, reserved: bytes) -> Reserved:
-    payload = decode_payload(reserved)
+    payload, invalid = decode_job(reserved)
     uuid = ""
     attempts = 0
     if payload is not None:
         uuid = str(payload.get("uuid", ""))
-        try:
-            attempts = int(float(payload.get("attempts", 0)))
-        except (TypeError, ValueError):
-            attempts = 0
-    return Reserved(raw=raw, reserved=reserved, payload=payload, uuid=uuid, attempts=attempts)
+        attempts = int(_finite(payload.get("attempts", 0)) or 0)
+    elif invalid:
+        # the script validated uuid and attempts: read the uuid back for the failed record
+        match = _UUID.search(reserved)
+        uuid = match.group(1).decode("utf-8", "replace") if match else ""
+    return Reserved(
+        raw=raw, reserved=reserved, payload=payload, uuid=uuid, attempts=attempts, invalid=invalid
+    )
+
+
+_UUID: Final = re.compile(rb'"uuid"\s*:\s*"([^"\\]{1,200})"')
 
 
 def parse_reserve_reply(reply: Any) -> ReserveResult:
@@ -468,8 +552,15 @@ def measure_call(keys: QueueKeys, now: float | None = None) -> ScriptCall[QueueM
 
 
 def _parse_failed_page(reply: Any) -> FailedPage:
+    items = reply[1:]
     return FailedPage(
-        total=_as_int(reply[0]), jobs=[parse_failed_record(_as_bytes(r)) for r in reply[1:]]
+        total=_as_int(reply[0]),
+        jobs=[
+            parse_failed_record(
+                _as_bytes(items[i + 1]), _as_bytes(items[i]).decode("utf-8", "replace")
+            )
+            for i in range(0, len(items) - 1, 2)
+        ],
     )
 
 
@@ -521,12 +612,48 @@ def failed_forget_call(keys: QueueKeys, uuids: Sequence[str] | None) -> ScriptCa
     return ScriptCall("failed_forget", (keys.failed, keys.failed_jobs), args, _as_int)
 
 
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """Reply of :func:`claim_call`: ``held`` True when the caller owns the queue after the call
+    (for a release: it let go, or nobody held it); ``owner`` the owner then
+    (``<namespace>/<name>/<uid>``, "" for none)."""
+
+    held: bool
+    owner: str
+
+
+def owner_id(namespace: str, name: str, uid: str) -> str:
+    """The owner string of a SendGroup: ``<namespace>/<name>/<uid>`` (the uid tells a group
+    from a deleted and re-created one of the same name)."""
+    for part in (namespace, name, uid):
+        if not part or "/" in part:
+            raise ValueError(f"owner part {part!r} must be non-empty and without '/'")
+    return f"{namespace}/{name}/{uid}"
+
+
+def _parse_claim(reply: Any) -> Claim:
+    return Claim(held=_as_int(reply[0]) == 1, owner=_as_bytes(reply[1]).decode("utf-8", "replace"))
+
+
+def claim_call(keys: QueueKeys, owner: str, release: bool = False) -> ScriptCall[Claim]:
+    """Claim the queue for ``owner`` (first claim wins; the owner claiming again is a no-op),
+    or with ``release`` give it up (only its owner can). One atomic script (``claim.lua``)."""
+    if not owner:
+        raise ValueError("owner must not be empty")
+    return ScriptCall(
+        "claim", (keys.owner,), (owner, "release" if release else "claim"), _parse_claim
+    )
+
+
 __all__ = [
+    "MAX_JSON_DEPTH",
     "MESSAGE_MAX",
     "PUSH_CHUNK",
     "SCRIPT_NAMES",
+    "UNREADABLE_RECORD",
     "Ack",
     "BeginSend",
+    "Claim",
     "FailedJob",
     "FailedPage",
     "QueueMeasure",
@@ -536,7 +663,9 @@ __all__ = [
     "RetryResult",
     "ScriptCall",
     "begin_send_call",
+    "claim_call",
     "clear_call",
+    "decode_job",
     "decode_payload",
     "done_call",
     "fail_call",
@@ -544,9 +673,11 @@ __all__ = [
     "failed_list_call",
     "failed_retry_call",
     "failed_retry_oldest_call",
+    "json_depth_exceeds",
     "later_call",
     "measure_call",
     "now_seconds",
+    "owner_id",
     "parse_failed_record",
     "parse_reserve_reply",
     "push_calls",

@@ -7,6 +7,8 @@
 -- ARGV[1] = emission interval T (microseconds per message, > 0)
 -- ARGV[2] = tolerance tau = (burst - 1) * T (microseconds)
 -- ARGV[3] = n: > 0 take up to n messages; < 0 give back -n unused messages
+-- ARGV[4] = "charge" (optional): take all n now, free or not (recipients beyond a job's
+--           first: the debt delays the next messages)
 -- Returns {granted, wait_us}: granted messages (0..n), and when 0, microseconds until one is
 -- allowed.
 local t = redis.call('TIME')
@@ -23,7 +25,7 @@ local function store(v)
     redis.call('SET', KEYS[1], string.format('%.0f', v), 'PX', math.ceil((v - now) / 1000) + 1000)
   end
 end
-if n < 0 then
+if n < 0 or ARGV[4] == 'charge' then
   store(tat + n * T)
   return {0, 0}
 end

@@ -129,7 +129,10 @@ local function sg_set_attempts(payload, n)
   local ok, obj = pcall(cjson.decode, payload)
   if ok and type(obj) == 'table' then
     obj['attempts'] = n
-    return cjson.encode(obj)
+    -- cjson refuses to encode what it decoded in some cases (1e999 became inf): nil, not an
+    -- error that would abort the whole reserve call on every try
+    local encoded, text_or_err = pcall(cjson.encode, obj)
+    if encoded then return text_or_err end
   end
   return nil
 end
@@ -152,6 +155,10 @@ local function sg_check_payload(raw)
   if type(a) == 'number' or type(a) == 'string' then n = tonumber(a) end
   if n == nil then
     return nil, uuid, 'payload has no numeric "attempts"'
+  end
+  -- negative (would retry without end), NaN (n ~= n) or infinite: refused, never reserved
+  if n ~= n or n < 0 or n == math.huge then
+    return nil, uuid, 'payload "attempts" is not a finite number >= 0'
   end
   return obj, uuid, n
 end
