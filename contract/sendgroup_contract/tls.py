@@ -10,7 +10,6 @@ from enum import StrEnum
 # ``none``: plain SMTP; ``starttls``: upgrade with STARTTLS (RFC 3207), required;
 # ``tls``: implicit TLS from the first byte (RFC 8314, usually port 465).
 class SmtpTls(StrEnum):
-
     NONE = "none"
     STARTTLS = "starttls"
     TLS = "tls"

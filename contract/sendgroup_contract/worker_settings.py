@@ -13,7 +13,9 @@ Kinds (what the text of the variable holds):
   (:func:`sendgroup_contract.durations.parse_env_seconds`);
 * ``backoff``: Laravel's comma-joined seconds (``10,60,300``) or a JSON list;
 * ``time``: ISO 8601 or unix seconds (:func:`sendgroup_contract.timestamps.parse_time`);
-* ``patterns``: a JSON list of regexes or one regex per line.
+* ``patterns``: a JSON list of regexes or one regex per line;
+* ``provider``: the JSON of ``sendgroup_worker.provider.ProviderConfig`` (the group's provider,
+  built by the operator from a SendProvider/ClusterSendProvider).
 
 ``secret``: the variable may also be given as ``<NAME>_FILE`` (a mounted Secret's path; the file
 wins). ``deprecated``: older names still read for one release (the new name wins).
@@ -24,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final, Literal
 
-Kind = Literal["str", "int", "float", "tls", "duration", "backoff", "time", "patterns"]
+Kind = Literal["str", "int", "float", "tls", "duration", "backoff", "time", "patterns", "provider"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +88,10 @@ SMTP_TLS: Final = WorkerSetting(
     "smtp_tls", "SMTP_TLS", "tls", "none", "none | starttls | tls (implicit TLS)"
 )
 SMTP_CA_FILE: Final = WorkerSetting(
-    "smtp_ca_file", "SMTP_CA_FILE", "str", "system CAs",
+    "smtp_ca_file",
+    "SMTP_CA_FILE",
+    "str",
+    "system CAs",
     "PEM bundle that verifies the relay's certificate",
 )
 SMTP_USERNAME: Final = WorkerSetting(
@@ -96,7 +101,10 @@ SMTP_PASSWORD: Final = WorkerSetting(
     "smtp_password", "SMTP_PASSWORD", "str", "none", "AUTH password (optional)", secret=True
 )
 SMTP_TIMEOUT: Final = WorkerSetting(
-    "smtp_timeout", "SMTP_TIMEOUT", "duration", "30",
+    "smtp_timeout",
+    "SMTP_TIMEOUT",
+    "duration",
+    "30",
     "seconds per SMTP command; clamped below the job timeout",
 )
 SMTP_HELO_NAME: Final = WorkerSetting(
@@ -106,61 +114,100 @@ TRIES: Final = WorkerSetting(
     "tries", "WORKER_TRIES", "int", "3", "max attempts per job (payload maxTries wins)"
 )
 BACKOFF: Final = WorkerSetting(
-    "backoff", "WORKER_BACKOFF", "backoff", "10,60,300",
+    "backoff",
+    "WORKER_BACKOFF",
+    "backoff",
+    "10,60,300",
     "seconds before retry n; the last value repeats",
 )
 TIMEOUT: Final = WorkerSetting(
-    "timeout", "WORKER_TIMEOUT", "duration", "60",
+    "timeout",
+    "WORKER_TIMEOUT",
+    "duration",
+    "60",
     "one job's time limit, seconds (payload timeout wins)",
 )
 RETRY_AFTER: Final = WorkerSetting(
-    "retry_after", "WORKER_RETRY_AFTER", "duration", "90",
+    "retry_after",
+    "WORKER_RETRY_AFTER",
+    "duration",
+    "90",
     "reservation lifetime, seconds; must be > WORKER_TIMEOUT",
 )
 CONCURRENCY: Final = WorkerSetting(
-    "concurrency", "WORKER_CONCURRENCY", "int", "4",
+    "concurrency",
+    "WORKER_CONCURRENCY",
+    "int",
+    "4",
     "sends in flight per process (one SMTP connection each)",
 )
 MAX_JOBS: Final = WorkerSetting(
     "max_jobs", "WORKER_MAX_JOBS", "int", "0", "exit 0 after this many jobs (0 = never)"
 )
 MAX_TIME: Final = WorkerSetting(
-    "max_time", "WORKER_MAX_TIME", "duration", "0",
+    "max_time",
+    "WORKER_MAX_TIME",
+    "duration",
+    "0",
     "exit 0 after this long, seconds/duration (0 = never)",
 )
 BLOCK_FOR: Final = WorkerSetting(
-    "block_for", "WORKER_BLOCK_FOR", "duration", "5",
+    "block_for",
+    "WORKER_BLOCK_FOR",
+    "duration",
+    "5",
     "idle BLPOP timeout on the notify list, seconds",
 )
 RATE_PER_MINUTE: Final = WorkerSetting(
-    "rate_per_minute", "RATE_PER_MINUTE", "int", "unlimited",
+    "rate_per_minute",
+    "RATE_PER_MINUTE",
+    "int",
+    "unlimited",
     "messages per minute for the whole group",
 )
 RATE_BURST: Final = WorkerSetting(
     "rate_burst", "RATE_BURST", "int", "ceil(perMinute/60)", "messages allowed at once"
 )
 WARMUP_START_PER_HOUR: Final = WorkerSetting(
-    "warmup_start_per_hour", "WARMUP_START_PER_HOUR", "int", "none",
+    "warmup_start_per_hour",
+    "WARMUP_START_PER_HOUR",
+    "int",
+    "none",
     "warm-up: allowed per hour on day 0",
 )
 WARMUP_GROWTH_PER_DAY: Final = WorkerSetting(
-    "warmup_growth_per_day", "WARMUP_GROWTH_PER_DAY", "float", "2.0",
+    "warmup_growth_per_day",
+    "WARMUP_GROWTH_PER_DAY",
+    "float",
+    "2.0",
     "warm-up: factor per day since WARMUP_SINCE",
 )
 WARMUP_SINCE: Final = WorkerSetting(
-    "warmup_since", "WARMUP_SINCE", "time", "process start",
+    "warmup_since",
+    "WARMUP_SINCE",
+    "time",
+    "process start",
     "warm-up start, ISO 8601 or unix seconds",
 )
 BACKPRESSURE_SUSPEND_AFTER: Final = WorkerSetting(
-    "backpressure_suspend_after", "BACKPRESSURE_SUSPEND_AFTER", "int", "20",
+    "backpressure_suspend_after",
+    "BACKPRESSURE_SUSPEND_AFTER",
+    "int",
+    "20",
     "temporary failures in a row that suspend the group",
 )
 BACKPRESSURE_SUSPEND_FOR: Final = WorkerSetting(
-    "backpressure_suspend_for", "BACKPRESSURE_SUSPEND_FOR", "duration", "10m",
+    "backpressure_suspend_for",
+    "BACKPRESSURE_SUSPEND_FOR",
+    "duration",
+    "10m",
     "how long a suspension lasts",
 )
 BACKPRESSURE_PATTERNS: Final = WorkerSetting(
-    "backpressure_patterns", "BACKPRESSURE_PATTERNS", "patterns", "none",
+    "backpressure_patterns",
+    "BACKPRESSURE_PATTERNS",
+    "patterns",
+    "none",
     "JSON list or one regex per line; a 4xx match suspends",
 )
 NAMESPACE: Final = WorkerSetting(
@@ -198,6 +245,21 @@ SUPPRESSION_SET: Final = WorkerSetting(
     "str",
     "sendgroups:<ns>:suppressed",
     "suppression set key; off = no check",
+)
+PROVIDER: Final = WorkerSetting(
+    "provider",
+    "SENDGROUP_PROVIDER",
+    "provider",
+    "none",
+    "JSON: the provider whose shared budget the group sends under (set by the operator)",
+)
+PROVIDER_REDIS_URL: Final = WorkerSetting(
+    "provider_redis_url",
+    "PROVIDER_REDIS_URL",
+    "str",
+    "REDIS_URL",
+    "Redis of the provider's shared state (default: the group's)",
+    secret=True,
 )
 METRICS_PORT: Final = WorkerSetting(
     "metrics_port", "METRICS_PORT", "int", "9090", "Prometheus metrics port (0 = off)"
@@ -256,6 +318,8 @@ WORKER_SETTINGS: Final = (
     OUTCOME_STREAM,
     OUTCOME_STREAM_MAXLEN,
     SUPPRESSION_SET,
+    PROVIDER,
+    PROVIDER_REDIS_URL,
     METRICS_PORT,
     METRICS_HOST,
     HEALTH_PORT,
