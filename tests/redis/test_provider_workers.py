@@ -1,0 +1,142 @@
+"""Pacing per provider with real worker processes (``sendgroup-worker work``), a real Redis and
+a real SMTP server: two campaigns, three groups, three workers each, all resolved to one
+provider. What a user checks at the receiving side: recipients per second arriving at the
+provider, in total and per group, and how fast a pushback rule changes that."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.support.smtp_sink import SmtpSink
+from tests.support.workers import WorkerProcess, mail_payload, sync_queue, wait_for, worker_env
+
+pytestmark = pytest.mark.redis
+
+PROVIDER_ID = "csp/bigmail"
+
+
+def _provider_env(group: str, **fields: Any) -> str:
+    return json.dumps({"id": PROVIDER_ID, "group": group, **fields})
+
+
+@pytest.fixture
+def workers() -> Iterator[list[WorkerProcess]]:
+    started: list[WorkerProcess] = []
+    yield started
+    for w in started:
+        w.stop()
+
+
+def _start_group(
+    started: list[WorkerProcess],
+    redis_url: str,
+    smtp_port: int,
+    group: str,
+    n: int,
+    provider: str,
+    **env: Any,
+) -> list[WorkerProcess]:
+    procs = []
+    for i in range(n):
+        extra = {"SENDGROUP_PROVIDER": provider, "WORKER_CONCURRENCY": "2", **env}
+        w = WorkerProcess(
+            worker_env(redis_url, f"mail-{group}", smtp_port, **extra), name=f"{group}-{i}"
+        )
+        started.append(w)
+        procs.append(w)
+    return procs
+
+
+def _fill(redis_url: str, group: str, count: int, start: int = 0) -> None:
+    sync_queue(redis_url, f"mail-{group}").push_many(
+        mail_payload(f"u{i}@{group}.example") for i in range(start, start + count)
+    )
+
+
+def _arrivals(sink: SmtpSink, start: float, end: float, domain: str = "") -> int:
+    with sink.lock:
+        log = list(sink.rcpt_log)
+    return sum(1 for t, rcpt in log if start <= t < end and rcpt.endswith(domain))
+
+
+def test_three_groups_of_two_campaigns_share_the_budget_within_5_percent(
+    redis_url: str, smtp_sink: SmtpSink, workers: list[WorkerProcess]
+) -> None:
+    """Provider 1200/min (20/s). Groups a and b (campaign spring) and c (campaign news), three
+    workers each, every group unlimited on its own. c starts late and a stops halfway:
+    recipients arriving at the provider stay at 20/s +- 5 % over 20 s; every sending group
+    gets mail through."""
+    budget = {"perMinute": 1200}
+    for g in ("spring-a", "spring-b", "news-c"):
+        _fill(redis_url, g, 600)
+    _start_group(workers, redis_url, smtp_sink.port, "spring-a", 3, _provider_env("ns/a", **budget))
+    _start_group(workers, redis_url, smtp_sink.port, "spring-b", 3, _provider_env("ns/b", **budget))
+    wait_for(lambda: _arrivals(smtp_sink, 0, time.time() + 1) > 0, 30, "the first mail")
+    t0 = time.time() + 2.0  # past the initial burst
+    time.sleep(4.0)
+    late = _start_group(
+        workers, redis_url, smtp_sink.port, "news-c", 3, _provider_env("ns/c", **budget)
+    )
+    time.sleep(7.0)
+    for w in workers[:3]:  # group a pauses: its workers stop
+        w.stop()
+    wait_for(lambda: time.time() >= t0 + 20.0, 30, "the end of the 20 s window")
+    total = _arrivals(smtp_sink, t0, t0 + 20.0)
+    per_group = {
+        g: _arrivals(smtp_sink, t0, t0 + 20.0, f"@{g}.example")
+        for g in ("spring-a", "spring-b", "news-c")
+    }
+    print(f"provider budget 20/s over 20 s: {total} recipients, per group {per_group}")
+    assert 380 <= total <= 420, (total, per_group)
+    assert all(n > 20 for n in per_group.values()), per_group
+    assert all(w.proc.poll() is None for w in late)
+
+
+def test_a_rule_fired_by_one_group_slows_every_group_within_a_second_and_expires(
+    redis_url: str, smtp_sink: SmtpSink, workers: list[WorkerProcess]
+) -> None:
+    """Provider 1200/min, rule ``unusual-rate`` (code 421 and an RE2 pattern, immediate,
+    ScaleRate 25 % for 4 s, then back by 100 % a step). Group a hits one recipient the
+    provider defers with "421 4.7.28 ... unusual rate"; from 1 s after that reply, both groups
+    together get 5/s, and 20/s again once the rule expired."""
+    rule = {
+        "name": "unusual-rate",
+        "codes": [421],
+        "pattern": "(?i)unusual rate",
+        "count": 1,
+        "action": "scale",
+        "value": 25,
+        "duration": 4.0,
+        "step_percent": 100,
+        "every": 1.0,
+    }
+    budget = {"perMinute": 1200, "rules": [rule]}
+    _fill(redis_url, "a", 120)
+    sync_queue(redis_url, "mail-a").push(mail_payload("trigger@a.example", maxTries=1))
+    _fill(redis_url, "a", 400, start=120)  # the trigger comes ~6 s after the flow started
+    _fill(redis_url, "b", 500)
+    smtp_sink.script("trigger@a.example", "421 4.7.28 Our system has detected an unusual rate")
+    _start_group(workers, redis_url, smtp_sink.port, "a", 2, _provider_env("ns/a", **budget))
+    _start_group(workers, redis_url, smtp_sink.port, "b", 2, _provider_env("ns/b", **budget))
+    wait_for(lambda: any(r == "trigger@a.example" for _, r in smtp_sink.rcpt_log), 30, "the 421")
+    fired_at = next(t for t, r in smtp_sink.rcpt_log if r == "trigger@a.example")
+    before = _arrivals(smtp_sink, fired_at - 3.0, fired_at) / 3.0
+    wait_for(lambda: time.time() >= fired_at + 9.0, 20, "the rule's end and recovery")
+    during = _arrivals(smtp_sink, fired_at + 1.0, fired_at + 4.0) / 3.0
+    during_b = _arrivals(smtp_sink, fired_at + 1.0, fired_at + 4.0, "@b.example") / 3.0
+    after = _arrivals(smtp_sink, fired_at + 6.0, fired_at + 9.0) / 3.0
+    log = "".join(w.log() for w in workers[:2])
+    print(
+        f"recipients/s before {before:.1f}, during {during:.1f} (b {during_b:.1f}), "
+        f"after {after:.1f}"
+    )
+    assert 18 <= before <= 22, before
+    assert 4.0 <= during <= 6.0, during  # 25 % of 20/s, for every group
+    assert during_b > 0.5  # b slowed but still sending
+    assert 18 <= after <= 22, after
+    assert "pushback rule unusual-rate fired" in log
