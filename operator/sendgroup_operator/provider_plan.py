@@ -12,9 +12,11 @@ import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, Final
 
 from sendgroup_operator import durations
+from sendgroup_operator.conditions import set_condition
 from sendgroup_operator.models import (
     CLUSTER_PROVIDER_KIND,
     PROVIDER_KIND,
@@ -23,7 +25,14 @@ from sendgroup_operator.models import (
     ResolvedProvider,
     SendGroupSpec,
 )
-from sendgroup_operator.provider_models import SendProvider, SendProviderSpec
+from sendgroup_operator.provider_models import (
+    ActiveRule,
+    EffectiveRate,
+    ProviderShare,
+    SendProvider,
+    SendProviderSpec,
+    SendProviderStatus,
+)
 
 #: Condition type on a SendGroup: which provider applies and why, or that none matched.
 PROVIDER_RESOLVED: Final = "ProviderResolved"
@@ -315,3 +324,217 @@ def share_fields(allocation: Mapping[str, float]) -> dict[str, str]:
     """The provider's ``shares`` hash as written to Redis: group key -> recipients/min with
     3 decimals (a share of 0 is written: the group waits; absent = no share limit)."""
     return {k: f"{max(0.0, v):.3f}" for k, v in sorted(allocation.items()) if math.isfinite(v)}
+
+
+# ----------------------------------------------------------------------------- status
+
+
+@dataclass(frozen=True, slots=True)
+class RuleState:
+    """One rule's effect as the workers wrote it to Redis (hash ``rules``): ``action`` suspend,
+    scale or cap; ``value`` percent or transactions; ``since``/``until`` unix seconds; recovery
+    ``step_percent`` every ``every`` seconds."""
+
+    name: str
+    action: str
+    value: float
+    since: float
+    until: float
+    step_percent: float = 10.0
+    every: float = 60.0
+
+    @classmethod
+    def parse(cls, name: str, text: str) -> RuleState | None:
+        """From ``"action|value|since_ms|until_ms|step_pct|every_ms"``; None when malformed."""
+        parts = text.split("|")
+        if len(parts) != 6:
+            return None
+        try:
+            return cls(
+                name,
+                parts[0],
+                float(parts[1]),
+                int(parts[2]) / 1000,
+                int(parts[3]) / 1000,
+                float(parts[4]),
+                int(parts[5]) / 1000,
+            )
+        except ValueError:
+            return None
+
+    def factor(self, now: float) -> float:
+        """Rate factor of a scale rule at ``now`` (1.0 when it no longer holds), recovery
+        included; 1.0 for other actions."""
+        if self.action != "scale":
+            return 1.0
+        f = self.value / 100
+        if now >= self.until:
+            steps = math.floor((now - self.until) / max(self.every, 0.001)) + 1
+            f += steps * self.step_percent / 100
+        return min(1.0, f)
+
+    def holds(self, now: float) -> bool:
+        """Whether the rule still acts at ``now`` (a scale rule until it fully recovered)."""
+        if self.action == "scale":
+            return self.factor(now) < 1.0
+        return now < self.until
+
+    def describe(self) -> str:
+        """``Suspend``, ``ScaleRate(20%)`` or ``CapConcurrency(2)`` (the CRD's names)."""
+        if self.action == "suspend":
+            return "Suspend"
+        if self.action == "scale":
+            return f"ScaleRate({self.value:g}%)"
+        return f"CapConcurrency({self.value:g})"
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderEvent:
+    """An event on the provider object: ``type`` Normal/Warning, ``reason``, ``message``."""
+
+    type: str
+    reason: str
+    message: str
+
+
+def effective_rate(
+    per_minute: float | None, rules: Sequence[RuleState], now: float
+) -> float | None:
+    """The provider's allowed rate at ``now``: 0 while suspended, else scaled by the lowest
+    factor among scale rules (None without a provider rate)."""
+    if per_minute is None:
+        return None
+    if any(r.action == "suspend" and r.holds(now) for r in rules):
+        return 0.0
+    factor = min([r.factor(now) for r in rules] or [1.0])
+    return per_minute * factor
+
+
+def provider_status(
+    provider: SendProvider,
+    demands: Sequence[GroupDemand],
+    allocation: Mapping[str, float],
+    rules: Sequence[RuleState],
+    replies: Mapping[str, str],
+    overlaps: Sequence[str],
+    now: datetime,
+) -> tuple[SendProviderStatus, list[ProviderEvent], bool]:
+    """The provider's new status, the events to emit and whether the status changed.
+
+    ``demands``: the groups resolved to it; ``allocation``: their shares (:func:`shares`);
+    ``rules``: the effects in Redis; ``replies``: rule name -> the reply that last fired it;
+    ``overlaps``: this provider's domain claims an earlier ClusterSendProvider holds
+    (:func:`overlapping_claims`). Conditions: ``Suspended`` and ``Throttled`` name the rule,
+    ``Ready`` False names the overlap. Events: ``RuleFired`` when a rule starts holding,
+    ``RuleExpired`` when it stops (compared with the old ``activeRules``)."""
+    old = provider.status
+    status = old.model_copy(deep=True)
+    generation = provider.metadata.get("generation")
+    ts = now.timestamp()
+    by_key = {g.key: g for g in demands}
+    status.observed_generation = generation
+    status.groups = sum(1 for g in demands if g.sending)
+    per_minute = provider.spec.rate.per_minute if provider.spec.rate else None
+    eff = effective_rate(per_minute, rules, ts)
+    status.effective_rate = EffectiveRate(per_minute=None if eff is None else round(eff, 3))
+    factor = 1.0 if per_minute in (None, 0) or eff is None else eff / per_minute
+    status.shares = [
+        ProviderShare(
+            group=key,
+            per_minute=round(value * factor, 3),
+            priority=by_key[key].priority if key in by_key else Priority.NORMAL,
+            weight=by_key[key].weight if key in by_key else 1,
+        )
+        for key, value in sorted(allocation.items())
+        if key in by_key and by_key[key].sending
+    ]
+    holding = sorted((r for r in rules if r.holds(ts)), key=lambda r: r.name)
+    was = {a.rule: a for a in old.active_rules}
+
+    def reply_of(r: RuleState) -> str:
+        prev = was.get(r.name)
+        kept = prev.reply if prev and prev.since == datetime.fromtimestamp(r.since, UTC) else ""
+        return replies.get(r.name, kept)[:1024]
+
+    status.active_rules = [
+        ActiveRule(
+            rule=r.name,
+            since=datetime.fromtimestamp(r.since, UTC),
+            until=datetime.fromtimestamp(r.until, UTC),
+            reply=reply_of(r),
+            action=r.describe(),
+        )
+        for r in holding
+    ]
+    events: list[ProviderEvent] = []
+    for r in holding:
+        prev = was.get(r.name)
+        if prev is None or prev.since != datetime.fromtimestamp(r.since, UTC):
+            events.append(
+                ProviderEvent(
+                    "Warning",
+                    "RuleFired",
+                    f"pushback rule {r.name} fired on {replies.get(r.name, 'a reply')!r}: "
+                    f"{r.describe()} until {_iso(r.until)}",
+                )
+            )
+    for name in sorted(set(was) - {r.name for r in holding}):
+        events.append(ProviderEvent("Normal", "RuleExpired", f"pushback rule {name} expired"))
+    suspend = [r for r in holding if r.action == "suspend"]
+    throttle = [r for r in holding if r.action in ("scale", "cap")]
+    conds = status.conditions
+    if suspend:
+        r = suspend[0]
+        set_condition(
+            conds,
+            "Suspended",
+            "True",
+            f"Rule{_camel(r.name)}",
+            f"rule {r.name}: {r.describe()} until {_iso(r.until)}",
+            now,
+            generation,
+        )
+    else:
+        set_condition(
+            conds, "Suspended", "False", "NoRule", "no Suspend rule holds", now, generation
+        )
+    if throttle:
+        text = "; ".join(f"rule {r.name}: {r.describe()}" for r in throttle)
+        set_condition(
+            conds, "Throttled", "True", f"Rule{_camel(throttle[0].name)}", text, now, generation
+        )
+    else:
+        set_condition(
+            conds,
+            "Throttled",
+            "False",
+            "NoRule",
+            "no ScaleRate or CapConcurrency rule holds",
+            now,
+            generation,
+        )
+    if overlaps:
+        set_condition(
+            conds,
+            "Ready",
+            "False",
+            "OverlappingClaim",
+            "; ".join(overlaps) + ": the earlier provider keeps them",
+            now,
+            generation,
+        )
+    else:
+        set_condition(
+            conds, "Ready", "True", "Accepted", f"{status.groups} group(s) sending", now, generation
+        )
+    changed = status.model_dump(mode="json") != old.model_dump(mode="json")
+    return status, events, changed
+
+
+def _iso(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, UTC).isoformat(timespec="seconds")
+
+
+def _camel(name: str) -> str:
+    """``unusual-rate`` -> ``UnusualRate`` (a condition reason is one CamelCase word)."""
+    return "".join(part[:1].upper() + part[1:] for part in name.split("-") if part)

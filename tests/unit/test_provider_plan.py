@@ -228,3 +228,70 @@ def test_the_worker_env_parses_into_the_workers_provider_config() -> None:
         300.0,
     )
     assert provider_plan.provider_id("SendProvider", "p", "ns") == "sp/ns/p"
+
+
+def test_rule_state_parses_what_the_worker_script_writes_and_recovers_additively() -> None:
+    r = provider_plan.RuleState.parse("unusual-rate", "scale|20|1000000|1060000|40|30000")
+    assert r is not None and (r.since, r.until, r.every) == (1000.0, 1060.0, 30.0)
+    assert [round(r.factor(t), 2) for t in (1000, 1059.9, 1060, 1089.9, 1090)] == [
+        0.2,
+        0.2,
+        0.6,
+        0.6,
+        1.0,
+    ]
+    assert r.holds(1089) and not r.holds(1090)
+    assert provider_plan.RuleState.parse("x", "garbage") is None
+    suspend = provider_plan.RuleState("blocked", "suspend", 0, 0, 100)
+    assert provider_plan.effective_rate(3000, [r, suspend], 50) == 0.0
+    assert provider_plan.effective_rate(3000, [r, suspend], 1000) == pytest.approx(600)
+    assert provider_plan.effective_rate(None, [r], 1000) is None
+
+
+def test_provider_status_conditions_shares_and_events() -> None:
+    from datetime import UTC, datetime
+
+    now = datetime(2026, 12, 1, 12, 0, 0, tzinfo=UTC)
+    t = now.timestamp()
+    demands = [
+        GroupDemand("mail/urgent", H, limit=300),
+        GroupDemand("mail/a"),
+        GroupDemand("mail/b", sending=False),
+    ]
+    allocation = shares(3000, demands)
+    rule = provider_plan.RuleState("unusual-rate", "scale", 20, t - 10, t + 1790)
+    status, events, changed = provider_plan.provider_status(
+        GOOGLE, demands, allocation, [rule], {"unusual-rate": "421 4.7.28 unusual rate"}, [], now
+    )
+    assert changed
+    assert status.groups == 2
+    assert status.effective_rate.per_minute == 600
+    assert [(s.group, s.per_minute) for s in status.shares] == [
+        ("mail/a", 540.0),
+        ("mail/urgent", 60.0),
+    ]
+    assert [(a.rule, a.action, a.reply) for a in status.active_rules] == [
+        ("unusual-rate", "ScaleRate(20%)", "421 4.7.28 unusual rate")
+    ]
+    conds = {c.type: (c.status, c.reason) for c in status.conditions}
+    assert conds == {
+        "Throttled": ("True", "RuleUnusualRate"),
+        "Suspended": ("False", "NoRule"),
+        "Ready": ("True", "Accepted"),
+    }
+    assert [(e.reason, e.type) for e in events] == [("RuleFired", "Warning")]
+    # the same state again: no write, no event
+    again = GOOGLE.model_copy(update={"status": status})
+    _, events2, changed2 = provider_plan.provider_status(
+        again, demands, allocation, [rule], {}, [], now
+    )
+    assert (events2, changed2) == ([], False)
+    # the rule recovered: it expires with an event, Throttled goes False
+    later = datetime.fromtimestamp(t + 1790 + 600 * 5, UTC)
+    status3, events3, _ = provider_plan.provider_status(
+        again, demands, allocation, [rule], {}, ["domain gmail.com is claimed by google"], later
+    )
+    assert [e.reason for e in events3] == ["RuleExpired"]
+    conds3 = {c.type: (c.status, c.reason) for c in status3.conditions}
+    assert conds3["Throttled"] == ("False", "NoRule")
+    assert conds3["Ready"] == ("False", "OverlappingClaim")
