@@ -279,3 +279,31 @@ def test_reply_codes_are_read_from_the_reply() -> None:
     assert reply_code("421 4.7.0 later") == 421
     assert reply_code("  550-5.1.1 no") == 550
     assert reply_code("connection reset") is None
+
+
+def test_the_operator_writes_shares_and_reads_the_rules_the_workers_fired(redis_url: str) -> None:
+    """The operator side of the same keys: shares written atomically reach the permit script;
+    a firing written by a worker is read back with the reply that fired it."""
+    from sendgroup_operator import provider_io
+
+    rule = PushbackRuleConfig(name="blocked", codes=[421], action="suspend", duration=60.0)
+
+    async def body(make: Callable[..., ProviderPacer]) -> tuple[Any, ...]:
+        p = make(_provider(perMinute=600, group="ns/normal", rules=[rule]))
+        await provider_io.write_shares(
+            p.redis, redis_url, "csp/test", {"ns/high": 600.0, "ns/normal": 0.0}
+        )
+        refused = await p.try_take("l1")
+        await provider_io.write_shares(p.redis, redis_url, "csp/test", {"ns/normal": 600.0})
+        granted = await p.try_take("l1")
+        shares = await p.redis.hgetall(p.keys.shares)
+        await p.record_reply("421 4.7.0 [TSS04] Messages temporarily deferred")
+        state = await provider_io.read_state(p.redis, redis_url, "csp/test")
+        return refused.why, granted.granted, shares, state
+
+    why, granted, shares, state = _run(redis_url, body)
+    assert (why, granted) == ("share", True)
+    assert shares == {b"ns/normal": b"600.000"}  # replaced, not merged
+    assert [(r.name, r.action) for r in state.rules] == [("blocked", "suspend")]
+    assert 59 <= state.rules[0].until - state.now <= 60
+    assert state.replies == {"blocked": "421 4.7.0 [TSS04] Messages temporarily deferred"}
