@@ -295,3 +295,23 @@ def test_provider_status_conditions_shares_and_events() -> None:
     conds3 = {c.type: (c.status, c.reason) for c in status3.conditions}
     assert conds3["Throttled"] == ("False", "NoRule")
     assert conds3["Ready"] == ("False", "OverlappingClaim")
+
+
+def test_the_worker_deployment_carries_the_provider_env_and_its_hash_changes() -> None:
+    from sendgroup_operator import builders
+    from sendgroup_operator.settings import Settings
+
+    spec = _spec("gmail.com")
+    ref = builders.GroupRef(
+        namespace="mail", name="g1", uid="u", campaign="c", host="gmail.com", created_at=""
+    )
+    settings = Settings.from_env({})
+    env = provider_plan.worker_provider_env(
+        "ClusterSendProvider", "google", None, GOOGLE.spec, "mail/g1"
+    )
+    dep = builders.deployment(ref, spec, settings, 1, env)
+    names = [e["name"] for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]]
+    assert "SENDGROUP_PROVIDER" in names
+    assert builders.template_hash(ref, spec, settings) != builders.template_hash(
+        ref, spec, settings, env
+    )
