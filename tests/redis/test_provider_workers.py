@@ -140,3 +140,27 @@ def test_a_rule_fired_by_one_group_slows_every_group_within_a_second_and_expires
     assert during_b > 0.5  # b slowed but still sending
     assert 18 <= after <= 22, after
     assert "pushback rule unusual-rate fired" in log
+
+
+def test_the_budget_holds_across_a_redis_restart(
+    smtp_sink: SmtpSink, workers: list[WorkerProcess]
+) -> None:
+    """Provider 1200/min (burst 20) on a Redis with an append-only file, restarted while two
+    groups send: the workers ride out the outage, and no 5 s window after it carries more than
+    the budget plus one burst (the GCRA state came back with the data)."""
+    from tests.support.redis_server import RedisServer
+
+    with RedisServer({"appendonly": "yes", "appendfsync": "always"}) as server:
+        budget = {"perMinute": 1200}
+        _fill(server.url, "a", 600)
+        _fill(server.url, "b", 600)
+        _start_group(workers, server.url, smtp_sink.port, "a", 2, _provider_env("ns/a", **budget))
+        _start_group(workers, server.url, smtp_sink.port, "b", 2, _provider_env("ns/b", **budget))
+        wait_for(lambda: _arrivals(smtp_sink, 0, time.time() + 1) > 60, 30, "mail flowing")
+        server.restart()
+        back = time.time()
+        wait_for(lambda: time.time() > back + 12, 20, "12 s after the restart")
+        windows = [_arrivals(smtp_sink, back + s, back + s + 5) for s in range(0, 8)]
+        print(f"recipients per 5 s window after the restart: {windows}")
+        assert max(windows) <= 100 + 20 + 2, windows  # 5 s at 20/s + one burst
+        assert _arrivals(smtp_sink, back + 7, back + 12) >= 90  # flowing at the budget again
