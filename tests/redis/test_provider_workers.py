@@ -164,3 +164,57 @@ def test_the_budget_holds_across_a_redis_restart(
         print(f"recipients per 5 s window after the restart: {windows}")
         assert max(windows) <= 100 + 20 + 2, windows  # 5 s at 20/s + one burst
         assert _arrivals(smtp_sink, back + 7, back + 12) >= 90  # flowing at the budget again
+
+
+def test_a_high_group_that_arrives_gets_its_share_within_a_second(
+    redis_url: str, smtp_sink: SmtpSink, workers: list[WorkerProcess]
+) -> None:
+    """Provider 1200/min shared by two normal groups (600 each). A high-priority group with its
+    own rate 600/min arrives; the operator's pass writes the new shares (the pure function and
+    the Redis adapter the operator uses, called here at the moment the group's first mail
+    arrives). From 1 s later the high group gets 10/s and the two normal groups 10/s together,
+    each within 5 %."""
+    import asyncio
+
+    import redis.asyncio
+
+    from sendgroup_operator import provider_io, provider_plan
+    from sendgroup_operator.models import Priority
+
+    def write(demands: list[provider_plan.GroupDemand]) -> None:
+        async def main() -> None:
+            client: redis.asyncio.Redis[bytes] = redis.asyncio.Redis.from_url(redis_url)
+            allocation = provider_plan.shares(1200, demands)
+            await provider_io.write_shares(client, redis_url, PROVIDER_ID, allocation)
+            await client.connection_pool.disconnect()
+
+        asyncio.run(main())
+
+    budget = {"perMinute": 1200}
+    for g in ("n1", "n2", "h"):
+        _fill(redis_url, g, 500)
+    normal = [provider_plan.GroupDemand("ns/n1"), provider_plan.GroupDemand("ns/n2")]
+    write(normal)
+    _start_group(workers, redis_url, smtp_sink.port, "n1", 2, _provider_env("ns/n1", **budget))
+    _start_group(workers, redis_url, smtp_sink.port, "n2", 2, _provider_env("ns/n2", **budget))
+    wait_for(lambda: _arrivals(smtp_sink, 0, time.time() + 1) > 40, 30, "normal groups sending")
+    _start_group(
+        workers,
+        redis_url,
+        smtp_sink.port,
+        "h",
+        2,
+        _provider_env("ns/h", **budget),
+        RATE_PER_MINUTE="600",
+    )
+    wait_for(lambda: _arrivals(smtp_sink, 0, time.time() + 1, "@h.example") > 0, 30, "h arrives")
+    write([*normal, provider_plan.GroupDemand("ns/h", Priority.HIGH, limit=600)])
+    t_h = time.time()
+    wait_for(lambda: time.time() > t_h + 6.0, 10, "5 s of the new shares")
+    high = _arrivals(smtp_sink, t_h + 1.0, t_h + 6.0, "@h.example")
+    rest = _arrivals(smtp_sink, t_h + 1.0, t_h + 6.0, "@n1.example") + _arrivals(
+        smtp_sink, t_h + 1.0, t_h + 6.0, "@n2.example"
+    )
+    print(f"5 s from 1 s after the high group's share was written: high {high}, normal {rest}")
+    assert 47 <= high <= 53, high
+    assert 47 <= rest <= 53, rest
