@@ -196,11 +196,16 @@ async def _pass(
     url = await _redis_url(memo, provider, own_ns)
     client = memo.runtime.queues.client(url)
     fields = provider_plan.share_fields(allocation)
+    state = await provider_io.read_state(client, url, pid)
     last = _written.get(pid)
-    if last is None or last[1] != fields or time.monotonic() - last[0] > SHARES_REFRESH:
+    if (
+        last is None
+        or last[1] != fields
+        or (fields and not state.shares_present)  # a Redis restart lost them
+        or time.monotonic() - last[0] > SHARES_REFRESH
+    ):
         await provider_io.write_shares(client, url, pid, allocation)
         _written[pid] = (time.monotonic(), fields)
-    state = await provider_io.read_state(client, url, pid)
     overlaps = provider_plan.overlapping_claims(cluster).get(name, []) if own_ns is None else []
     status, events, changed = provider_plan.provider_status(
         provider,

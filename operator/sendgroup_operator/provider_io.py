@@ -29,11 +29,13 @@ class ProviderStateUnavailable(Exception):
 @dataclass(frozen=True, slots=True)
 class ProviderState:
     """``rules``: effects in force (or recovering); ``replies``: rule -> the reply that last
-    fired it; ``now``: Redis' clock, unix seconds."""
+    fired it; ``now``: Redis' clock, unix seconds; ``shares_present``: the shares hash exists."""
 
     rules: list[RuleState] = field(default_factory=list)
     replies: dict[str, str] = field(default_factory=dict)
     now: float = 0.0
+    #: whether the ``shares`` hash exists (gone after a Redis restart without persistence)
+    shares_present: bool = False
 
 
 def _text(value: bytes | str) -> str:
@@ -66,7 +68,8 @@ async def read_state(client: aioredis.Redis[bytes], url: str, provider_id: str) 
             pipe.hgetall(keys.rules)
             pipe.lrange(keys.fired, 0, 99)
             pipe.time()
-            raw_rules, fired, now = await pipe.execute()
+            pipe.exists(keys.shares)
+            raw_rules, fired, now, present = await pipe.execute()
     except (RedisError, OSError) as exc:
         raise ProviderStateUnavailable(
             f"provider state at {safe_host(url)}: {type(exc).__name__}"
@@ -81,4 +84,4 @@ async def read_state(client: aioredis.Redis[bytes], url: str, provider_id: str) 
         parts = _text(entry).split("|", 5)
         if len(parts) == 6 and parts[0] not in replies:
             replies[parts[0]] = parts[5]
-    return ProviderState(rules, replies, int(now[0]) + int(now[1]) / 1e6)
+    return ProviderState(rules, replies, int(now[0]) + int(now[1]) / 1e6, bool(present))
