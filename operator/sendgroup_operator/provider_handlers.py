@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
 
@@ -238,3 +239,31 @@ async def _redis_url(memo: Any, provider: SendProvider, namespace: str | None) -
             f"Secret {redis.secret_ref.name} key {redis.secret_ref.key} not found in {ns}"
         )
     return str(rt.settings.default_redis_url)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupProvider:
+    """What the group's reconcile pass needs: the ``resolution`` (for ``status.provider`` and
+    ``ProviderResolved``, see :func:`provider_plan.record_resolution`) and the worker ``env``
+    entries for its provider (empty: none matched)."""
+
+    resolution: provider_plan.Resolution
+    env: list[dict[str, Any]]
+
+
+async def group_provider(
+    namespace: str, name: str, spec: models.SendGroupSpec, indexes: Mapping[str, Any]
+) -> GroupProvider:
+    """Resolve one group from kopf's provider indexes (``indexes``: the handler's kwargs, which
+    kopf fills with every index: ``namespaced_providers`` and ``cluster_providers``). MX
+    lookups run in a thread (cached by TTL)."""
+    namespaced = _parse_providers(_values(indexes.get("namespaced_providers"), namespace))
+    cluster = _parse_providers(_values(indexes.get("cluster_providers"), ""))
+    r = await asyncio.to_thread(resolve_group, spec, namespace, namespaced, cluster)
+    env: list[dict[str, Any]] = []
+    if r.provider is not None and r.spec is not None:
+        own_ns = namespace if r.provider.kind == models.PROVIDER_KIND else None
+        env = provider_plan.worker_provider_env(
+            r.provider.kind, r.provider.name, own_ns, r.spec, f"{namespace}/{name}"
+        )
+    return GroupProvider(r, env)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from sendgroup_operator import durations
+from sendgroup_operator import durations, models
 from sendgroup_operator.conditions import set_condition
 from sendgroup_operator.models import (
     CLUSTER_PROVIDER_KIND,
@@ -538,3 +538,23 @@ def _iso(seconds: float) -> str:
 def _camel(name: str) -> str:
     """``unusual-rate`` -> ``UnusualRate`` (a condition reason is one CamelCase word)."""
     return "".join(part[:1].upper() + part[1:] for part in name.split("-") if part)
+
+
+def record_resolution(
+    status: models.SendGroupStatus, r: Resolution, now: datetime, generation: int | None
+) -> bool:
+    """Write a group's resolution into its status in place: ``status.provider`` and condition
+    ``ProviderResolved`` (apimachinery semantics). Returns True when anything changed."""
+    changed = status.provider != r.provider
+    status.provider = r.provider
+    status_value = r.status if r.status in ("True", "False", "Unknown") else "Unknown"
+    changed |= set_condition(
+        status.conditions,
+        PROVIDER_RESOLVED,
+        status_value,  # type: ignore[arg-type]
+        r.reason,
+        r.message,
+        now,
+        generation,
+    )
+    return changed

@@ -315,3 +315,19 @@ def test_the_worker_deployment_carries_the_provider_env_and_its_hash_changes() -
     assert builders.template_hash(ref, spec, settings) != builders.template_hash(
         ref, spec, settings, env
     )
+
+
+def test_the_resolution_lands_in_the_group_status_once() -> None:
+    from datetime import UTC, datetime
+
+    now = datetime(2026, 12, 1, tzinfo=UTC)
+    status = models.SendGroupStatus()
+    r = provider_plan.resolve(_spec("workspace-customer.com"), "mail", [], [GOOGLE], _mx)
+    assert provider_plan.record_resolution(status, r, now, 3)
+    assert status.provider is not None and status.provider.via == "mx alt1.aspmx.l.google.com"
+    (cond,) = status.conditions
+    assert (cond.type, cond.status, cond.reason) == ("ProviderResolved", "True", "MxMatched")
+    assert not provider_plan.record_resolution(status, r, now, 3)  # nothing changed
+    none = provider_plan.resolve(_spec("small.example"), "mail", [], [GOOGLE], _mx)
+    assert provider_plan.record_resolution(status, none, now, 4)
+    assert status.provider is None and status.conditions[0].reason == "NoProviderMatched"
