@@ -116,13 +116,7 @@ local share = tonumber(redis.call('HGET', KEYS[5], group) or '-1')
 local g_limit = -1
 if share >= 0 then g_limit = share * factor end
 if g_rate > 0 and (g_limit < 0 or g_rate < g_limit) then g_limit = g_rate end
-if g_limit == 0 then
-  -- a share of zero: this group may not send now (high groups hold the budget)
-  if mode == 'take' then
-    if lane ~= '' then redis.call('ZREM', KEYS[3], lane) end
-    return {0, 1000000, rate_milli, cap_out, 'share'}
-  end
-elseif g_limit > 0 then
+if g_limit > 0 then
   local T = 60000000 / g_limit
   local burst = math.max(1, math.ceil(g_limit / 60))
   if g_burst > 0 and g_burst < burst then burst = g_burst end
@@ -131,6 +125,12 @@ end
 
 if debt > 0 then
   for _, l in ipairs(levels) do store(l[1], tat_of(l[1]) + debt * l[2]) end
+end
+
+if g_limit == 0 and mode == 'take' then
+  -- a share of zero: this group may not send now (high groups hold the budget)
+  if lane ~= '' then redis.call('ZREM', KEYS[3], lane) end
+  return {0, 1000000, rate_milli, cap_out, 'share'}
 end
 
 if mode == 'release' or mode == 'peek' then
