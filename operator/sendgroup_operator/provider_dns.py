@@ -4,7 +4,8 @@ A group's ``spec.host`` that no provider claims by domain is classified by its M
 Google Workspace domain has MX ``aspmx.l.google.com``). Answers are cached for their TTL
 (bounded by :data:`MIN_TTL`..:data:`MAX_TTL`); "no such domain" and "no MX record" are
 cached as an empty answer for :data:`NEGATIVE_TTL`; a DNS failure (timeout, no server) raises
-:class:`MxLookupError` and is not cached, so the next reconcile tries again.
+:class:`MxLookupError` and is remembered for :data:`ERROR_TTL` only, so passes do not each
+wait for a timeout and a later pass tries again.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ import dns.resolver
 MIN_TTL: Final = 30.0
 MAX_TTL: Final = 86400.0
 NEGATIVE_TTL: Final = 300.0
+#: A DNS failure is remembered this long (seconds), so passes do not each wait for a timeout.
+ERROR_TTL: Final = 30.0
 
 
 class MxLookupError(RuntimeError):
@@ -31,6 +34,7 @@ class MxLookupError(RuntimeError):
 class _Entry:
     hosts: tuple[str, ...]
     expires: float
+    error: str = ""
 
 
 class MxCache:
@@ -42,7 +46,7 @@ class MxCache:
         self,
         nameservers: Sequence[str] | None = None,
         port: int = 53,
-        timeout: float = 3.0,
+        timeout: float = 2.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if nameservers:
@@ -63,6 +67,8 @@ class MxCache:
         now = self.clock()
         entry = self._cache.get(key)
         if entry is not None and entry.expires > now:
+            if entry.error:
+                raise MxLookupError(entry.error)
             return entry.hosts
         self.queries += 1
         try:
@@ -71,9 +77,13 @@ class MxCache:
             self._cache[key] = _Entry((), now + NEGATIVE_TTL)
             return ()
         except (dns.exception.Timeout, dns.resolver.NoNameservers) as exc:
-            raise MxLookupError(f"MX lookup of {key}: {type(exc).__name__}") from None
+            error = f"MX lookup of {key}: {type(exc).__name__}"
+            self._cache[key] = _Entry((), now + ERROR_TTL, error)
+            raise MxLookupError(error) from None
         except dns.exception.DNSException as exc:
-            raise MxLookupError(f"MX lookup of {key}: {exc}") from None
+            error = f"MX lookup of {key}: {exc}"
+            self._cache[key] = _Entry((), now + ERROR_TTL, error)
+            raise MxLookupError(error) from None
         records = sorted(answer, key=lambda r: (r.preference, str(r.exchange)))
         hosts = tuple(str(r.exchange).lower().rstrip(".") for r in records)
         ttl = float(answer.rrset.ttl) if answer.rrset is not None else MIN_TTL

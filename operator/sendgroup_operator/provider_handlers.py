@@ -45,8 +45,14 @@ SP = (models.GROUP, models.VERSION, PLURAL)
 CSP = (models.GROUP, models.VERSION, CLUSTER_PLURAL)
 SG = (models.GROUP, models.VERSION, models.PLURAL)
 
+#: Seconds a group's resolution is reused by the provider passes of the same moment (every
+#: provider's pass looks at every group: one resolution per group and second, not one per
+#: group and provider).
+RESOLUTION_REUSE: Final = 1.0
+
 _MX = MxCache()
 _written: dict[str, tuple[float, dict[str, str]]] = {}
+_resolved: dict[tuple[str, str, str], tuple[float, provider_plan.Resolution]] = {}
 
 
 @kopf.index(*SG)
@@ -187,8 +193,7 @@ async def _pass(
                 spec = models.SendGroupSpec.model_validate(entry["spec"])
             except pydantic.ValidationError:
                 continue
-            namespaced = _parse_providers(_values(kwargs.get("namespaced_providers"), g_ns))
-            r = await asyncio.to_thread(resolve_group, spec, g_ns, namespaced, cluster)
+            r = await _resolution(g_ns, g_name, spec, kwargs, cluster)
             if r.provider is not None and (r.provider.kind, r.provider.name) == (kind, name):
                 demands.append(_demand(spec, entry["status"], f"{g_ns}/{g_name}"))
     per_minute = provider.spec.rate.per_minute if provider.spec.rate else None
@@ -221,6 +226,27 @@ async def _pass(
         kopf.event(body, type=event.type, reason=event.reason, message=event.message)
     if changed:
         patch.status.update(status.model_dump(mode="json", by_alias=True))
+
+
+async def _resolution(
+    namespace: str,
+    name: str,
+    spec: models.SendGroupSpec,
+    indexes: Mapping[str, Any],
+    cluster: list[SendProvider],
+) -> provider_plan.Resolution:
+    """The group's resolution, reused for :data:`RESOLUTION_REUSE` seconds (same spec)."""
+    key = (namespace, name, spec.model_dump_json())
+    now = time.monotonic()
+    hit = _resolved.get(key)
+    if hit is not None and now - hit[0] < RESOLUTION_REUSE:
+        return hit[1]
+    if len(_resolved) > 10_000:
+        _resolved.clear()
+    namespaced = _parse_providers(_values(indexes.get("namespaced_providers"), namespace))
+    r = await asyncio.to_thread(resolve_group, spec, namespace, namespaced, cluster)
+    _resolved[key] = (now, r)
+    return r
 
 
 async def _redis_url(memo: Any, provider: SendProvider, namespace: str | None) -> str:

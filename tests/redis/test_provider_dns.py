@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from sendgroup_operator import models, provider_plan
-from sendgroup_operator.provider_dns import NEGATIVE_TTL, MxCache, MxLookupError
+from sendgroup_operator.provider_dns import ERROR_TTL, NEGATIVE_TTL, MxCache, MxLookupError
 from sendgroup_operator.provider_models import SendProvider
 from tests.support.dns_server import MxDnsServer
 
@@ -71,6 +71,10 @@ def test_nxdomain_is_cached_briefly_and_a_timeout_is_an_error_not_cached(
     dns_server.silent.add("slow.example")
     with pytest.raises(MxLookupError, match=r"slow\.example"):
         cache.lookup("slow.example")
+    with pytest.raises(MxLookupError):  # remembered: no second wait for a timeout
+        cache.lookup("slow.example")
+    assert dns_server.queries["slow.example"] == 1
+    now[0] += ERROR_TTL + 1  # then tried again
     spec = models.SendGroupSpec.model_validate({"campaign": "c", "host": "slow.example"})
     r = provider_plan.resolve(spec, "mail", [], [GOOGLE], cache.lookup)
     assert (r.status, r.reason) == ("Unknown", "MxLookupFailed")
