@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import kopf
@@ -82,10 +83,13 @@ async def _compute(
     memo: Any,
     logger: startup.Logger,
     deployments: reconcile.DeploymentIndex | None,
+    providers: Mapping[str, Any] | None = None,
 ) -> plan.Plan | None:
     rt: reconcile.Runtime = memo.runtime
     try:
-        return await reconcile.reconcile(rt, body, logger, deployments=deployments)
+        return await reconcile.reconcile(
+            rt, body, logger, deployments=deployments, providers=providers
+        )
     except pydantic.ValidationError as exc:
         # Only possible for an object stored before the CRD's rules: say so, do not retry.
         kopf.event(body, type="Warning", reason="InvalidSpec", message=str(exc)[:1000])
@@ -101,10 +105,11 @@ async def _pass(
     memo: Any,
     logger: startup.Logger,
     deployments: reconcile.DeploymentIndex | None,
+    providers: Mapping[str, Any] | None = None,
 ) -> plan.Plan | None:
     """One pass from a change handler: status through kopf's ``patch``; a follow-up pass the
     plan asks for is the reaper daemon's, woken for it."""
-    result = await _compute(body, memo, logger, deployments)
+    result = await _compute(body, memo, logger, deployments, providers)
     if result is not None:
         _events(result, body)
         if result.write_status:
@@ -124,10 +129,10 @@ async def on_change(
     memo: Any,
     logger: startup.Logger,
     worker_deployments: WorkerDeployments | None = None,
-    **_: Any,
+    **kwargs: Any,
 ) -> None:
     """Spec created or changed, or operator (re)started: one reconciliation pass."""
-    await _pass(body, patch, memo, logger, worker_deployments)
+    await _pass(body, patch, memo, logger, worker_deployments, kwargs)
 
 
 @kopf.daemon(*RESOURCE, initial_delay=1.0, cancellation_timeout=10.0)
@@ -137,7 +142,7 @@ async def reaper(
     logger: startup.Logger,
     stopped: kopf.DaemonStopped,
     worker_deployments: WorkerDeployments | None = None,
-    **_: Any,
+    **kwargs: Any,
 ) -> None:
     """The reaper: measure the queue, move the clocks, act on deadlines; again after
     ``requeue_after`` (2 s) while a transition is in motion, else after ``reaperInterval``. A
@@ -149,7 +154,7 @@ async def reaper(
     while not stopped:
         delay = rt.settings.reaper_interval
         try:
-            result = await _compute(body, memo, logger, worker_deployments)
+            result = await _compute(body, memo, logger, worker_deployments, kwargs)
             if result is not None:
                 _events(result, body)
                 if result.write_status:
@@ -182,11 +187,11 @@ async def on_delete(
     memo: Any,
     logger: startup.Logger,
     worker_deployments: WorkerDeployments | None = None,
-    **_: Any,
+    **kwargs: Any,
 ) -> None:
     """Deletion: workers gone, then purge or retain per ``deletionPolicy``; the finalizer
     stays until then (bounded when Redis is unreachable, see ``purgeTimeout``)."""
-    result = await _pass(body, patch, memo, logger, worker_deployments)
+    result = await _pass(body, patch, memo, logger, worker_deployments, kwargs)
     if result is not None and not result.finalized:
         raise kopf.TemporaryError("waiting for workers to stop and the purge", delay=2)
     rt: reconcile.Runtime = memo.runtime
