@@ -92,7 +92,7 @@ def test_bad_provider_specs_are_refused_naming_the_rule(
     assert message in proc.stderr, proc.stderr
 
 
-def test_provider_status_shows_groups_shares_and_a_fired_rule_until_it_expires(
+def test_groups_resolve_to_their_provider_and_its_status_shows_shares_and_rules(
     kube_cluster: KubeCluster,
     operator: OperatorProcess,
     objects: Objects,
@@ -123,6 +123,28 @@ def test_provider_status_shows_groups_shares_and_a_fired_rule_until_it_expires(
         return dict(obj.get("status") or {})
 
     wait_for(lambda: provider_status().get("groups") == 2, 60, "both groups counted")
+    # the group side: status.provider, ProviderResolved, and the workers' env
+    wait_for(lambda: bool(objects.status("urgent").get("provider")), 30, "status.provider")
+    assert objects.status("urgent")["provider"] == {
+        "kind": "SendProvider",
+        "name": "bigmail",
+        "via": "domain bigmail.example",
+    }
+    resolved = objects.condition("urgent", "ProviderResolved")
+    assert resolved is not None and (resolved["status"], resolved["reason"]) == (
+        "True",
+        "DomainMatched",
+    )
+    dep = objects.get("deployment", "sg-urgent") or {}
+    env = {
+        e["name"]: e.get("value") for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]
+    }
+    worker_view = ProviderConfig.model_validate_json(env["SENDGROUP_PROVIDER"])
+    assert (worker_view.id, worker_view.group, worker_view.per_minute) == (
+        f"sp/{namespace}/bigmail",
+        f"{namespace}/urgent",
+        1200,
+    )
     shares = {s["group"]: s["perMinute"] for s in provider_status()["shares"]}
     assert shares == {f"{namespace}/urgent": 300.0, f"{namespace}/news": 900.0}
     keys = ProviderKeys(f"sp/{namespace}/bigmail")
@@ -183,3 +205,17 @@ def test_provider_status_shows_groups_shares_and_a_fired_rule_until_it_expires(
     wait_for(lambda: provider_status().get("groups") == 1, 30, "the paused group dropped")
     assert redis_client.hget(keys.shares, f"{namespace}/urgent") == b"300.000"
     assert redis_client.hget(keys.shares, f"{namespace}/news") == b"0.000"
+
+
+def test_a_group_whose_host_matches_no_provider_says_so(
+    operator: OperatorProcess, objects: Objects, redis_client: redis.Redis
+) -> None:
+    push(redis_client, "mail-lonely", 5)
+    objects.apply(sendgroup("lonely", host="nobody-claims.example"))
+    wait_for(
+        lambda: objects.condition("lonely", "ProviderResolved") is not None, 30, "ProviderResolved"
+    )
+    cond = objects.condition("lonely", "ProviderResolved")
+    assert cond is not None and (cond["status"], cond["reason"]) == ("False", "NoProviderMatched")
+    assert "own limits" in cond["message"]
+    assert not objects.status("lonely").get("provider")
