@@ -200,7 +200,7 @@ async def _pass(
     allocation = provider_plan.shares(per_minute, demands)
     pid = provider_plan.provider_id(kind, name, own_ns)
     url = await _redis_url(memo, provider, own_ns)
-    client = memo.runtime.queues.client(url)
+    client = await memo.runtime.queues.client(url)
     fields = provider_plan.share_fields(allocation)
     state = await provider_io.read_state(client, url, pid)
     last = _written.get(pid)
