@@ -72,16 +72,18 @@ def test_three_groups_of_two_campaigns_share_the_budget_within_5_percent(
     recipients arriving at the provider stay at 20/s +- 5 % over 20 s; every sending group
     gets mail through."""
     budget = {"perMinute": 1200}
-    for g in ("spring-a", "spring-b", "news-c"):
+    for g in ("spring-a", "spring-b"):
         _fill(redis_url, g, 600)
     _start_group(workers, redis_url, smtp_sink.port, "spring-a", 3, _provider_env("ns/a", **budget))
     _start_group(workers, redis_url, smtp_sink.port, "spring-b", 3, _provider_env("ns/b", **budget))
-    wait_for(lambda: _arrivals(smtp_sink, 0, time.time() + 1) > 0, 30, "the first mail")
-    t0 = time.time() + 2.0  # past the initial burst
-    time.sleep(4.0)
+    # c's workers idle on an empty queue (process start-up time is not what is measured)
     late = _start_group(
         workers, redis_url, smtp_sink.port, "news-c", 3, _provider_env("ns/c", **budget)
     )
+    wait_for(lambda: _arrivals(smtp_sink, 0, time.time() + 1) > 0, 30, "the first mail")
+    t0 = time.time() + 2.0  # past the initial burst
+    time.sleep(4.0)
+    _fill(redis_url, "news-c", 600)  # group c starts: work arrives
     time.sleep(7.0)
     for w in workers[:3]:  # group a pauses: its workers stop
         w.stop()
