@@ -382,7 +382,7 @@ class Worker:
                 await self.pacer.release(lane_id)
                 return 0
         if self.pacer.last is not None:
-            self.metrics.rate.labels(self.config.queue).set(self.pacer.last.per_minute or 0)
+            self.metrics.rate.labels(*self.metrics.group).set(self.pacer.last.per_minute or 0)
         return 1
 
     async def _give_back(self, lane: _Lane, granted: int) -> None:
