@@ -13,7 +13,9 @@ Kinds (what the text of the variable holds):
   (:func:`sendgroup_contract.durations.parse_env_seconds`);
 * ``backoff``: Laravel's comma-joined seconds (``10,60,300``) or a JSON list;
 * ``time``: ISO 8601 or unix seconds (:func:`sendgroup_contract.timestamps.parse_time`);
-* ``patterns``: a JSON list of regexes or one regex per line.
+* ``patterns``: a JSON list of regexes or one regex per line;
+* ``provider``: the JSON of ``sendgroup_worker.provider.ProviderConfig`` (the group's provider,
+  built by the operator from a SendProvider/ClusterSendProvider).
 
 ``secret``: the variable may also be given as ``<NAME>_FILE`` (a mounted Secret's path; the file
 wins). ``deprecated``: older names still read for one release (the new name wins).
@@ -24,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final, Literal
 
-Kind = Literal["str", "int", "float", "tls", "duration", "backoff", "time", "patterns"]
+Kind = Literal["str", "int", "float", "tls", "duration", "backoff", "time", "patterns", "provider"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,6 +260,21 @@ SUPPRESSION_SET: Final = WorkerSetting(
     "sendgroups:<ns>:suppressed",
     "suppression set key; off = no check",
 )
+PROVIDER: Final = WorkerSetting(
+    "provider",
+    "SENDGROUP_PROVIDER",
+    "provider",
+    "none",
+    "JSON: the provider whose shared budget the group sends under (set by the operator)",
+)
+PROVIDER_REDIS_URL: Final = WorkerSetting(
+    "provider_redis_url",
+    "PROVIDER_REDIS_URL",
+    "str",
+    "REDIS_URL",
+    "Redis of the provider's shared state (default: the group's)",
+    secret=True,
+)
 METRICS_PORT: Final = WorkerSetting(
     "metrics_port", "METRICS_PORT", "int", "9090", "Prometheus metrics port (0 = off)"
 )
@@ -323,6 +340,8 @@ WORKER_SETTINGS: Final = (
     OUTCOME_STREAM,
     OUTCOME_STREAM_MAXLEN,
     SUPPRESSION_SET,
+    PROVIDER,
+    PROVIDER_REDIS_URL,
     METRICS_PORT,
     METRICS_HOST,
     HEALTH_PORT,

@@ -51,7 +51,7 @@ def main() -> None:
     logging.getLogger("kopf.objects").addFilter(
         lambda record: not record.getMessage().startswith("Timer 'reaper' succeeded")
     )
-    from sendgroup_operator import handlers  # noqa: F401  (registers the handlers)
+    from sendgroup_operator import handlers, provider_handlers  # noqa: F401  (registers them)
 
     host = os.environ.get("SENDGROUP_LISTEN_HOST", "0.0.0.0")
     port = int(os.environ.get("SENDGROUP_HEALTH_PORT", "8081"))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
@@ -213,9 +214,14 @@ def redis_env(spec: models.SendGroupSpec, settings: Settings) -> dict[str, Any]:
 
 
 def worker_env(
-    ref: GroupRef, spec: models.SendGroupSpec, settings: Settings
+    ref: GroupRef,
+    spec: models.SendGroupSpec,
+    settings: Settings,
+    provider_env: Sequence[Mapping[str, Any]] = (),
 ) -> list[dict[str, Any]]:
-    """Environment of a worker container: rows of the contract's ``WORKER_SETTINGS``."""
+    """Environment of a worker container: rows of the contract's ``WORKER_SETTINGS``;
+    ``provider_env``: the entries for the group's provider
+    (``provider_plan.worker_provider_env``), if any."""
     w = spec.worker
     smtp = spec.smtp or models.SmtpSpec()
     env = [
@@ -255,6 +261,7 @@ def worker_env(
             env.append(_value(ws.WARMUP_SINCE, since))
     if spec.backpressure.patterns:
         env.append(_value(ws.BACKPRESSURE_PATTERNS, "\n".join(spec.backpressure.patterns)))
+    env.extend(dict(entry) for entry in provider_env)
     return env
 
 
@@ -425,9 +432,14 @@ def pod_disruption_budget(ref: GroupRef, spec: models.SendGroupSpec) -> dict[str
 
 
 def deployment(
-    ref: GroupRef, spec: models.SendGroupSpec, settings: Settings, replicas: int
+    ref: GroupRef,
+    spec: models.SendGroupSpec,
+    settings: Settings,
+    replicas: int,
+    provider_env: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
-    """The worker Deployment ``sg-<name>`` with ``replicas`` pods.
+    """The worker Deployment ``sg-<name>`` with ``replicas`` pods; ``provider_env`` as in
+    :func:`worker_env` (part of the template, so a provider change rolls the workers).
 
     Grace period = ``worker.timeout`` + 30 s, so a stopping worker finishes its job.
     """
@@ -438,7 +450,7 @@ def deployment(
         "image": image(spec, settings),
         "imagePullPolicy": settings.image_pull_policy,
         "command": list(WORKER_COMMAND),
-        "env": worker_env(ref, spec, settings),
+        "env": worker_env(ref, spec, settings, provider_env),
         "ports": [
             {"name": "metrics", "containerPort": WORKER_METRICS_PORT},
             {"name": "health", "containerPort": WORKER_HEALTH_PORT},
@@ -502,10 +514,17 @@ def _laravel_container(
     }
 
 
-def template_hash(ref: GroupRef, spec: models.SendGroupSpec, settings: Settings) -> str:
+def template_hash(
+    ref: GroupRef,
+    spec: models.SendGroupSpec,
+    settings: Settings,
+    provider_env: Sequence[Mapping[str, Any]] = (),
+) -> str:
     """Hash of the worker pod template the spec asks for (annotation on the Deployment), so a
     spec change is noticed without comparing whole objects."""
-    annotations: dict[str, str] = deployment(ref, spec, settings, 0)["metadata"]["annotations"]
+    annotations: dict[str, str] = deployment(ref, spec, settings, 0, provider_env)["metadata"][
+        "annotations"
+    ]
     return annotations[ANNOTATION_TEMPLATE_HASH]
 
 

@@ -1,6 +1,9 @@
-"""Generate ``crds/sendgroups.yaml`` from :mod:`sendgroup_operator.models`.
+"""Generate the CRDs from the pydantic models: ``crds/sendgroups.yaml`` from
+:mod:`sendgroup_operator.models`, ``crds/sendproviders.yaml`` and
+``crds/clustersendproviders.yaml`` from :mod:`sendgroup_operator.provider_models`.
 
-Usage: ``python -m sendgroup_operator.crdgen > crds/sendgroups.yaml``.
+Usage: ``python -m sendgroup_operator.crdgen [PLURAL] > crds/PLURAL.yaml`` (PLURAL one of
+:data:`CRDS`, default ``sendgroups``).
 
 pydantic emits JSON Schema 2020-12; the API server wants a *structural* OpenAPI v3 schema
 (apiextensions.k8s.io/v1, "Specifying a structural schema"): every node typed, no ``$ref``, no
@@ -16,7 +19,7 @@ from typing import Any, Final
 import yaml
 from pydantic import BaseModel
 
-from sendgroup_operator import models
+from sendgroup_operator import models, provider_models
 
 #: Printer columns of ``kubectl get sendgroups`` (api.md): priority 1 = only with ``-o wide``.
 PRINTER_COLUMNS: Final[list[dict[str, Any]]] = [
@@ -160,6 +163,122 @@ def _strip_defaults(node: dict[str, Any]) -> None:
         _strip_defaults(node["items"])
 
 
+#: Printer columns of ``kubectl get sendproviders`` / ``clustersendproviders``.
+PROVIDER_PRINTER_COLUMNS: Final[list[dict[str, Any]]] = [
+    {
+        "name": "Rate",
+        "type": "integer",
+        "jsonPath": ".spec.rate.perMinute",
+        "description": "budget, recipients per minute",
+    },
+    {
+        "name": "Effective",
+        "type": "number",
+        "jsonPath": ".status.effectiveRate.perMinute",
+        "description": "allowed rate now, after pushback rules",
+    },
+    {"name": "Concurrency", "type": "integer", "jsonPath": ".spec.concurrency"},
+    {
+        "name": "Groups",
+        "type": "integer",
+        "jsonPath": ".status.groups",
+        "description": "groups sending to this provider",
+    },
+    {
+        "name": "Throttled",
+        "type": "string",
+        "jsonPath": '.status.conditions[?(@.type=="Throttled")].status',
+    },
+    {
+        "name": "Suspended",
+        "type": "string",
+        "jsonPath": '.status.conditions[?(@.type=="Suspended")].status',
+    },
+    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+    {
+        "name": "Domains",
+        "type": "string",
+        "jsonPath": ".spec.match.domains",
+        "priority": 1,
+    },
+]
+
+
+def provider_spec_schema() -> dict[str, Any]:
+    """Structural schema of a provider's ``spec`` (both kinds)."""
+    raw = provider_models.SendProviderSpec.model_json_schema(by_alias=True, mode="validation")
+    schema = structural(raw)
+    _object_defaults(schema, provider_models.SendProviderSpec)
+    schema["description"] = (
+        "A receiving provider: which domains are its, and the budget every group resolved to "
+        "it shares."
+    )
+    return schema
+
+
+def provider_status_schema() -> dict[str, Any]:
+    """Structural schema of a provider's ``status``."""
+    raw = provider_models.SendProviderStatus.model_json_schema(by_alias=True, mode="serialization")
+    schema = structural(raw)
+    _strip_defaults(schema)
+    schema["description"] = "Observed state, written only by the operator."
+    return schema
+
+
+def provider_crd(cluster: bool) -> dict[str, Any]:
+    """The CustomResourceDefinition of ClusterSendProvider (``cluster``) or SendProvider."""
+    pm = provider_models
+    kind = pm.CLUSTER_KIND if cluster else pm.KIND
+    plural = pm.CLUSTER_PLURAL if cluster else pm.PLURAL
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {
+            "name": f"{plural}.{models.GROUP}",
+            "labels": {"app.kubernetes.io/part-of": "sendgroup-operator"},
+        },
+        "spec": {
+            "group": models.GROUP,
+            "scope": "Cluster" if cluster else "Namespaced",
+            "names": {
+                "kind": kind,
+                "listKind": f"{kind}List",
+                "plural": plural,
+                "singular": pm.CLUSTER_SINGULAR if cluster else pm.SINGULAR,
+                "shortNames": list(pm.CLUSTER_SHORT_NAMES if cluster else pm.SHORT_NAMES),
+                "categories": list(pm.CATEGORIES),
+            },
+            "versions": [
+                {
+                    "name": models.VERSION,
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": PROVIDER_PRINTER_COLUMNS,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "description": (
+                                "A receiving provider for every namespace (see docs/providers.md)."
+                                if cluster
+                                else "A receiving provider for the groups of this namespace; "
+                                "wins over ClusterSendProviders (see docs/providers.md)."
+                            ),
+                            "properties": {
+                                "apiVersion": {"type": "string"},
+                                "kind": {"type": "string"},
+                                "metadata": {"type": "object"},
+                                "spec": provider_spec_schema(),
+                                "status": provider_status_schema(),
+                            },
+                        }
+                    },
+                }
+            ],
+        },
+    }
+
+
 def crd() -> dict[str, Any]:
     """The CustomResourceDefinition object."""
     return {
@@ -222,14 +341,30 @@ class _NoAliasDumper(yaml.SafeDumper):
         return True
 
 
-def render() -> str:
-    """The YAML text of ``crds/sendgroups.yaml``."""
-    return HEADER + yaml.dump(crd(), Dumper=_NoAliasDumper, sort_keys=False, width=100)
+#: Every generated CRD by plural: ``crds/<plural>.yaml``.
+CRDS: Final = ("sendgroups", "sendproviders", "clustersendproviders")
+
+
+def render(plural: str = "sendgroups") -> str:
+    """The YAML text of ``crds/<plural>.yaml`` (``plural`` one of :data:`CRDS`)."""
+    if plural == "sendgroups":
+        obj, source = crd(), "models.py"
+    elif plural in ("sendproviders", "clustersendproviders"):
+        obj, source = provider_crd(plural == "clustersendproviders"), "provider_models.py"
+    else:
+        raise ValueError(f"unknown CRD {plural!r}; one of {', '.join(CRDS)}")
+    header = HEADER.replace("models.py", source).replace(
+        "`python -m sendgroup_operator.crdgen`",
+        "`python -m sendgroup_operator.crdgen`"
+        if plural == "sendgroups"
+        else f"`python -m sendgroup_operator.crdgen {plural}`",
+    )
+    return header + yaml.dump(obj, Dumper=_NoAliasDumper, sort_keys=False, width=100)
 
 
 def main() -> None:
-    """Write the CRD YAML to stdout."""
-    sys.stdout.write(render())
+    """Write the CRD YAML named by the first argument (default sendgroups) to stdout."""
+    sys.stdout.write(render(sys.argv[1] if len(sys.argv) > 1 else "sendgroups"))
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -83,10 +84,13 @@ async def _compute(
     memo: Any,
     logger: startup.Logger,
     deployments: reconcile.DeploymentIndex | None,
+    providers: Mapping[str, Any] | None = None,
 ) -> plan.Plan | None:
     rt: reconcile.Runtime = memo.runtime
     try:
-        return await reconcile.reconcile(rt, body, logger, deployments=deployments)
+        return await reconcile.reconcile(
+            rt, body, logger, deployments=deployments, providers=providers
+        )
     except pydantic.ValidationError as exc:
         # An object the API server accepted but the operator cannot use: condition, ONE
         # event, the pause applied anyway (issue 16; decisions in unusable.py)
@@ -119,10 +123,11 @@ async def _pass(
     memo: Any,
     logger: startup.Logger,
     deployments: reconcile.DeploymentIndex | None,
+    providers: Mapping[str, Any] | None = None,
 ) -> plan.Plan | None:
     """One pass from a change handler: status through kopf's ``patch``; a follow-up pass the
     plan asks for is the reaper daemon's, woken for it."""
-    result = await _compute(body, memo, logger, deployments)
+    result = await _compute(body, memo, logger, deployments, providers)
     if result is not None:
         _events(result, body)
         if result.write_status:
@@ -142,10 +147,10 @@ async def on_change(
     memo: Any,
     logger: startup.Logger,
     worker_deployments: WorkerDeployments | None = None,
-    **_: Any,
+    **kwargs: Any,
 ) -> None:
     """Spec created or changed, or operator (re)started: one reconciliation pass."""
-    await _pass(body, patch, memo, logger, worker_deployments)
+    await _pass(body, patch, memo, logger, worker_deployments, kwargs)
 
 
 @kopf.daemon(*RESOURCE, initial_delay=1.0, cancellation_timeout=10.0)
@@ -155,7 +160,7 @@ async def reaper(
     logger: startup.Logger,
     stopped: kopf.DaemonStopped,
     worker_deployments: WorkerDeployments | None = None,
-    **_: Any,
+    **kwargs: Any,
 ) -> None:
     """The reaper: measure the queue, move the clocks, act on deadlines; again after
     ``requeue_after`` (2 s) while a transition is in motion, else after ``reaperInterval``. A
@@ -167,7 +172,7 @@ async def reaper(
     while not stopped:
         delay = rt.settings.reaper_interval
         try:
-            result = await _compute(body, memo, logger, worker_deployments)
+            result = await _compute(body, memo, logger, worker_deployments, kwargs)
             if result is not None:
                 _events(result, body)
                 if result.write_status:
@@ -200,11 +205,11 @@ async def on_delete(
     memo: Any,
     logger: startup.Logger,
     worker_deployments: WorkerDeployments | None = None,
-    **_: Any,
+    **kwargs: Any,
 ) -> None:
     """Deletion: workers gone, then purge or retain per ``deletionPolicy``; the finalizer
     stays until then (bounded when Redis is unreachable, see ``purgeTimeout``)."""
-    result = await _pass(body, patch, memo, logger, worker_deployments)
+    result = await _pass(body, patch, memo, logger, worker_deployments, kwargs)
     if result is not None and not result.finalized:
         raise kopf.TemporaryError("waiting for workers to stop and the purge", delay=2)
     rt: reconcile.Runtime = memo.runtime

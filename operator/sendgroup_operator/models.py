@@ -149,6 +149,46 @@ class Phase(StrEnum):
     FAILED = "Failed"
 
 
+#: Kinds of the provider API (:mod:`sendgroup_operator.provider_models`).
+PROVIDER_KIND: Final = "SendProvider"
+CLUSTER_PROVIDER_KIND: Final = "ClusterSendProvider"
+
+
+class Priority(StrEnum):
+    """``spec.priority``: ``high`` groups are served first from their provider's budget;
+    ``normal`` groups share what is left, max-min fair by ``spec.weight``."""
+
+    HIGH = "high"
+    NORMAL = "normal"
+
+
+class ProviderKind(StrEnum):
+    """Kind of a provider reference: namespaced SendProvider or ClusterSendProvider."""
+
+    SEND_PROVIDER = PROVIDER_KIND
+    CLUSTER_SEND_PROVIDER = CLUSTER_PROVIDER_KIND
+
+
+class ProviderRef(_Model):
+    """A SendProvider in the group's namespace or a ClusterSendProvider."""
+
+    kind: ProviderKind = ProviderKind.CLUSTER_SEND_PROVIDER
+    """SendProvider (same namespace as the group) or ClusterSendProvider."""
+    name: str = Field(min_length=1, max_length=253)
+    """Name of the provider object."""
+
+
+class ResolvedProvider(_Model):
+    """The provider the operator resolved for the group, and why."""
+
+    kind: ProviderKind
+    """SendProvider or ClusterSendProvider."""
+    name: str
+    """Name of the provider object (namespaced ones live in the group's namespace)."""
+    via: str
+    """Why: "spec.provider", "domain gmail.com" or "mx aspmx.l.google.com"."""
+
+
 class SecretKeyRef(_Model):
     """A key of a Secret in the SendGroup's namespace."""
 
@@ -621,6 +661,14 @@ class SendGroupSpec(_Model):
     """Settings of the dump/restore/purge Jobs."""
     disruption_budget: DisruptionBudgetSpec | None = None
     """A PodDisruptionBudget for the worker pods; unset = none."""
+    provider: ProviderRef | None = None
+    """The provider whose shared budget this group sends under; unset = resolved from host
+    (namespaced SendProviders first, then ClusterSendProviders; domains, then MX suffixes)."""
+    priority: Priority = Priority.NORMAL
+    """high: served first from the provider's budget (password resets); normal: shares what
+    high groups leave, max-min fair by weight."""
+    weight: int = Field(default=1, ge=1, le=1000)
+    """Share among the provider's groups of the same priority that have work."""
 
     def queue_name(self, name: str) -> str:
         """The effective queue: ``spec.queue`` or ``mail-<metadata.name>``; a name too long
@@ -767,6 +815,9 @@ class SendGroupStatus(_Model):
     """What lies on the dumps volume for this group."""
     operation: OperationStatus | None = None
     """The dump, restore or purge Job in progress, if any."""
+    provider: ResolvedProvider | None = None
+    """The provider this group sends under and why (condition ProviderResolved); unset = none
+    matched, the group's own limits only."""
     operations_started: int = 0
     """Dump/restore/purge Jobs started so far (numbers the Job names)."""
     finished_at: datetime | None = None

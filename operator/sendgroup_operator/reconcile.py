@@ -18,7 +18,15 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from sendgroup_operator import builders, fairshare, metrics, models, plan
+from sendgroup_operator import (
+    builders,
+    fairshare,
+    metrics,
+    models,
+    plan,
+    provider_handlers,
+    provider_plan,
+)
 from sendgroup_operator.kube import Kube, KubeError
 from sendgroup_operator.queueio import QueueUnavailable, RedisQueues
 from sendgroup_operator.settings import Settings
@@ -53,6 +61,8 @@ class Runtime:
     #: When this process last created, patched or deleted each group's Deployment (monotonic
     #: seconds), so the next passes read it from the API server, not from a lagging index.
     deployment_writes: dict[str, float] = field(default_factory=dict)
+    #: Per group: the worker env entries of its provider (issue 14), from its last pass.
+    provider_env: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     #: Per group: set to wake its reaper daemon before its sleep ends (a change handler's
     #: pass asked for a follow-up pass, see :meth:`kick`).
     wakeups: dict[str, asyncio.Event] = field(default_factory=dict)
@@ -301,7 +311,8 @@ async def _apply_one(
         await rt.queues.set_pause_marker(url, spec.queue_name(group.name), action.paused)
         logger.info("pause marker %s", "set" if action.paused else "cleared")
     elif isinstance(action, plan.EnsureDeployment):
-        body = builders.deployment(ref, spec, settings, action.replicas)
+        env = rt.provider_env.get(key, [])
+        body = builders.deployment(ref, spec, settings, action.replicas, env)
         try:
             await rt.kube.apply_deployment(body, exists=observed.deployment is not None)
         finally:  # failed or not, the index may be behind the API server now
@@ -375,11 +386,14 @@ async def reconcile(
     logger: logging.Logger | logging.LoggerAdapter[Any],
     now: datetime | None = None,
     deployments: DeploymentIndex | None = None,
+    providers: Mapping[str, Any] | None = None,
 ) -> plan.Plan:
     """One pass for one group: observe, measure, plan, apply. Returns the plan (the caller
     writes ``plan.status`` through kopf's ``patch.status`` when ``plan.write_status``, and
     posts ``plan.events``). ``deployments``: the watch-fed Deployment index (None: GET the
-    Deployment every pass). Kubernetes API errors propagate (kopf retries the handler)."""
+    Deployment every pass). ``providers``: kopf's provider indexes (``namespaced_providers``,
+    ``cluster_providers``) the group's provider is resolved from (issue 14).
+    Kubernetes API errors propagate (kopf retries the handler)."""
     group, spec, status = parse(body)
     key = f"{group.namespace}/{group.name}"
     started = time.monotonic()
@@ -395,7 +409,15 @@ async def reconcile(
         want = plan.demand(spec, status, measured, group.deleting, observed.deployment is not None)
         allowed = rt.allowed(key, min(want, plan.desired_workers(spec, rt.settings)))
         now = now or datetime.now(UTC).replace(microsecond=0)
-        result = plan.plan(group, spec, status, observed, measured, allowed, rt.settings, now)
+        chosen = await provider_handlers.group_provider(
+            group.namespace, group.name, spec, providers or {}
+        )
+        rt.provider_env[key] = chosen.env
+        result = plan.plan(
+            group, spec, status, observed, measured, allowed, rt.settings, now, chosen.env
+        )
+        if provider_plan.record_resolution(result.status, chosen.resolution, now, group.generation):
+            result.write_status = True
         try:
             await apply(rt, group, spec, result, observed, url, logger)
         except ApplyError as exc:

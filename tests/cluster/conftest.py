@@ -18,11 +18,15 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="session")
 def sendgroup_crd(kube_cluster: KubeCluster) -> str:
-    """The SendGroup CRD (and kopf's peering CRDs) applied and Established."""
+    """The SendGroup and provider CRDs (and kopf's peering CRDs) applied and Established."""
     kube_cluster.kubectl(
         "apply",
         "-f",
         str(REPO / "crds" / "sendgroups.yaml"),
+        "-f",
+        str(REPO / "crds" / "sendproviders.yaml"),
+        "-f",
+        str(REPO / "crds" / "clustersendproviders.yaml"),
         "-f",
         str(REPO / "crds" / "kopf-peering.yaml"),
     )
@@ -30,6 +34,8 @@ def sendgroup_crd(kube_cluster: KubeCluster) -> str:
         "wait",
         "--for=condition=Established",
         "crd/sendgroups.sendgroups.io",
+        "crd/sendproviders.sendgroups.io",
+        "crd/clustersendproviders.sendgroups.io",
         "--timeout=60s",
         timeout=90,
     )

@@ -552,8 +552,10 @@ def test_crds_are_not_templated() -> None:
     names = sorted(d["metadata"]["name"] for d in rendered_crds)
     assert names == [
         "clusterkopfpeerings.kopf.dev",
+        "clustersendproviders.sendgroups.io",
         "kopfpeerings.kopf.dev",
         "sendgroups.sendgroups.io",
+        "sendproviders.sendgroups.io",
     ]
 
 
@@ -571,7 +573,7 @@ def test_packaged_chart_carries_rules_and_crds(tmp_path: Path) -> None:
     out = helm("template", "sg", str(archive), "--namespace", "mail", "--include-crds").stdout
     objects = [d for d in yaml.safe_load_all(out) if d]
     assert find(objects, "Role")[0]["rules"] == RULES["namespaced"]
-    assert len(find(objects, "CustomResourceDefinition")) == 3
+    assert len(find(objects, "CustomResourceDefinition")) == 5
 
 
 def test_default_redis_secret_ref_replaces_the_plain_url() -> None:

@@ -37,4 +37,10 @@ def test_no_wildcards_and_secrets_read_only() -> None:
     secrets = [r for r in RULES["namespaced"] if "secrets" in r["resources"]]
     assert [r["verbs"] for r in secrets] == [["get"]]
     cluster_resources = {res for r in RULES["cluster"] for res in r["resources"]}
-    assert cluster_resources == {"customresourcedefinitions", "namespaces", "clusterkopfpeerings"}
+    assert cluster_resources == {
+        "customresourcedefinitions",
+        "namespaces",
+        "clusterkopfpeerings",
+        "clustersendproviders",
+        "clustersendproviders/status",
+    }

@@ -29,6 +29,7 @@ from sendgroup_contract import durations, timestamps
 from sendgroup_contract import worker_settings as ws
 from sendgroup_contract.tls import SmtpTls
 from sendgroup_worker import loopback, patterns, redisurl
+from sendgroup_worker.provider import ProviderConfig
 
 #: (variable, default shown to users, meaning), in documentation order: a view of the one
 #: table, :data:`sendgroup_contract.worker_settings.WORKER_SETTINGS`.
@@ -153,6 +154,9 @@ class WorkerConfig(BaseModel):
     mail_max_bytes: int = Field(10 * 1024 * 1024, ge=1024)
     mail_max_recipients: int = Field(100, ge=1, le=100_000)
 
+    provider: ProviderConfig | None = None
+    provider_redis_url: str | None = None
+
     metrics_port: int = Field(9090, ge=0, le=65535)
     metrics_host: str = "0.0.0.0"
     health_port: int = Field(8080, ge=0, le=65535)
@@ -160,10 +164,12 @@ class WorkerConfig(BaseModel):
     stall_after: float = Field(30.0, gt=0)
     log_level: str = "INFO"
 
-    @field_validator("redis_url")
+    @field_validator("redis_url", "provider_redis_url")
     @classmethod
-    def _redis_url_scheme(cls, value: str) -> str:
+    def _redis_url_scheme(cls, value: str | None) -> str | None:
         # every form of sendgroup_worker.redisurl; the message never repeats the URL (password)
+        if value is None:
+            return None
         try:
             return redisurl.check(value)
         except redisurl.RedisUrlError as exc:
@@ -305,6 +311,7 @@ _PARSERS: Final[dict[str, Callable[[str], object]]] = {
     "backoff": lambda text: parse_backoff(text),
     "time": parse_time,
     "patterns": _parse_patterns,
+    "provider": ProviderConfig.model_validate_json,
 }
 
 

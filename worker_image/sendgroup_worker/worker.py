@@ -51,13 +51,14 @@ from sendgroup_worker.config import WorkerConfig
 from sendgroup_worker.health import WorkerHealth, redis_check, smtp_check
 from sendgroup_worker.jobopts import JobOptions
 from sendgroup_worker.metrics import WorkerMetrics
+from sendgroup_worker.provider import LEASE_MARGIN, ProviderConfig, ProviderPacer
 from sendgroup_worker.queue.client import AsyncQueue
 from sendgroup_worker.queue.keys import QueueKeys
 from sendgroup_worker.queue.protocol import Ack, Reserved
 from sendgroup_worker.ratelimit import RateLimiter, RatePolicy
 from sendgroup_worker.redisclient import TRANSIENT_ERRORS, AsyncClient, build_async, detect_sync
 from sendgroup_worker.redisurl import RedisTarget, parse
-from sendgroup_worker.smtp import MailLimits, SmtpPool, SmtpSettings
+from sendgroup_worker.smtp import MailLimits, SmtpPool, SmtpSettings, recipients_of
 
 log = logging.getLogger("sendgroup_worker.worker")
 
@@ -169,6 +170,9 @@ class _Lane:
 
     index: int
     ack: Ack | None = None
+    #: recipients of the lane's last mail beyond the one its permit counted (provider pacing:
+    #: charged on the lane's next permit call)
+    debt: int = 0
 
 
 class Worker:
@@ -188,6 +192,7 @@ class Worker:
         backpressure: Backpressure,
         loopback: lb.Loopback | None = None,
         health: WorkerHealth | None = None,
+        pacer: ProviderPacer | None = None,
     ) -> None:
         self.config = config
         self.health = health
@@ -201,6 +206,8 @@ class Worker:
         self.limiter = limiter
         self.backpressure = backpressure
         self.loopback = loopback or lb.Loopback(client, None, None)
+        #: the provider's shared budget (None: the group's own limits only)
+        self.pacer = pacer
         self.outage = Outage(metrics)
         self.clock = RedisClock(client)
         self.stopping = asyncio.Event()
@@ -290,6 +297,8 @@ class Worker:
                 await self._sleep(1.0)
         try:
             await self._flush(lane)
+            if self.pacer is not None:
+                await self.pacer.release(self.pacer.lane_id(lane.index), lane.debt)
         except REDIS_RETRY:
             log.error(
                 "job %s: delivered, but Redis stayed unreachable during the stop; the job "
@@ -312,7 +321,11 @@ class Worker:
         if self.config.max_jobs and self.taken >= self.config.max_jobs:
             self.stop("max jobs reached")
             return
-        if self.limiter.unlimited:
+        if self.pacer is not None:
+            granted = await self._provider_permit(lane)
+            if granted == 0:
+                return
+        elif self.limiter.unlimited:
             granted = 1
         else:
             granted, _ = await self.limiter.try_take(1, self.backpressure.run)
@@ -323,7 +336,7 @@ class Worker:
             if granted == 0:
                 return
         if self.stopping.is_set():
-            await self.limiter.give_back(granted, self.backpressure.run)
+            await self._give_back(lane, granted)
             return
         await self.clock.refresh()
         now = self.clock.now()
@@ -338,8 +351,7 @@ class Worker:
         if result.invalid:
             log.info("%d unreadable payload(s) moved to failed", result.invalid)
         if result.paused:
-            if not self.limiter.unlimited:
-                await self.limiter.give_back(granted, self.backpressure.run)
+            await self._give_back(lane, granted)
             if not self._paused_logged:
                 log.warning("group paused (%s set): taking no jobs", self.keys.paused)
                 self._paused_logged = True
@@ -349,12 +361,13 @@ class Worker:
             log.info("group no longer paused: taking jobs again")
             self._paused_logged = False
         if not result.jobs:
-            if not self.limiter.unlimited:
-                await self.limiter.give_back(granted, self.backpressure.run)
+            await self._give_back(lane, granted)
             await self._wait_for_work()
             return
         self.taken += 1
         job = result.jobs[0]
+        if self.pacer is not None:
+            lane.debt = _recipients(job) - 1
         await self._wake_one()
         self.metrics.in_flight.labels(*self.metrics.group).inc()
         if self.health is not None:
@@ -369,6 +382,31 @@ class Worker:
             if self.config.max_jobs and self.finished >= self.config.max_jobs:
                 self.stop("max jobs reached")
 
+    async def _provider_permit(self, lane: _Lane) -> int:
+        """One permit from the provider's budget and the group's share (one round trip when
+        granted at once); 0 when the worker stopped while waiting."""
+        assert self.pacer is not None
+        lane_id = self.pacer.lane_id(lane.index)
+        permit = await self.pacer.try_take(lane_id, lane.debt)
+        lane.debt = 0
+        if not permit.granted:
+            await self._flush(lane)  # do not hold an acknowledgement while waiting
+            if permit.why.startswith("suspended:"):
+                log.debug("provider %s: %s", self.pacer.config.id, permit.why)
+            if not await self.pacer.take(lane_id, self.stopping):
+                await self.pacer.release(lane_id)
+                return 0
+        if self.pacer.last is not None:
+            self.metrics.rate.labels(*self.metrics.group).set(self.pacer.last.per_minute or 0)
+        return 1
+
+    async def _give_back(self, lane: _Lane, granted: int) -> None:
+        """Return an unused permit (no job, or stopping)."""
+        if self.pacer is not None:
+            await self.pacer.give_back(self.pacer.lane_id(lane.index))
+        elif not self.limiter.unlimited:
+            await self.limiter.give_back(granted, self.backpressure.run)
+
     async def _wait_if_suspended(self, lane: _Lane) -> bool:
         remaining = await self.backpressure.suspended_for()
         self.metrics.suspended.labels(*self.metrics.group).set(1 if remaining > 0 else 0)
@@ -381,6 +419,9 @@ class Worker:
             log.warning("group suspended by provider backpressure for %.0fs", remaining)
             self._suspension_logged = True
         await self._flush(lane)
+        if self.pacer is not None:  # a suspended group holds no provider lease
+            await self.pacer.release(self.pacer.lane_id(lane.index), lane.debt)
+            lane.debt = 0
         await self._sleep(min(remaining, 5.0))
         return True
 
@@ -525,9 +566,10 @@ class Worker:
     ) -> None:
         """Act on ``result``; with ``record`` (mail handlers) also write the outcome stream
         entry (see :mod:`sendgroup_worker.loopback`), before the outcome is committed."""
-        if result.sent_to > 1 and not self.limiter.unlimited:
+        if result.sent_to > 1 and self.pacer is None and not self.limiter.unlimited:
             # the rate counts recipients: the job's first slot was taken before reserving,
-            # the others are charged now (in debt: the next jobs wait for them)
+            # the others are charged now (in debt: the next jobs wait for them); with a
+            # provider the pacer charges them (lane.debt) on the lane's next permit
             await self._best_effort(self.limiter.charge(result.sent_to - 1, self.backpressure.run))
         if result.outcome is h.Outcome.DONE:
             # acknowledged inside the lane's next reserve call (one round trip saved), or by
@@ -551,6 +593,8 @@ class Worker:
                 "job %s: not sent: %s (%s)", job.uuid, result.message, ",".join(result.suppressed)
             )
             return
+        if self.pacer is not None and result.from_provider:
+            await self._provider_reply(result.reply_text or result.message)
         if result.outcome is h.Outcome.PERMANENT:
             if record:
                 await self._record(job, result, lb.FAILED)
@@ -587,6 +631,22 @@ class Worker:
                 job.attempts,
                 result.message,
                 delay,
+            )
+
+    async def _provider_reply(self, reply: str) -> None:
+        """Count a provider's non-2xx reply for the provider's pushback rules (best effort)."""
+        assert self.pacer is not None
+        if not reply:
+            return
+        rule = await self._best_effort(self.pacer.record_reply(reply))
+        if rule is not None:
+            log.warning(
+                "provider %s: pushback rule %s fired on %r: %s for %gs",
+                self.pacer.config.id,
+                rule.name,
+                reply[:200],
+                rule.action,
+                rule.duration,
             )
 
     async def _fail(self, job: Reserved, exception: str, message: str) -> None:
@@ -674,6 +734,15 @@ def _retry_state(attempt: int) -> RetryCallState:
     state = RetryCallState(retry_object=AsyncRetrying(), fn=None, args=(), kwargs={})
     state.attempt_number = attempt
     return state
+
+
+def _recipients(job: Reserved) -> int:
+    """Recipients a mail job counts for in the provider's rate (1 for anything else)."""
+    payload = job.payload
+    if not payload or payload.get("job") != h.SEND_MAIL:
+        return 1
+    data = payload.get("data")
+    return max(1, len(recipients_of(data))) if isinstance(data, dict) else 1
 
 
 def _display(payload: dict[str, object]) -> str:
@@ -805,6 +874,9 @@ def build_worker(config: WorkerConfig) -> Worker:
             ),
         },
     )
+    pacer = None
+    if config.provider is not None:
+        pacer = build_pacer(config, config.provider, client)
     return Worker(
         config,
         client,
@@ -817,4 +889,26 @@ def build_worker(config: WorkerConfig) -> Worker:
         backpressure,
         loopback,
         health,
+        pacer,
     )
+
+
+def build_pacer(
+    config: WorkerConfig, provider: ProviderConfig, client: AsyncClient
+) -> ProviderPacer:
+    """The provider pacer: on the provider's Redis (``PROVIDER_REDIS_URL``, default the
+    group's; standalone, cluster or Sentinel from the URL), the group's own rate/warm-up
+    applied inside its share, leases living ``timeout + LEASE_MARGIN`` seconds."""
+    if config.provider_redis_url and config.provider_redis_url != config.redis_url:
+        target = parse(config.provider_redis_url)
+        client = build_async(
+            target, _deployment_kind(target), socket_timeout=10, socket_connect_timeout=5
+        )
+    policy = RatePolicy(
+        per_minute=config.rate_per_minute,
+        burst=config.burst,
+        warmup_start_per_hour=config.warmup_start_per_hour,
+        warmup_growth_per_day=config.warmup_growth_per_day,
+        warmup_since=config.warmup_since,
+    )
+    return ProviderPacer(client, provider, policy, config.timeout + LEASE_MARGIN)

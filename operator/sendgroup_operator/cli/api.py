@@ -231,6 +231,32 @@ class Client:
             **kwargs,
         )
 
+    def get_provider(self, kind: str, name: str, namespace: str) -> dict[str, Any] | None:
+        """A SendProvider (in ``namespace``) or ClusterSendProvider; None when it is missing
+        or its API is not installed."""
+        custom = self._custom()
+        try:
+            if kind == models.CLUSTER_PROVIDER_KIND:
+                return self._call(
+                    custom.get_cluster_custom_object,
+                    models.GROUP,
+                    models.VERSION,
+                    "clustersendproviders",
+                    name,
+                    what=f"clustersendprovider/{name}",
+                )
+            return self._call(
+                custom.get_namespaced_custom_object,
+                models.GROUP,
+                models.VERSION,
+                namespace,
+                "sendproviders",
+                name,
+                what=f"sendprovider/{name} in namespace {namespace!r}",
+            )
+        except NotFound:
+            return None
+
 
 def connect(kubeconfig: str | None, context: str | None) -> Client:
     """A :class:`Client` from ``kubeconfig`` (else ``$KUBECONFIG``, else ``~/.kube/config``,

@@ -21,7 +21,7 @@ from typing import Any, Final, TypeVar
 
 import click
 
-from sendgroup_operator.cli import api, gitops, render
+from sendgroup_operator.cli import api, explain, gitops, render
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -331,3 +331,28 @@ def status(output: str, watch: bool, interval: float, timeout: float | None, **k
     group is done (Completed, Cancelled, Failed, Idle, or its queue is empty)."""
     t = _target(kw)
     _guard(lambda: _run_status(t, output, watch, interval, timeout))
+
+
+@main.command("explain", context_settings=CONTEXT)
+@click.argument("name")
+@click.option("-n", "--namespace", help="Namespace of the group (default: the context's).")
+@click.option("--kubeconfig", help="Path of the kubeconfig file.")
+@click.option("--context", help="kubeconfig context to use.")
+def explain_group(
+    name: str, namespace: str | None, kubeconfig: str | None, context: str | None
+) -> None:
+    """Which provider paces GROUP and why (spec.provider, its domain or its MX host), the
+    provider's budget and effective rate now, this group's share now, and the active rules."""
+
+    def run() -> int:
+        client = api.connect(kubeconfig, context)
+        ns = namespace or client.namespace
+        group = client.get(ns, name)
+        resolved = (group.get("status") or {}).get("provider") or {}
+        provider = None
+        if resolved.get("kind") and resolved.get("name"):
+            provider = client.get_provider(resolved["kind"], resolved["name"], ns)
+        click.echo(explain.explain(group, provider))
+        return api.EXIT_OK
+
+    _guard(run)

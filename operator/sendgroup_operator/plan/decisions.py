@@ -3,8 +3,9 @@ condition rule that turns condition flips into events."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 from sendgroup_operator import builders, conditions, models
 from sendgroup_operator.conditions import ConditionStatus
@@ -28,6 +29,8 @@ class Decisions:
         self.status = old.model_copy(deep=True)
         self.plan = Plan()
         self.busy = False
+        #: env entries of the group's provider (part of the worker pod template)
+        self.provider_env: Sequence[Mapping[str, Any]] = ()
 
     def cond(self, type_: str, status: ConditionStatus, reason: str, message: str) -> None:
         old = conditions.find(self.old.conditions, type_)

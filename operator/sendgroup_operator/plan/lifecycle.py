@@ -28,8 +28,9 @@ outcome sets ``Degraded`` and is retried by a new Job with the next number, at m
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Final
+from typing import Any, Final
 
 from sendgroup_operator import builders, conditions, models
 from sendgroup_operator.plan.decisions import Decisions
@@ -99,13 +100,17 @@ def plan(
     allowed: int,
     settings: Settings,
     now: datetime,
+    provider_env: Sequence[Mapping[str, Any]] = (),
 ) -> Plan:
     """Decide one reconciliation pass for one SendGroup (see the module docstring).
 
     ``allowed``: workers the global cap grants this group now (:mod:`fairshare`).
+    ``provider_env``: the worker env entries of the group's provider (issue 14), part of the
+    pod template the Deployment must have.
     Raises ``durations.InvalidDuration`` only for a spec the CRD would have rejected.
     """
     b = Decisions(group, spec, status, now)
+    b.provider_env = provider_env
     st = b.status
     if (
         st.operation is not None
@@ -337,7 +342,9 @@ def _serve(
 
 def _stale(b: Decisions, dep: DeploymentObs, settings: Settings) -> bool:
     """Whether the Deployment's pod template differs from what the spec asks for."""
-    return dep.template_hash != builders.template_hash(b.group.ref(b.spec), b.spec, settings)
+    return dep.template_hash != builders.template_hash(
+        b.group.ref(b.spec), b.spec, settings, b.provider_env
+    )
 
 
 def _converge(b: Decisions, dep: DeploymentObs | None, replicas: int, settings: Settings) -> None:

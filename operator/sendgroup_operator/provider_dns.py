@@ -1,0 +1,91 @@
+"""MX lookups for provider resolution (dnspython), cached by the answer's TTL.
+
+A group's ``spec.host`` that no provider claims by domain is classified by its MX hosts (a
+Google Workspace domain has MX ``aspmx.l.google.com``). Answers are cached for their TTL
+(bounded by :data:`MIN_TTL`..:data:`MAX_TTL`); "no such domain" and "no MX record" are
+cached as an empty answer for :data:`NEGATIVE_TTL`; a DNS failure (timeout, no server) raises
+:class:`MxLookupError` and is remembered for :data:`ERROR_TTL` only, so passes do not each
+wait for a timeout and a later pass tries again.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Final
+
+import dns.exception
+import dns.resolver
+
+#: Cache bounds, seconds.
+MIN_TTL: Final = 30.0
+MAX_TTL: Final = 86400.0
+NEGATIVE_TTL: Final = 300.0
+#: A DNS failure is remembered this long (seconds), so passes do not each wait for a timeout.
+ERROR_TTL: Final = 30.0
+
+
+class MxLookupError(RuntimeError):
+    """The MX records could not be read (DNS timeout or failure); try again later."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    hosts: tuple[str, ...]
+    expires: float
+    error: str = ""
+
+
+class MxCache:
+    """``lookup(domain)`` -> MX host names, best preference first (lower case, no trailing
+    dot). ``nameservers``: ``["127.0.0.1"]`` with ``port`` for a test server; default: the
+    system's resolver configuration. ``clock``: monotonic seconds (injected in tests)."""
+
+    def __init__(
+        self,
+        nameservers: Sequence[str] | None = None,
+        port: int = 53,
+        timeout: float = 2.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if nameservers:
+            self.resolver = dns.resolver.Resolver(configure=False)
+            self.resolver.nameservers = list(nameservers)
+        else:
+            self.resolver = dns.resolver.Resolver()
+        self.resolver.port = port
+        self.resolver.lifetime = timeout
+        self.clock = clock
+        self._cache: dict[str, _Entry] = {}
+        #: DNS queries actually sent (not answered from the cache)
+        self.queries = 0
+
+    def lookup(self, domain: str) -> Sequence[str]:
+        """MX hosts of ``domain``; raises :class:`MxLookupError` on DNS trouble."""
+        key = domain.lower().rstrip(".")
+        now = self.clock()
+        entry = self._cache.get(key)
+        if entry is not None and entry.expires > now:
+            if entry.error:
+                raise MxLookupError(entry.error)
+            return entry.hosts
+        self.queries += 1
+        try:
+            answer = self.resolver.resolve(key, "MX")
+        except (dns.resolver.NXDOMAIN, dns.resolver.NoAnswer):
+            self._cache[key] = _Entry((), now + NEGATIVE_TTL)
+            return ()
+        except (dns.exception.Timeout, dns.resolver.NoNameservers) as exc:
+            error = f"MX lookup of {key}: {type(exc).__name__}"
+            self._cache[key] = _Entry((), now + ERROR_TTL, error)
+            raise MxLookupError(error) from None
+        except dns.exception.DNSException as exc:
+            error = f"MX lookup of {key}: {exc}"
+            self._cache[key] = _Entry((), now + ERROR_TTL, error)
+            raise MxLookupError(error) from None
+        records = sorted(answer, key=lambda r: (r.preference, str(r.exchange)))
+        hosts = tuple(str(r.exchange).lower().rstrip(".") for r in records)
+        ttl = float(answer.rrset.ttl) if answer.rrset is not None else MIN_TTL
+        self._cache[key] = _Entry(hosts, now + min(MAX_TTL, max(MIN_TTL, ttl)))
+        return hosts

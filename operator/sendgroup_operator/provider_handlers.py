@@ -1,0 +1,295 @@
+"""kopf wiring for SendProviders and ClusterSendProviders: once a second per provider, find the
+groups resolved to it, share its budget among them, write the shares to the provider's Redis
+(where every worker's permit call reads them), read the rules the workers fired, and write the
+provider's status (groups, effective rate, shares, active rules, conditions) and events.
+
+Thin: the decisions are :mod:`provider_plan` (pure), the I/O :mod:`provider_io` (Redis) and
+:mod:`provider_dns` (MX). Groups come from a kopf index of SendGroups (no API call per pass).
+
+The group side (``status.provider`` with condition ``ProviderResolved``, and the worker env
+``SENDGROUP_PROVIDER`` from :func:`provider_plan.worker_provider_env`) belongs to the group's
+reconcile pass: :func:`resolve_group` is the one call it needs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Final
+
+import kopf
+import pydantic
+
+from sendgroup_operator import models, provider_io, provider_plan
+from sendgroup_operator.conditions import set_condition
+from sendgroup_operator.provider_dns import MxCache
+from sendgroup_operator.provider_models import (
+    CLUSTER_PLURAL,
+    PLURAL,
+    SendProvider,
+    SendProviderStatus,
+)
+from sendgroup_worker.ratelimit import RatePolicy
+
+#: Seconds between two passes of one provider: a group that starts or pauses gets its share,
+#: and a rule's firing reaches the status, within this time.
+PROVIDER_INTERVAL: Final = 1.0
+#: Shares are written again at least this often (seconds), even unchanged: a restarted Redis
+#: has them back quickly.
+SHARES_REFRESH: Final = 30.0
+
+SP = (models.GROUP, models.VERSION, PLURAL)
+CSP = (models.GROUP, models.VERSION, CLUSTER_PLURAL)
+SG = (models.GROUP, models.VERSION, models.PLURAL)
+
+#: Seconds a group's resolution is reused by the provider passes of the same moment (every
+#: provider's pass looks at every group: one resolution per group and second, not one per
+#: group and provider).
+RESOLUTION_REUSE: Final = 1.0
+
+_MX = MxCache()
+_written: dict[str, tuple[float, dict[str, str]]] = {}
+_resolved: dict[tuple[str, str, str], tuple[float, provider_plan.Resolution]] = {}
+
+
+@kopf.index(*SG)
+def provider_groups(
+    namespace: str | None, name: str, body: kopf.Body, **_: Any
+) -> dict[tuple[str | None, str], dict[str, Any]]:
+    """Every SendGroup: ``(namespace, name) -> {spec, status, metadata}``."""
+    return {
+        (namespace, name): {
+            "spec": dict(body.get("spec") or {}),
+            "status": dict(body.get("status") or {}),
+            "metadata": {"creationTimestamp": body["metadata"].get("creationTimestamp")},
+        }
+    }
+
+
+@kopf.index(*SP)
+def namespaced_providers(
+    namespace: str | None, body: kopf.Body, **_: Any
+) -> dict[str, dict[str, Any]]:
+    """SendProviders by namespace."""
+    return {namespace or "": _plain(body)}
+
+
+@kopf.index(*CSP)
+def cluster_providers(body: kopf.Body, **_: Any) -> dict[str, dict[str, Any]]:
+    """ClusterSendProviders (one key)."""
+    return {"": _plain(body)}
+
+
+def _plain(body: kopf.Body) -> dict[str, Any]:
+    return {
+        "kind": body.get("kind"),
+        "metadata": dict(body["metadata"]),
+        "spec": dict(body.get("spec") or {}),
+        "status": dict(body.get("status") or {}),
+    }
+
+
+def _parse_providers(items: Iterable[Mapping[str, Any]]) -> list[SendProvider]:
+    out = []
+    for item in items:
+        try:
+            out.append(SendProvider.model_validate(item))
+        except pydantic.ValidationError:
+            continue  # reported on that provider's own pass
+    return out
+
+
+def _values(index: Any, key: str) -> list[Mapping[str, Any]]:
+    if index is None or key not in index:
+        return []
+    return list(index[key])
+
+
+def resolve_group(
+    spec: models.SendGroupSpec,
+    namespace: str,
+    namespaced: Iterable[SendProvider],
+    cluster: Iterable[SendProvider],
+) -> provider_plan.Resolution:
+    """The group's provider (pure resolution with the shared MX cache). Blocking on DNS at
+    most the resolver's timeout: call it through ``asyncio.to_thread`` from async code."""
+    return provider_plan.resolve(spec, namespace, list(namespaced), list(cluster), _MX.lookup)
+
+
+def _demand(spec: models.SendGroupSpec, status: Mapping[str, Any], key: str) -> Any:
+    now = datetime.now(UTC)
+    rate = spec.rate
+    warmup = spec.warmup
+    policy = RatePolicy(
+        per_minute=rate.per_minute if rate else None,
+        burst=rate.burst if rate else None,
+        warmup_start_per_hour=warmup.start_per_hour if warmup else None,
+        warmup_growth_per_day=warmup.growth_per_day if warmup else 2.0,
+        warmup_since=warmup.since if warmup else None,
+    )
+    sending = (
+        not spec.paused
+        and spec.state == models.State.ACTIVE
+        and status.get("phase") == models.Phase.RUNNING.value
+    ) or (spec.state == models.State.COMPLETED and status.get("phase") == "Running")
+    return provider_plan.GroupDemand(
+        key=key,
+        priority=spec.priority,
+        weight=spec.weight,
+        limit=policy.allowed_per_minute(now),
+        sending=sending,
+    )
+
+
+@kopf.timer(*SP, interval=PROVIDER_INTERVAL, initial_delay=1.0)
+@kopf.timer(*CSP, interval=PROVIDER_INTERVAL, initial_delay=1.0)
+async def provider_pass(
+    body: kopf.Body,
+    patch: kopf.Patch,
+    memo: Any,
+    logger: Any,
+    **kwargs: Any,
+) -> None:
+    """One pass over one provider (see the module docstring). Never raises: a failed pass is
+    logged and the next one runs a second later."""
+    try:
+        await _pass(body, patch, memo, logger, kwargs)
+    except Exception as exc:  # the timer must keep running
+        logger.warning("provider pass failed: %s: %s", type(exc).__name__, exc)
+
+
+async def _pass(
+    body: kopf.Body, patch: kopf.Patch, memo: Any, logger: Any, kwargs: Mapping[str, Any]
+) -> None:
+    kind = str(body.get("kind"))
+    name = str(body["metadata"]["name"])
+    own_ns = body["metadata"].get("namespace")
+    try:
+        provider = SendProvider.model_validate(_plain(body))
+    except pydantic.ValidationError as exc:
+        status = SendProviderStatus.model_validate(dict(body.get("status") or {}))
+        set_condition(
+            status.conditions,
+            "Ready",
+            "False",
+            "InvalidSpec",
+            str(exc)[:1000],
+            datetime.now(UTC),
+            body["metadata"].get("generation"),
+        )
+        patch.status.update(status.model_dump(mode="json", by_alias=True))
+        return
+    cluster = _parse_providers(_values(kwargs.get("cluster_providers"), ""))
+    groups_index = kwargs.get("provider_groups") or {}
+    demands: list[provider_plan.GroupDemand] = []
+    for (g_ns, g_name), entries in list(groups_index.items()):
+        if g_ns is None or (own_ns is not None and g_ns != own_ns):
+            continue
+        for entry in entries:
+            try:
+                spec = models.SendGroupSpec.model_validate(entry["spec"])
+            except pydantic.ValidationError:
+                continue
+            r = await _resolution(g_ns, g_name, spec, kwargs, cluster)
+            if r.provider is not None and (r.provider.kind, r.provider.name) == (kind, name):
+                demands.append(_demand(spec, entry["status"], f"{g_ns}/{g_name}"))
+    per_minute = provider.spec.rate.per_minute if provider.spec.rate else None
+    allocation = provider_plan.shares(per_minute, demands)
+    pid = provider_plan.provider_id(kind, name, own_ns)
+    url = await _redis_url(memo, provider, own_ns)
+    client = await memo.runtime.queues.client(url)
+    fields = provider_plan.share_fields(allocation)
+    state = await provider_io.read_state(client, url, pid)
+    last = _written.get(pid)
+    if (
+        last is None
+        or last[1] != fields
+        or (fields and not state.shares_present)  # a Redis restart lost them
+        or time.monotonic() - last[0] > SHARES_REFRESH
+    ):
+        await provider_io.write_shares(client, url, pid, allocation)
+        _written[pid] = (time.monotonic(), fields)
+    overlaps = provider_plan.overlapping_claims(cluster).get(name, []) if own_ns is None else []
+    status, events, changed = provider_plan.provider_status(
+        provider,
+        demands,
+        allocation,
+        state.rules,
+        state.replies,
+        overlaps,
+        datetime.fromtimestamp(state.now, UTC),
+    )
+    for event in events:
+        kopf.event(body, type=event.type, reason=event.reason, message=event.message)
+    if changed:
+        patch.status.update(status.model_dump(mode="json", by_alias=True))
+
+
+async def _resolution(
+    namespace: str,
+    name: str,
+    spec: models.SendGroupSpec,
+    indexes: Mapping[str, Any],
+    cluster: list[SendProvider],
+) -> provider_plan.Resolution:
+    """The group's resolution, reused for :data:`RESOLUTION_REUSE` seconds (same spec)."""
+    key = (namespace, name, spec.model_dump_json())
+    now = time.monotonic()
+    hit = _resolved.get(key)
+    if hit is not None and now - hit[0] < RESOLUTION_REUSE:
+        return hit[1]
+    if len(_resolved) > 10_000:
+        _resolved.clear()
+    namespaced = _parse_providers(_values(indexes.get("namespaced_providers"), namespace))
+    r = await asyncio.to_thread(resolve_group, spec, namespace, namespaced, cluster)
+    _resolved[key] = (now, r)
+    return r
+
+
+async def _redis_url(memo: Any, provider: SendProvider, namespace: str | None) -> str:
+    """The provider's Redis: ``spec.redis.url``, its Secret (in the provider's namespace, the
+    operator's first watched namespace for a ClusterSendProvider), or the operator's default."""
+    rt = memo.runtime
+    redis = provider.spec.redis
+    if redis is not None and redis.url:
+        return redis.url
+    if redis is not None and redis.secret_ref is not None:
+        ns = namespace or (rt.settings.namespaces[0] if rt.settings.namespaces else "default")
+        value = await rt.kube.secret_value(ns, redis.secret_ref.name, redis.secret_ref.key)
+        if value:
+            return str(value)
+        raise provider_io.ProviderStateUnavailable(
+            f"Secret {redis.secret_ref.name} key {redis.secret_ref.key} not found in {ns}"
+        )
+    return str(rt.settings.default_redis_url)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupProvider:
+    """What the group's reconcile pass needs: the ``resolution`` (for ``status.provider`` and
+    ``ProviderResolved``, see :func:`provider_plan.record_resolution`) and the worker ``env``
+    entries for its provider (empty: none matched)."""
+
+    resolution: provider_plan.Resolution
+    env: list[dict[str, Any]]
+
+
+async def group_provider(
+    namespace: str, name: str, spec: models.SendGroupSpec, indexes: Mapping[str, Any]
+) -> GroupProvider:
+    """Resolve one group from kopf's provider indexes (``indexes``: the handler's kwargs, which
+    kopf fills with every index: ``namespaced_providers`` and ``cluster_providers``). MX
+    lookups run in a thread (cached by TTL)."""
+    namespaced = _parse_providers(_values(indexes.get("namespaced_providers"), namespace))
+    cluster = _parse_providers(_values(indexes.get("cluster_providers"), ""))
+    r = await asyncio.to_thread(resolve_group, spec, namespace, namespaced, cluster)
+    env: list[dict[str, Any]] = []
+    if r.provider is not None and r.spec is not None:
+        own_ns = namespace if r.provider.kind == models.PROVIDER_KIND else None
+        env = provider_plan.worker_provider_env(
+            r.provider.kind, r.provider.name, own_ns, r.spec, f"{namespace}/{name}"
+        )
+    return GroupProvider(r, env)

@@ -1,0 +1,87 @@
+"""The operator's Redis adapter for a provider's shared state (keys of
+``sendgroup_worker.provider.ProviderKeys``, all under the provider's hash tag).
+
+* :func:`write_shares`: replace the ``shares`` hash atomically (MULTI: DEL + HSET), so a
+  worker never sees half of an allocation; a group absent from it has no share limit.
+* :func:`read_state`: the rules in force and the latest firing of each rule (the reply that
+  fired it), with Redis' clock, in one round trip.
+
+Errors are :class:`ProviderStateUnavailable` with a message that never carries the URL.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+from sendgroup_operator.provider_plan import RuleState, share_fields
+from sendgroup_operator.queueio import safe_host
+from sendgroup_worker.provider import ProviderKeys
+
+
+class ProviderStateUnavailable(Exception):
+    """The provider's Redis could not be reached; the message is safe to show."""
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderState:
+    """``rules``: effects in force (or recovering); ``replies``: rule -> the reply that last
+    fired it; ``now``: Redis' clock, unix seconds; ``shares_present``: the shares hash exists."""
+
+    rules: list[RuleState] = field(default_factory=list)
+    replies: dict[str, str] = field(default_factory=dict)
+    now: float = 0.0
+    #: whether the ``shares`` hash exists (gone after a Redis restart without persistence)
+    shares_present: bool = False
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else value
+
+
+async def write_shares(
+    client: aioredis.Redis[bytes], url: str, provider_id: str, allocation: Mapping[str, float]
+) -> None:
+    """Replace the provider's shares with ``allocation`` (group key -> recipients/min)."""
+    keys = ProviderKeys(provider_id)
+    try:
+        async with client.pipeline(transaction=True) as pipe:
+            pipe.delete(keys.shares)
+            fields = share_fields(allocation)
+            if fields:
+                pipe.hset(keys.shares, mapping=fields)  # type: ignore[arg-type]
+            await pipe.execute()
+    except (RedisError, OSError) as exc:
+        raise ProviderStateUnavailable(
+            f"provider state at {safe_host(url)}: {type(exc).__name__}"
+        ) from None
+
+
+async def read_state(client: aioredis.Redis[bytes], url: str, provider_id: str) -> ProviderState:
+    """The provider's rules and recent firings, one MULTI/EXEC round trip."""
+    keys = ProviderKeys(provider_id)
+    try:
+        async with client.pipeline(transaction=True) as pipe:
+            pipe.hgetall(keys.rules)
+            pipe.lrange(keys.fired, 0, 99)
+            pipe.time()
+            pipe.exists(keys.shares)
+            raw_rules, fired, now, present = await pipe.execute()
+    except (RedisError, OSError) as exc:
+        raise ProviderStateUnavailable(
+            f"provider state at {safe_host(url)}: {type(exc).__name__}"
+        ) from None
+    rules = []
+    for name, value in raw_rules.items():
+        parsed = RuleState.parse(_text(name), _text(value))
+        if parsed is not None:
+            rules.append(parsed)
+    replies: dict[str, str] = {}
+    for entry in fired:  # newest first: the first seen per rule wins
+        parts = _text(entry).split("|", 5)
+        if len(parts) == 6 and parts[0] not in replies:
+            replies[parts[0]] = parts[5]
+    return ProviderState(rules, replies, int(now[0]) + int(now[1]) / 1e6, bool(present))

@@ -1,0 +1,560 @@
+"""Pure decisions about providers: which provider a group sends under (resolution), how a
+provider's budget is shared among its groups (shares), which cluster-wide domain claims
+overlap, and the worker's view of its provider (the ``SendProvider`` env of the worker pod).
+
+No I/O: MX records come through an injected lookup (:mod:`provider_dns` in the operator, a
+dict in tests). Names as in ``providers.md``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Final
+
+from sendgroup_operator import durations, models
+from sendgroup_operator.conditions import set_condition
+from sendgroup_operator.models import (
+    CLUSTER_PROVIDER_KIND,
+    PROVIDER_KIND,
+    Priority,
+    ProviderKind,
+    ResolvedProvider,
+    SendGroupSpec,
+)
+from sendgroup_operator.provider_models import (
+    ActiveRule,
+    EffectiveRate,
+    ProviderShare,
+    SendProvider,
+    SendProviderSpec,
+    SendProviderStatus,
+)
+
+#: Condition type on a SendGroup: which provider applies and why, or that none matched.
+PROVIDER_RESOLVED: Final = "ProviderResolved"
+
+#: MX lookup: domain -> MX host names (lower case, no trailing dot); raises on DNS trouble.
+MxLookup = Callable[[str], Sequence[str]]
+
+
+def provider_id(kind: str, name: str, namespace: str | None) -> str:
+    """The id the worker keys its provider state by: ``csp/<name>`` or ``sp/<ns>/<name>``."""
+    if kind == CLUSTER_PROVIDER_KIND:
+        return f"csp/{name}"
+    return f"sp/{namespace}/{name}"
+
+
+def _name(p: SendProvider) -> str:
+    return str(p.metadata.get("name", ""))
+
+
+def _order(p: SendProvider) -> tuple[str, str]:
+    """Earlier providers first: creation time, then name (claims are first come)."""
+    return (str(p.metadata.get("creationTimestamp", "")), _name(p))
+
+
+@dataclass(frozen=True, slots=True)
+class Resolution:
+    """Outcome of resolving one group: ``provider`` (None = none matched: the group's own limits
+    only) and the ``ProviderResolved`` condition's status, reason and message."""
+
+    provider: ResolvedProvider | None
+    status: str
+    reason: str
+    message: str
+    spec: SendProviderSpec | None = None
+
+
+def _domain_match(host: str, providers: Sequence[SendProvider]) -> SendProvider | None:
+    for p in sorted(providers, key=_order):
+        if host in (p.spec.match.domains or []):
+            return p
+    return None
+
+
+def _mx_match(
+    mx_hosts: Sequence[str], providers: Sequence[SendProvider]
+) -> tuple[SendProvider, str] | None:
+    for p in sorted(providers, key=_order):
+        for mx in mx_hosts:
+            for suffix in p.spec.match.mx_suffixes or []:
+                if mx.endswith(suffix):
+                    return p, mx
+    return None
+
+
+def resolve(
+    spec: SendGroupSpec,
+    namespace: str,
+    namespaced: Sequence[SendProvider],
+    cluster: Sequence[SendProvider],
+    mx: MxLookup,
+) -> Resolution:
+    """Which provider ``spec`` (a group in ``namespace``) sends under.
+
+    ``spec.provider`` wins when set (it must exist: else status False, ``ProviderNotFound``).
+    Otherwise, for ``spec.host`` (lower-cased): namespaced SendProviders first (domains, then
+    MX suffixes), then ClusterSendProviders (domains, then MX suffixes); among several claims
+    the earliest created wins. MX records are looked up only when a provider has MX suffixes
+    and no domain matched. A DNS failure gives status Unknown (``MxLookupFailed``; the caller
+    retries), a host that matches nothing status False (``NoProviderMatched``: the group sends
+    under its own limits only)."""
+    ref = spec.provider
+    if ref is not None:
+        pool = namespaced if ref.kind == ProviderKind.SEND_PROVIDER else cluster
+        found = next((p for p in pool if _name(p) == ref.name), None)
+        if found is None:
+            where = f" in namespace {namespace}" if ref.kind == PROVIDER_KIND else ""
+            return Resolution(
+                None,
+                "False",
+                "ProviderNotFound",
+                f"spec.provider names {ref.kind} {ref.name}{where}, which does not exist: "
+                "the group sends under its own limits until it does",
+            )
+        chosen = ResolvedProvider(kind=ref.kind, name=ref.name, via="spec.provider")
+        return Resolution(chosen, "True", "ProviderReferenced", _message(chosen), spec=found.spec)
+    host = spec.host.lower().rstrip(".")
+    mx_hosts: Sequence[str] | None = None
+    for kind, pool in (
+        (ProviderKind.SEND_PROVIDER, namespaced),
+        (ProviderKind.CLUSTER_SEND_PROVIDER, cluster),
+    ):
+        hit = _domain_match(host, pool)
+        if hit is not None:
+            chosen = ResolvedProvider(kind=kind, name=_name(hit), via=f"domain {host}")
+            return Resolution(chosen, "True", "DomainMatched", _message(chosen), spec=hit.spec)
+        if any(p.spec.match.mx_suffixes for p in pool):
+            if mx_hosts is None:
+                try:
+                    mx_hosts = [h.lower().rstrip(".") for h in mx(host)]
+                except Exception as exc:  # the adapter's DNS error, whatever its type
+                    return Resolution(
+                        None,
+                        "Unknown",
+                        "MxLookupFailed",
+                        f"MX lookup of {host} failed ({exc}); retrying. The group sends under "
+                        "its own limits meanwhile",
+                    )
+            mx_hit = _mx_match(mx_hosts, pool)
+            if mx_hit is not None:
+                p, mx_host = mx_hit
+                chosen = ResolvedProvider(kind=kind, name=_name(p), via=f"mx {mx_host}")
+                return Resolution(chosen, "True", "MxMatched", _message(chosen), spec=p.spec)
+    return Resolution(
+        None,
+        "False",
+        "NoProviderMatched",
+        f"no SendProvider or ClusterSendProvider matches {host}"
+        + (f" (MX {', '.join(mx_hosts)})" if mx_hosts else "")
+        + ": the group sends under its own limits only",
+    )
+
+
+def _message(r: ResolvedProvider) -> str:
+    return f"sends under {r.kind} {r.name} ({r.via})"
+
+
+def overlapping_claims(cluster: Sequence[SendProvider]) -> dict[str, list[str]]:
+    """Cluster-wide domain and MX-suffix claims that an earlier ClusterSendProvider already
+    made: later provider name -> messages (``domain gmail.com is claimed by google``). The
+    earlier claim is the one resolution uses; the later provider reports it as a condition."""
+    seen_domains: dict[str, str] = {}
+    seen_suffixes: dict[str, str] = {}
+    out: dict[str, list[str]] = {}
+    for p in sorted(cluster, key=_order):
+        name = _name(p)
+        for domain in p.spec.match.domains or []:
+            owner = seen_domains.setdefault(domain, name)
+            if owner != name:
+                out.setdefault(name, []).append(f"domain {domain} is claimed by {owner}")
+        for suffix in p.spec.match.mx_suffixes or []:
+            owner = seen_suffixes.setdefault(suffix, name)
+            if owner != name:
+                out.setdefault(name, []).append(f"mxSuffix {suffix} is claimed by {owner}")
+    return out
+
+
+# ----------------------------------------------------------------------------- shares
+
+
+@dataclass(frozen=True, slots=True)
+class GroupDemand:
+    """One group resolved to a provider: ``key`` ``namespace/name``; ``priority``, ``weight``;
+    ``limit`` its own allowed rate (recipients/min after warm-up; None = unlimited);
+    ``sending``: has work and is neither paused nor finished (others hold no share)."""
+
+    key: str
+    priority: Priority = Priority.NORMAL
+    weight: int = 1
+    limit: float | None = None
+    sending: bool = True
+
+
+def _water_fill(budget: float, groups: Sequence[GroupDemand]) -> tuple[dict[str, float], float]:
+    """Weighted max-min fair split of ``budget`` (Bertsekas & Gallager, "Data Networks" 6.5.2,
+    with weights): raise a level L; a group gets ``min(limit, weight * L)``. Returns the
+    shares and what is left (only when every group is capped by its own limit)."""
+    shares = {g.key: 0.0 for g in groups}
+    open_ = sorted(groups, key=lambda g: g.key)
+    left = budget
+    while open_ and left > 1e-9:
+        total_weight = sum(g.weight for g in open_)
+        level = left / total_weight
+        capped = [
+            g for g in open_ if g.limit is not None and g.limit - shares[g.key] <= g.weight * level
+        ]
+        if not capped:
+            for g in open_:
+                shares[g.key] += g.weight * level
+            left = 0.0
+            break
+        for g in capped:
+            assert g.limit is not None
+            left -= g.limit - shares[g.key]
+            shares[g.key] = g.limit
+        open_ = [g for g in open_ if g not in capped]
+    return shares, max(0.0, left)
+
+
+def shares(per_minute: float | None, groups: Sequence[GroupDemand]) -> dict[str, float]:
+    """Each sending group's share of a provider's ``per_minute`` (recipients/min): ``high``
+    groups first, max-min fair by weight among them (each capped by its own limit); ``normal``
+    groups share what is left the same way; groups not sending hold no share (0). Without a
+    provider rate there is nothing to share: {} (the worker then applies no share limit).
+
+    The shares of sending groups sum to ``min(per_minute, sum of their limits)``."""
+    if per_minute is None:
+        return {}
+    out = {g.key: 0.0 for g in groups}
+    left = float(per_minute)
+    for priority in (Priority.HIGH, Priority.NORMAL):
+        tier = [g for g in groups if g.sending and g.priority == priority]
+        given, left = _water_fill(left, tier)
+        out.update(given)
+    return out
+
+
+# ----------------------------------------------------------------------------- worker env
+
+
+def _seconds(value: str) -> float:
+    return durations.parse_seconds(value)
+
+
+def worker_provider_config(
+    kind: str, name: str, namespace: str | None, spec: SendProviderSpec, group_key: str
+) -> dict[str, Any]:
+    """The worker's ``SENDGROUP_PROVIDER`` object (``sendgroup_worker.provider.ProviderConfig``)
+    for a group ``group_key`` (``namespace/name``) resolved to provider ``kind``/``name``."""
+    rules = []
+    for r in spec.pushback.rules:
+        action = r.action
+        if action.suspend:
+            act, value = "suspend", 0
+        elif action.scale_rate is not None:
+            act, value = "scale", action.scale_rate
+        else:
+            act, value = "cap", action.cap_concurrency or 1
+        rules.append(
+            {
+                "name": r.name,
+                "codes": list(r.codes or []),
+                "pattern": r.pattern,
+                "count": 1 if r.trigger.immediate else (r.trigger.count or 1),
+                "window": _seconds(r.trigger.window) if r.trigger.window else 0.0,
+                "action": act,
+                "value": value,
+                "duration": _seconds(r.duration),
+                "step_percent": r.recovery.step_percent,
+                "every": _seconds(r.recovery.every),
+            }
+        )
+    out: dict[str, Any] = {"id": provider_id(kind, name, namespace), "group": group_key}
+    if spec.rate is not None:
+        out["perMinute"] = spec.rate.per_minute
+        if spec.rate.burst is not None:
+            out["burst"] = spec.rate.burst
+    if spec.concurrency is not None:
+        out["concurrency"] = spec.concurrency
+    out["rules"] = rules
+    return out
+
+
+def worker_provider_env(
+    kind: str,
+    name: str,
+    namespace: str | None,
+    spec: SendProviderSpec,
+    group_key: str,
+) -> list[dict[str, Any]]:
+    """Env entries of the worker container for its provider: ``SENDGROUP_PROVIDER`` (JSON) and,
+    when the provider names its own Redis, ``PROVIDER_REDIS_URL`` (a value, or a
+    ``secretKeyRef``: the kubelet reads that Secret in the worker pod's namespace, so a
+    ClusterSendProvider's Secret must exist in every namespace of its groups)."""
+    env: list[dict[str, Any]] = [
+        {
+            "name": "SENDGROUP_PROVIDER",
+            "value": json.dumps(
+                worker_provider_config(kind, name, namespace, spec, group_key),
+                separators=(",", ":"),
+            ),
+        }
+    ]
+    redis = spec.redis
+    if redis is not None and redis.url:
+        env.append({"name": "PROVIDER_REDIS_URL", "value": redis.url})
+    elif redis is not None and redis.secret_ref is not None:
+        env.append(
+            {
+                "name": "PROVIDER_REDIS_URL",
+                "valueFrom": {
+                    "secretKeyRef": {"name": redis.secret_ref.name, "key": redis.secret_ref.key}
+                },
+            }
+        )
+    return env
+
+
+def share_fields(allocation: Mapping[str, float]) -> dict[str, str]:
+    """The provider's ``shares`` hash as written to Redis: group key -> recipients/min with
+    3 decimals (a share of 0 is written: the group waits; absent = no share limit)."""
+    return {k: f"{max(0.0, v):.3f}" for k, v in sorted(allocation.items()) if math.isfinite(v)}
+
+
+# ----------------------------------------------------------------------------- status
+
+
+@dataclass(frozen=True, slots=True)
+class RuleState:
+    """One rule's effect as the workers wrote it to Redis (hash ``rules``): ``action`` suspend,
+    scale or cap; ``value`` percent or transactions; ``since``/``until`` unix seconds; recovery
+    ``step_percent`` every ``every`` seconds."""
+
+    name: str
+    action: str
+    value: float
+    since: float
+    until: float
+    step_percent: float = 10.0
+    every: float = 60.0
+
+    @classmethod
+    def parse(cls, name: str, text: str) -> RuleState | None:
+        """From ``"action|value|since_ms|until_ms|step_pct|every_ms"``; None when malformed."""
+        parts = text.split("|")
+        if len(parts) != 6:
+            return None
+        try:
+            return cls(
+                name,
+                parts[0],
+                float(parts[1]),
+                int(parts[2]) / 1000,
+                int(parts[3]) / 1000,
+                float(parts[4]),
+                int(parts[5]) / 1000,
+            )
+        except ValueError:
+            return None
+
+    def factor(self, now: float) -> float:
+        """Rate factor of a scale rule at ``now`` (1.0 when it no longer holds), recovery
+        included; 1.0 for other actions."""
+        if self.action != "scale":
+            return 1.0
+        f = self.value / 100
+        if now >= self.until:
+            steps = math.floor((now - self.until) / max(self.every, 0.001)) + 1
+            f += steps * self.step_percent / 100
+        return min(1.0, f)
+
+    def holds(self, now: float) -> bool:
+        """Whether the rule still acts at ``now`` (a scale rule until it fully recovered)."""
+        if self.action == "scale":
+            return self.factor(now) < 1.0
+        return now < self.until
+
+    def describe(self) -> str:
+        """``Suspend``, ``ScaleRate(20%)`` or ``CapConcurrency(2)`` (the CRD's names)."""
+        if self.action == "suspend":
+            return "Suspend"
+        if self.action == "scale":
+            return f"ScaleRate({self.value:g}%)"
+        return f"CapConcurrency({self.value:g})"
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderEvent:
+    """An event on the provider object: ``type`` Normal/Warning, ``reason``, ``message``."""
+
+    type: str
+    reason: str
+    message: str
+
+
+def effective_rate(
+    per_minute: float | None, rules: Sequence[RuleState], now: float
+) -> float | None:
+    """The provider's allowed rate at ``now``: 0 while suspended, else scaled by the lowest
+    factor among scale rules (None without a provider rate)."""
+    if per_minute is None:
+        return None
+    if any(r.action == "suspend" and r.holds(now) for r in rules):
+        return 0.0
+    factor = min([r.factor(now) for r in rules] or [1.0])
+    return per_minute * factor
+
+
+def provider_status(
+    provider: SendProvider,
+    demands: Sequence[GroupDemand],
+    allocation: Mapping[str, float],
+    rules: Sequence[RuleState],
+    replies: Mapping[str, str],
+    overlaps: Sequence[str],
+    now: datetime,
+) -> tuple[SendProviderStatus, list[ProviderEvent], bool]:
+    """The provider's new status, the events to emit and whether the status changed.
+
+    ``demands``: the groups resolved to it; ``allocation``: their shares (:func:`shares`);
+    ``rules``: the effects in Redis; ``replies``: rule name -> the reply that last fired it;
+    ``overlaps``: this provider's domain claims an earlier ClusterSendProvider holds
+    (:func:`overlapping_claims`). Conditions: ``Suspended`` and ``Throttled`` name the rule,
+    ``Ready`` False names the overlap. Events: ``RuleFired`` when a rule starts holding,
+    ``RuleExpired`` when it stops (compared with the old ``activeRules``)."""
+    old = provider.status
+    status = old.model_copy(deep=True)
+    generation = provider.metadata.get("generation")
+    ts = now.timestamp()
+    by_key = {g.key: g for g in demands}
+    status.observed_generation = generation
+    status.groups = sum(1 for g in demands if g.sending)
+    per_minute = provider.spec.rate.per_minute if provider.spec.rate else None
+    eff = effective_rate(per_minute, rules, ts)
+    status.effective_rate = EffectiveRate(per_minute=None if eff is None else round(eff, 3))
+    factor = 1.0 if per_minute in (None, 0) or eff is None else eff / per_minute
+    status.shares = [
+        ProviderShare(
+            group=key,
+            per_minute=round(value * factor, 3),
+            priority=by_key[key].priority if key in by_key else Priority.NORMAL,
+            weight=by_key[key].weight if key in by_key else 1,
+        )
+        for key, value in sorted(allocation.items())
+        if key in by_key and by_key[key].sending
+    ]
+    holding = sorted((r for r in rules if r.holds(ts)), key=lambda r: r.name)
+    was = {a.rule: a for a in old.active_rules}
+
+    def reply_of(r: RuleState) -> str:
+        prev = was.get(r.name)
+        kept = prev.reply if prev and prev.since == datetime.fromtimestamp(r.since, UTC) else ""
+        return replies.get(r.name, kept)[:1024]
+
+    status.active_rules = [
+        ActiveRule(
+            rule=r.name,
+            since=datetime.fromtimestamp(r.since, UTC),
+            until=datetime.fromtimestamp(r.until, UTC),
+            reply=reply_of(r),
+            action=r.describe(),
+        )
+        for r in holding
+    ]
+    events: list[ProviderEvent] = []
+    for r in holding:
+        prev = was.get(r.name)
+        if prev is None or prev.since != datetime.fromtimestamp(r.since, UTC):
+            events.append(
+                ProviderEvent(
+                    "Warning",
+                    "RuleFired",
+                    f"pushback rule {r.name} fired on {replies.get(r.name, 'a reply')!r}: "
+                    f"{r.describe()} until {_iso(r.until)}",
+                )
+            )
+    for name in sorted(set(was) - {r.name for r in holding}):
+        events.append(ProviderEvent("Normal", "RuleExpired", f"pushback rule {name} expired"))
+    suspend = [r for r in holding if r.action == "suspend"]
+    throttle = [r for r in holding if r.action in ("scale", "cap")]
+    conds = status.conditions
+    if suspend:
+        r = suspend[0]
+        set_condition(
+            conds,
+            "Suspended",
+            "True",
+            f"Rule{_camel(r.name)}",
+            f"rule {r.name}: {r.describe()} until {_iso(r.until)}",
+            now,
+            generation,
+        )
+    else:
+        set_condition(
+            conds, "Suspended", "False", "NoRule", "no Suspend rule holds", now, generation
+        )
+    if throttle:
+        text = "; ".join(f"rule {r.name}: {r.describe()}" for r in throttle)
+        set_condition(
+            conds, "Throttled", "True", f"Rule{_camel(throttle[0].name)}", text, now, generation
+        )
+    else:
+        set_condition(
+            conds,
+            "Throttled",
+            "False",
+            "NoRule",
+            "no ScaleRate or CapConcurrency rule holds",
+            now,
+            generation,
+        )
+    if overlaps:
+        set_condition(
+            conds,
+            "Ready",
+            "False",
+            "OverlappingClaim",
+            "; ".join(overlaps) + ": the earlier provider keeps them",
+            now,
+            generation,
+        )
+    else:
+        set_condition(
+            conds, "Ready", "True", "Accepted", f"{status.groups} group(s) sending", now, generation
+        )
+    changed = status.model_dump(mode="json") != old.model_dump(mode="json")
+    return status, events, changed
+
+
+def _iso(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, UTC).isoformat(timespec="seconds")
+
+
+def _camel(name: str) -> str:
+    """``unusual-rate`` -> ``UnusualRate`` (a condition reason is one CamelCase word)."""
+    return "".join(part[:1].upper() + part[1:] for part in name.split("-") if part)
+
+
+def record_resolution(
+    status: models.SendGroupStatus, r: Resolution, now: datetime, generation: int | None
+) -> bool:
+    """Write a group's resolution into its status in place: ``status.provider`` and condition
+    ``ProviderResolved`` (apimachinery semantics). Returns True when anything changed."""
+    changed = status.provider != r.provider
+    status.provider = r.provider
+    status_value = r.status if r.status in ("True", "False", "Unknown") else "Unknown"
+    changed |= set_condition(
+        status.conditions,
+        PROVIDER_RESOLVED,
+        status_value,  # type: ignore[arg-type]
+        r.reason,
+        r.message,
+        now,
+        generation,
+    )
+    return changed

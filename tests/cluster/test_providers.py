@@ -1,0 +1,221 @@
+"""SendProviders and ClusterSendProviders against the real API server and the real operator:
+bad specs refused naming the rule; a provider's status shows its sending groups and their
+shares (written to Redis, where the workers read them); a rule a worker fires shows up as an
+active rule, a Throttled condition and an event, and expires on its own."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+import pytest
+import redis
+import redis.asyncio
+
+from sendgroup_worker.provider import ProviderConfig, ProviderKeys, ProviderPacer
+from sendgroup_worker.ratelimit import RatePolicy
+from tests.cluster.conftest import Objects
+from tests.cluster.test_operator import push, sendgroup
+from tests.support.cluster import KubeCluster, wait_for
+from tests.support.operator_proc import OperatorProcess
+
+pytestmark = pytest.mark.cluster
+
+
+def _provider(kind: str, name: str, spec: dict[str, Any]) -> str:
+    return json.dumps(
+        {
+            "apiVersion": "sendgroups.io/v1alpha1",
+            "kind": kind,
+            "metadata": {"name": name},
+            "spec": spec,
+        }
+    )
+
+
+RULE = {
+    "name": "unusual-rate",
+    "codes": [421],
+    "pattern": "(?i)unusual rate",
+    "trigger": {"immediate": True},
+    "action": {"scaleRate": 20},
+    "duration": "4s",
+    "recovery": {"stepPercent": 100, "every": "1s"},
+}
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        (
+            {"pushback": {"rules": [{**RULE, "action": {"scaleRate": 20, "suspend": True}}]}},
+            "(rule: one action)",
+        ),
+        (
+            {"pushback": {"rules": [{**RULE, "trigger": {"count": 3}}]}},
+            "(rule: count within window)",
+        ),
+        (
+            {
+                "pushback": {
+                    "rules": [{**RULE, "trigger": {"immediate": True, "count": 2, "window": "1m"}}]
+                }
+            },
+            "(rule: one trigger)",
+        ),
+        (
+            {
+                "pushback": {
+                    "rules": [{k: v for k, v in RULE.items() if k not in ("codes", "pattern")}]
+                }
+            },
+            "(rule: a rule matches replies)",
+        ),
+        (
+            {"pushback": {"rules": [{**RULE, "duration": "soon"}]}},
+            "rule.duration must be a duration",
+        ),
+        ({"match": {"mxSuffixes": ["google.com"]}}, "spec.match.mxSuffixes[0]"),
+        ({"rate": {"perMinute": 0}}, "spec.rate.perMinute"),
+        ({"pushback": {"rules": [RULE, RULE]}}, "Duplicate value"),
+    ],
+)
+def test_bad_provider_specs_are_refused_naming_the_rule(
+    kube_cluster: KubeCluster, sendgroup_crd: str, spec: dict[str, Any], message: str
+) -> None:
+    proc = kube_cluster.kubectl(
+        "apply", "-f", "-", input=_provider("ClusterSendProvider", "bad", spec), check=False
+    )
+    assert proc.returncode != 0, proc.stdout
+    assert message in proc.stderr, proc.stderr
+
+
+def test_groups_resolve_to_their_provider_and_its_status_shows_shares_and_rules(
+    kube_cluster: KubeCluster,
+    operator: OperatorProcess,
+    objects: Objects,
+    redis_client: redis.Redis,
+    redis_url: str,
+    namespace: str,
+) -> None:
+    objects.apply(
+        _provider(
+            "SendProvider",
+            "bigmail",
+            {
+                "match": {"domains": ["bigmail.example"]},
+                "rate": {"perMinute": 1200},
+                "pushback": {"rules": [RULE]},
+            },
+        )
+    )
+    push(redis_client, "mail-urgent", 50)
+    push(redis_client, "mail-news", 50)
+    objects.apply(
+        sendgroup("urgent", host="bigmail.example", priority="high", rate={"perMinute": 300})
+    )
+    objects.apply(sendgroup("news", host="bigmail.example", weight=2))
+
+    def provider_status() -> dict[str, Any]:
+        obj = objects.get("sendprovider", "bigmail") or {}
+        return dict(obj.get("status") or {})
+
+    wait_for(lambda: provider_status().get("groups") == 2, 60, "both groups counted")
+    # the group side: status.provider, ProviderResolved, and the workers' env
+    wait_for(lambda: bool(objects.status("urgent").get("provider")), 30, "status.provider")
+    assert objects.status("urgent")["provider"] == {
+        "kind": "SendProvider",
+        "name": "bigmail",
+        "via": "domain bigmail.example",
+    }
+    resolved = objects.condition("urgent", "ProviderResolved")
+    assert resolved is not None and (resolved["status"], resolved["reason"]) == (
+        "True",
+        "DomainMatched",
+    )
+    dep = objects.get("deployment", "sg-urgent") or {}
+    env = {
+        e["name"]: e.get("value") for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]
+    }
+    worker_view = ProviderConfig.model_validate_json(env["SENDGROUP_PROVIDER"])
+    assert (worker_view.id, worker_view.group, worker_view.per_minute) == (
+        f"sp/{namespace}/bigmail",
+        f"{namespace}/urgent",
+        1200,
+    )
+    shares = {s["group"]: s["perMinute"] for s in provider_status()["shares"]}
+    assert shares == {f"{namespace}/urgent": 300.0, f"{namespace}/news": 900.0}
+    keys = ProviderKeys(f"sp/{namespace}/bigmail")
+    assert redis_client.hgetall(keys.shares) == {
+        f"{namespace}/news".encode(): b"900.000",
+        f"{namespace}/urgent".encode(): b"300.000",
+    }
+
+    async def fire() -> None:
+        client: redis.asyncio.Redis[bytes] = redis.asyncio.Redis.from_url(redis_url)
+        cfg = ProviderConfig.model_validate(
+            {
+                "id": f"sp/{namespace}/bigmail",
+                "group": f"{namespace}/news",
+                "perMinute": 1200,
+                "rules": [
+                    {
+                        "name": "unusual-rate",
+                        "codes": [421],
+                        "pattern": "(?i)unusual rate",
+                        "action": "scale",
+                        "value": 20,
+                        "duration": 4.0,
+                        "step_percent": 100,
+                        "every": 1.0,
+                    }
+                ],
+            }
+        )
+        pacer = ProviderPacer(client, cfg, RatePolicy(per_minute=None), 10)
+        assert await pacer.record_reply("421 4.7.28 unusual rate of unsolicited mail")
+        await client.connection_pool.disconnect()
+
+    asyncio.run(fire())
+    fired = time.monotonic()
+    wait_for(lambda: bool(provider_status().get("activeRules")), 10, "the active rule")
+    seen = time.monotonic() - fired
+    status = provider_status()
+    (active,) = status["activeRules"]
+    assert (active["rule"], active["action"]) == ("unusual-rate", "ScaleRate(20%)")
+    assert active["reply"] == "421 4.7.28 unusual rate of unsolicited mail"
+    assert status["effectiveRate"]["perMinute"] == 240.0
+    conds = {c["type"]: c for c in status["conditions"]}
+    assert conds["Throttled"]["status"] == "True"
+    assert conds["Throttled"]["reason"] == "RuleUnusualRate"
+    print(f"rule visible in the provider's status {seen:.1f}s after it fired")
+    wait_for(lambda: not provider_status().get("activeRules"), 15, "the rule's expiry")
+    conds = {c["type"]: c for c in provider_status()["conditions"]}
+    assert conds["Throttled"]["status"] == "False"
+    reasons = [
+        e["reason"]
+        for e in objects.list("events")
+        if e["involvedObject"].get("kind") == "SendProvider"
+    ]
+    assert "RuleFired" in reasons and "RuleExpired" in reasons
+
+    objects.patch_sg("news", {"paused": True})
+    wait_for(lambda: provider_status().get("groups") == 1, 30, "the paused group dropped")
+    assert redis_client.hget(keys.shares, f"{namespace}/urgent") == b"300.000"
+    assert redis_client.hget(keys.shares, f"{namespace}/news") == b"0.000"
+
+
+def test_a_group_whose_host_matches_no_provider_says_so(
+    operator: OperatorProcess, objects: Objects, redis_client: redis.Redis
+) -> None:
+    push(redis_client, "mail-lonely", 5)
+    objects.apply(sendgroup("lonely", host="nobody-claims.example"))
+    wait_for(
+        lambda: objects.condition("lonely", "ProviderResolved") is not None, 30, "ProviderResolved"
+    )
+    cond = objects.condition("lonely", "ProviderResolved")
+    assert cond is not None and (cond["status"], cond["reason"]) == ("False", "NoProviderMatched")
+    assert "own limits" in cond["message"]
+    assert not objects.status("lonely").get("provider")

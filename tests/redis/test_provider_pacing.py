@@ -1,0 +1,309 @@
+"""Pacing per provider against a real Redis: the permit script (provider GCRA + group share +
+rules + expiring concurrency leases, one round trip) and the pushback script, driven through
+the worker's own :class:`ProviderPacer` by several clients at once, as several worker processes
+would."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import pytest
+import redis.asyncio
+from redis.crc import key_slot
+
+from sendgroup_worker.provider import (
+    ProviderConfig,
+    ProviderKeys,
+    ProviderPacer,
+    PushbackRuleConfig,
+    reply_code,
+)
+from sendgroup_worker.ratelimit import RatePolicy
+
+pytestmark = pytest.mark.redis
+
+T = TypeVar("T")
+
+UNLIMITED = RatePolicy(per_minute=None)
+
+
+def _run(redis_url: str, body: Callable[[Callable[..., ProviderPacer]], Awaitable[T]]) -> T:
+    """Run ``body(make)`` where ``make(config, policy=..., lease=...)`` builds a pacer on its own
+    Redis connection (as a separate worker process would have); connections closed after."""
+
+    async def main() -> T:
+        clients: list[redis.asyncio.Redis[bytes]] = []
+
+        def make(
+            config: ProviderConfig, policy: RatePolicy = UNLIMITED, lease: float = 30.0
+        ) -> ProviderPacer:
+            client: redis.asyncio.Redis[bytes] = redis.asyncio.Redis.from_url(redis_url)
+            clients.append(client)
+            return ProviderPacer(client, config, policy, lease)
+
+        try:
+            return await body(make)
+        finally:
+            for c in clients:
+                await c.connection_pool.disconnect()
+
+    return asyncio.run(main())
+
+
+def _provider(**fields: Any) -> ProviderConfig:
+    base: dict[str, Any] = {"id": "csp/test", "group": "ns/a"}
+    base.update(fields)
+    return ProviderConfig.model_validate(base)
+
+
+async def _drive(pacers: list[tuple[ProviderPacer, str]], seconds: float) -> list[list[float]]:
+    """Each (pacer, lane) takes permits as fast as allowed for ``seconds``; returns the grant
+    times (monotonic) per taker."""
+    stop = asyncio.Event()
+    out: list[list[float]] = [[] for _ in pacers]
+
+    async def taker(i: int, pacer: ProviderPacer, lane: str) -> None:
+        while not stop.is_set():
+            if await pacer.take(lane, stop):
+                out[i].append(time.monotonic())
+
+    tasks = [asyncio.create_task(taker(i, p, lane)) for i, (p, lane) in enumerate(pacers)]
+    await asyncio.sleep(seconds)
+    stop.set()
+    await asyncio.gather(*tasks)
+    return out
+
+
+def _in_window(times: list[float], start: float, end: float) -> int:
+    return sum(1 for t in times if start <= t < end)
+
+
+def test_every_key_of_a_provider_is_in_one_cluster_slot() -> None:
+    keys = ProviderKeys("sp/mail/google")
+    names = [keys.tat, keys.leases, keys.rules, keys.shares, keys.fired]
+    names += [keys.group("mail/spring-sale-gmail"), keys.matches("unusual-rate")]
+    assert len({key_slot(k.encode()) for k in names}) == 1
+    other = ProviderKeys("csp/yahoo")
+    assert key_slot(other.tat.encode()) != key_slot(keys.tat.encode())
+
+
+def test_the_provider_budget_holds_across_groups_and_clients(redis_url: str) -> None:
+    """Three groups x two clients, each taking as fast as it may: together they get the
+    provider's 600/min (10/s), within 5 % over 6 s after the initial burst (default burst,
+    10), whatever their number."""
+
+    async def body(make: Callable[..., ProviderPacer]) -> tuple[int, int, float]:
+        pacers = [
+            (make(_provider(perMinute=600, group=f"ns/g{g}")), f"w{g}{w}")
+            for g in range(3)
+            for w in range(2)
+        ]
+        start = time.monotonic()
+        times = await _drive(pacers, 7.5)
+        first = min(t[0] for t in times)
+        burst = sum(_in_window(t, first, first + 0.05) for t in times)
+        got = sum(_in_window(t, start + 1.5, start + 7.5) for t in times)
+        return burst, got, min(len(t) for t in times)
+
+    burst, got, least = _run(redis_url, body)
+    assert 10 <= burst <= 11, burst  # the burst at once (+1 that became due meanwhile)
+    assert 57 <= got <= 63, got  # 6 s at 10/s
+    assert least >= 5  # nobody starved
+
+
+def test_shares_split_the_budget_and_group_limits_apply_inside(redis_url: str) -> None:
+    """Provider 1200/min; shares written by the operator: a 600, b 600; group b's own rate is
+    120/min, so b sends at 120 (its own limit applies inside its share), a at 600 with its two
+    clients together."""
+
+    async def body(make: Callable[..., ProviderPacer]) -> tuple[int, int]:
+        cfg_a = _provider(perMinute=1200, group="ns/a")
+        cfg_b = _provider(perMinute=1200, group="ns/b")
+        a1, a2 = make(cfg_a), make(cfg_a)
+        await a1.redis.hset(a1.keys.shares, mapping={"ns/a": "600", "ns/b": "600"})
+        b = make(cfg_b, RatePolicy(per_minute=120))
+        start = time.monotonic()
+        t = await _drive([(a1, "a1"), (a2, "a2"), (b, "b1"), (b, "b2")], 6.5)
+        a_got = _in_window(t[0] + t[1], start + 1.5, start + 6.5)
+        b_got = _in_window(t[2] + t[3], start + 1.5, start + 6.5)
+        return a_got, b_got
+
+    a_got, b_got = _run(redis_url, body)
+    assert 48 <= a_got <= 52, a_got  # 5 s at 10/s
+    assert 9 <= b_got <= 11, b_got  # 5 s at 2/s
+
+
+def test_a_zero_share_waits_and_a_new_share_takes_effect_at_once(redis_url: str) -> None:
+    async def body(make: Callable[..., ProviderPacer]) -> tuple[str, bool, float]:
+        p = make(_provider(perMinute=600, group="ns/normal"))
+        await p.redis.hset(p.keys.shares, mapping={"ns/high": "600", "ns/normal": "0"})
+        refused = await p.try_take("l1")
+        await p.redis.hset(p.keys.shares, "ns/normal", "300")
+        t0 = time.monotonic()
+        ok = await p.take("l1", asyncio.Event())
+        return refused.why, ok, time.monotonic() - t0
+
+    why, ok, took = _run(redis_url, body)
+    assert why == "share" and ok and took < 0.2
+
+
+def test_concurrency_leases_expire_so_a_killed_worker_leaks_nothing(redis_url: str) -> None:
+    """Concurrency 2: two lanes hold leases; a third is refused until a lease is released or,
+    for a lane that vanished (its process killed: it never releases), until the lease expires
+    (lease lifetime 1 s here: job timeout + margin in real workers)."""
+
+    async def body(make: Callable[..., ProviderPacer]) -> list[Any]:
+        cfg = _provider(concurrency=2)
+        killed = make(cfg, lease=1.0)
+        alive = make(cfg, lease=1.0)
+        out: list[Any] = []
+        out.append((await killed.try_take("k1")).granted)
+        out.append((await alive.try_take("a1")).granted)
+        third = await alive.try_take("a2")
+        out.append((third.granted, third.why))
+        out.append((await alive.try_take("a1")).granted)  # renewing its own lease is fine
+        await alive.release("a1")
+        out.append((await alive.try_take("a2")).granted)  # a released lease is free at once
+        out.append((await alive.try_take("a3")).granted)  # k1 still holds one
+        t0 = time.monotonic()
+        await alive.take("a3", asyncio.Event())  # k1 never comes back: its lease expires
+        out.append(round(time.monotonic() - t0, 1))
+        members = await alive.redis.zrange(alive.keys.leases, 0, -1)
+        out.append(sorted(m.decode() for m in members))
+        return out
+
+    out = _run(redis_url, body)
+    assert out[:6] == [True, True, (False, "concurrency"), True, True, False]
+    assert 0.5 <= out[6] <= 1.3, out  # k1's lease (1 s) ran out
+    assert "k1" not in out[7] and "a3" in out[7]  # k1's lease is gone, a3 holds one
+
+
+def test_recipients_not_jobs_are_counted(redis_url: str) -> None:
+    """A mail to 5 recipients charges 4 more cells as debt on the lane's next permit: at
+    60/min with burst 1, the next permit comes 5 s later, not 1 s."""
+
+    async def body(make: Callable[..., ProviderPacer]) -> tuple[bool, bool, float]:
+        p = make(_provider(perMinute=60, burst=1))
+        first = await p.try_take("l1")
+        nxt = await p.try_take("l1", debt=4)
+        return first.granted, nxt.granted, nxt.wait
+
+    first, nxt, wait = _run(redis_url, body)
+    assert first and not nxt
+    assert 4.8 <= wait <= 5.0, wait
+
+
+def test_a_counted_rule_scales_every_group_then_recovers_additively(redis_url: str) -> None:
+    """``count: 3`` matching replies within the window, from different groups' workers, fire
+    ScaleRate(20%) for 1 s: every group's next permit sees the provider at 20 %; after the
+    duration the rate climbs back by 40 % per 0.5 s step."""
+    rule = PushbackRuleConfig(
+        name="unusual-rate",
+        codes=[421, 451],
+        pattern="(?i)unusual rate",
+        count=3,
+        window=10.0,
+        action="scale",
+        value=20,
+        duration=1.0,
+        step_percent=40,
+        every=0.5,
+    )
+
+    async def body(make: Callable[..., ProviderPacer]) -> list[Any]:
+        a = make(_provider(perMinute=6000, group="ns/a", rules=[rule]))
+        b = make(_provider(perMinute=6000, group="ns/b", rules=[rule]))
+        out: list[Any] = []
+        out.append(a.matching_rule("421 4.7.0 Unusual rate of mail"))
+        out.append(a.matching_rule("421 4.7.0 try later"))  # code matches, text does not
+        out.append(a.matching_rule("550 5.7.1 unusual rate"))  # text matches, code does not
+        fired = [await a.record_reply("421 4.7.28 Unusual rate detected") for _ in range(2)]
+        fired.append(await b.record_reply("451 4.7.28 unusual RATE from your IP"))
+        out.append([f is not None for f in fired])
+        t_fired = time.monotonic()
+        out.append((await a.try_take("a1")).per_minute)
+        out.append((await b.try_take("b1")).per_minute)
+        rates = []
+        while time.monotonic() - t_fired < 2.6:
+            rates.append(
+                (round(time.monotonic() - t_fired, 2), (await b.try_take("b1")).per_minute)
+            )
+            await asyncio.sleep(0.05)
+        out.append(rates)
+        fired_log = await a.redis.lrange(a.keys.fired, 0, -1)
+        out.append(fired_log)
+        return out
+
+    out = _run(redis_url, body)
+    assert out[0] is not None and out[0].name == "unusual-rate"
+    assert out[1] is None and out[2] is None
+    assert out[3] == [False, False, True]  # the third reply, from another group, fires it
+    assert out[4] == out[5] == 1200.0  # 20 % for both groups at once
+    rates: list[tuple[float, float]] = out[6]
+    assert all(r == 1200.0 for t, r in rates if t < 0.95)
+    assert all(r == 3600.0 for t, r in rates if 1.05 < t < 1.45)  # 20 % + 40 %
+    assert all(r == 6000.0 for t, r in rates if t > 1.6)  # 20 + 40 + 40 >= 100 %: recovered
+    assert len(out[7]) == 1 and out[7][0].startswith(b"unusual-rate|")
+    assert b"421 4.7.28 Unusual rate detected" not in out[7][0]  # the firing reply is b's
+    assert b"unusual RATE from your IP" in out[7][0]
+
+
+def test_an_immediate_suspend_stops_every_group_and_ends_on_time(redis_url: str) -> None:
+    rule = PushbackRuleConfig(name="blocked", codes=[421], count=1, action="suspend", duration=1.0)
+
+    async def body(make: Callable[..., ProviderPacer]) -> tuple[str, float, str]:
+        a = make(_provider(group="ns/a", rules=[rule]))
+        b = make(_provider(group="ns/b", rules=[rule]))
+        assert (await b.try_take("b1")).granted
+        fired = await a.record_reply(
+            "421 4.7.0 [TS01] Messages from 192.0.2.1 temporarily deferred"
+        )
+        assert fired is not None
+        t0 = time.monotonic()
+        refused = await b.try_take("b1")
+        held = await b.redis.zcard(b.keys.leases)  # a suspended lane holds no lease
+        await b.take("b1", asyncio.Event())
+        leases = await b.redis.zrange(b.keys.leases, 0, -1)
+        return refused.why, time.monotonic() - t0, f"{held} {b','.join(leases).decode()}"
+
+    why, waited, leases = _run(redis_url, body)
+    assert why == "suspended:blocked"
+    assert 0.85 <= waited <= 1.3, waited
+    assert leases == "0 b1"  # the suspension released b1's lease; the permit took it again
+
+
+def test_reply_codes_are_read_from_the_reply() -> None:
+    assert reply_code("421 4.7.0 later") == 421
+    assert reply_code("  550-5.1.1 no") == 550
+    assert reply_code("connection reset") is None
+
+
+def test_the_operator_writes_shares_and_reads_the_rules_the_workers_fired(redis_url: str) -> None:
+    """The operator side of the same keys: shares written atomically reach the permit script;
+    a firing written by a worker is read back with the reply that fired it."""
+    from sendgroup_operator import provider_io
+
+    rule = PushbackRuleConfig(name="blocked", codes=[421], action="suspend", duration=60.0)
+
+    async def body(make: Callable[..., ProviderPacer]) -> tuple[Any, ...]:
+        p = make(_provider(perMinute=600, group="ns/normal", rules=[rule]))
+        await provider_io.write_shares(
+            p.redis, redis_url, "csp/test", {"ns/high": 600.0, "ns/normal": 0.0}
+        )
+        refused = await p.try_take("l1")
+        await provider_io.write_shares(p.redis, redis_url, "csp/test", {"ns/normal": 600.0})
+        granted = await p.try_take("l1")
+        shares = await p.redis.hgetall(p.keys.shares)
+        await p.record_reply("421 4.7.0 [TSS04] Messages temporarily deferred")
+        state = await provider_io.read_state(p.redis, redis_url, "csp/test")
+        return refused.why, granted.granted, shares, state
+
+    why, granted, shares, state = _run(redis_url, body)
+    assert (why, granted) == ("share", True)
+    assert shares == {b"ns/normal": b"600.000"}  # replaced, not merged
+    assert [(r.name, r.action) for r in state.rules] == [("blocked", "suspend")]
+    assert 59 <= state.rules[0].until - state.now <= 60
+    assert state.replies == {"blocked": "421 4.7.0 [TSS04] Messages temporarily deferred"}

@@ -1,0 +1,222 @@
+"""Pacing per provider with real worker processes (``sendgroup-worker work``), a real Redis and
+a real SMTP server: two campaigns, three groups, three workers each, all resolved to one
+provider. What a user checks at the receiving side: recipients per second arriving at the
+provider, in total and per group, and how fast a pushback rule changes that."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.support.smtp_sink import SmtpSink
+from tests.support.workers import WorkerProcess, mail_payload, sync_queue, wait_for, worker_env
+
+pytestmark = pytest.mark.redis
+
+PROVIDER_ID = "csp/bigmail"
+
+
+def _provider_env(group: str, **fields: Any) -> str:
+    return json.dumps({"id": PROVIDER_ID, "group": group, **fields})
+
+
+@pytest.fixture
+def workers() -> Iterator[list[WorkerProcess]]:
+    started: list[WorkerProcess] = []
+    yield started
+    for w in started:
+        w.stop()
+
+
+def _start_group(
+    started: list[WorkerProcess],
+    redis_url: str,
+    smtp_port: int,
+    group: str,
+    n: int,
+    provider: str,
+    **env: Any,
+) -> list[WorkerProcess]:
+    procs = []
+    for i in range(n):
+        extra = {"SENDGROUP_PROVIDER": provider, "WORKER_CONCURRENCY": "2", **env}
+        w = WorkerProcess(
+            worker_env(redis_url, f"mail-{group}", smtp_port, **extra), name=f"{group}-{i}"
+        )
+        started.append(w)
+        procs.append(w)
+    return procs
+
+
+def _fill(redis_url: str, group: str, count: int, start: int = 0) -> None:
+    sync_queue(redis_url, f"mail-{group}").push_many(
+        mail_payload(f"u{i}@{group}.example") for i in range(start, start + count)
+    )
+
+
+def _arrivals(sink: SmtpSink, start: float, end: float, domain: str = "") -> int:
+    with sink.lock:
+        log = list(sink.rcpt_log)
+    return sum(1 for t, rcpt in log if start <= t < end and rcpt.endswith(domain))
+
+
+def test_three_groups_of_two_campaigns_share_the_budget_within_5_percent(
+    redis_url: str, smtp_sink: SmtpSink, workers: list[WorkerProcess]
+) -> None:
+    """Provider 1200/min (20/s). Groups a and b (campaign spring) and c (campaign news), three
+    workers each, every group unlimited on its own. c starts late and a stops halfway:
+    recipients arriving at the provider stay at 20/s +- 5 % over 20 s; every sending group
+    gets mail through."""
+    budget = {"perMinute": 1200}
+    for g in ("spring-a", "spring-b"):
+        _fill(redis_url, g, 600)
+    _start_group(workers, redis_url, smtp_sink.port, "spring-a", 3, _provider_env("ns/a", **budget))
+    _start_group(workers, redis_url, smtp_sink.port, "spring-b", 3, _provider_env("ns/b", **budget))
+    # c's workers idle on an empty queue (process start-up time is not what is measured)
+    late = _start_group(
+        workers, redis_url, smtp_sink.port, "news-c", 3, _provider_env("ns/c", **budget)
+    )
+    wait_for(lambda: _arrivals(smtp_sink, 0, time.time() + 1) > 0, 30, "the first mail")
+    t0 = time.time() + 2.0  # past the initial burst
+    time.sleep(4.0)
+    _fill(redis_url, "news-c", 600)  # group c starts: work arrives
+    time.sleep(7.0)
+    for w in workers[:3]:  # group a pauses: its workers stop
+        w.stop()
+    wait_for(lambda: time.time() >= t0 + 20.0, 30, "the end of the 20 s window")
+    total = _arrivals(smtp_sink, t0, t0 + 20.0)
+    per_group = {
+        g: _arrivals(smtp_sink, t0, t0 + 20.0, f"@{g}.example")
+        for g in ("spring-a", "spring-b", "news-c")
+    }
+    print(f"provider budget 20/s over 20 s: {total} recipients, per group {per_group}")
+    assert 380 <= total <= 420, (total, per_group)
+    assert all(n > 20 for n in per_group.values()), per_group
+    assert all(w.proc.poll() is None for w in late)
+
+
+def test_a_rule_fired_by_one_group_slows_every_group_within_a_second_and_expires(
+    redis_url: str, smtp_sink: SmtpSink, workers: list[WorkerProcess]
+) -> None:
+    """Provider 1200/min, rule ``unusual-rate`` (code 421 and an RE2 pattern, immediate,
+    ScaleRate 25 % for 4 s, then back by 100 % a step). Group a hits one recipient the
+    provider defers with "421 4.7.28 ... unusual rate"; from 1 s after that reply, both groups
+    together get 5/s, and 20/s again once the rule expired."""
+    rule = {
+        "name": "unusual-rate",
+        "codes": [421],
+        "pattern": "(?i)unusual rate",
+        "count": 1,
+        "action": "scale",
+        "value": 25,
+        "duration": 4.0,
+        "step_percent": 100,
+        "every": 1.0,
+    }
+    budget = {"perMinute": 1200, "rules": [rule]}
+    _fill(redis_url, "a", 120)
+    sync_queue(redis_url, "mail-a").push(mail_payload("trigger@a.example", maxTries=1))
+    _fill(redis_url, "a", 400, start=120)  # the trigger comes ~6 s after the flow started
+    _fill(redis_url, "b", 500)
+    smtp_sink.script("trigger@a.example", "421 4.7.28 Our system has detected an unusual rate")
+    _start_group(workers, redis_url, smtp_sink.port, "a", 2, _provider_env("ns/a", **budget))
+    _start_group(workers, redis_url, smtp_sink.port, "b", 2, _provider_env("ns/b", **budget))
+    wait_for(lambda: any(r == "trigger@a.example" for _, r in smtp_sink.rcpt_log), 30, "the 421")
+    fired_at = next(t for t, r in smtp_sink.rcpt_log if r == "trigger@a.example")
+    before = _arrivals(smtp_sink, fired_at - 3.0, fired_at) / 3.0
+    wait_for(lambda: time.time() >= fired_at + 9.0, 20, "the rule's end and recovery")
+    during = _arrivals(smtp_sink, fired_at + 1.0, fired_at + 4.0) / 3.0
+    during_b = _arrivals(smtp_sink, fired_at + 1.0, fired_at + 4.0, "@b.example") / 3.0
+    after = _arrivals(smtp_sink, fired_at + 6.0, fired_at + 9.0) / 3.0
+    log = "".join(w.log() for w in workers[:2])
+    print(
+        f"recipients/s before {before:.1f}, during {during:.1f} (b {during_b:.1f}), "
+        f"after {after:.1f}"
+    )
+    assert 18 <= before <= 22, before
+    assert 4.0 <= during <= 6.0, during  # 25 % of 20/s, for every group
+    assert during_b > 0.5  # b slowed but still sending
+    assert 18 <= after <= 22, after
+    assert "pushback rule unusual-rate fired" in log
+
+
+def test_the_budget_holds_across_a_redis_restart(
+    smtp_sink: SmtpSink, workers: list[WorkerProcess]
+) -> None:
+    """Provider 1200/min (burst 20) on a Redis with an append-only file, restarted while two
+    groups send: the workers ride out the outage, and no 5 s window after it carries more than
+    the budget plus one burst (the GCRA state came back with the data)."""
+    from tests.support.redis_server import RedisServer
+
+    with RedisServer({"appendonly": "yes", "appendfsync": "always"}) as server:
+        budget = {"perMinute": 1200}
+        _fill(server.url, "a", 600)
+        _fill(server.url, "b", 600)
+        _start_group(workers, server.url, smtp_sink.port, "a", 2, _provider_env("ns/a", **budget))
+        _start_group(workers, server.url, smtp_sink.port, "b", 2, _provider_env("ns/b", **budget))
+        wait_for(lambda: _arrivals(smtp_sink, 0, time.time() + 1) > 60, 30, "mail flowing")
+        server.restart()
+        back = time.time()
+        wait_for(lambda: time.time() > back + 12, 20, "12 s after the restart")
+        windows = [_arrivals(smtp_sink, back + s, back + s + 5) for s in range(0, 8)]
+        print(f"recipients per 5 s window after the restart: {windows}")
+        assert max(windows) <= 100 + 20 + 2, windows  # 5 s at 20/s + one burst
+        assert _arrivals(smtp_sink, back + 7, back + 12) >= 90  # flowing at the budget again
+
+
+def test_a_high_group_that_arrives_gets_its_share_within_a_second(
+    redis_url: str, smtp_sink: SmtpSink, workers: list[WorkerProcess]
+) -> None:
+    """Provider 1200/min shared by two normal groups (600 each). A high-priority group with its
+    own rate 600/min arrives; the operator's pass writes the new shares (the pure function and
+    the Redis adapter the operator uses, called here at the moment the group's first mail
+    arrives). From 1 s later the high group gets 10/s and the two normal groups 10/s together,
+    each within 5 %."""
+    import asyncio
+
+    import redis.asyncio
+
+    from sendgroup_operator import provider_io, provider_plan
+    from sendgroup_operator.models import Priority
+
+    def write(demands: list[provider_plan.GroupDemand]) -> None:
+        async def main() -> None:
+            client: redis.asyncio.Redis[bytes] = redis.asyncio.Redis.from_url(redis_url)
+            allocation = provider_plan.shares(1200, demands)
+            await provider_io.write_shares(client, redis_url, PROVIDER_ID, allocation)
+            await client.connection_pool.disconnect()
+
+        asyncio.run(main())
+
+    budget = {"perMinute": 1200}
+    for g in ("n1", "n2", "h"):
+        _fill(redis_url, g, 500)
+    normal = [provider_plan.GroupDemand("ns/n1"), provider_plan.GroupDemand("ns/n2")]
+    write(normal)
+    _start_group(workers, redis_url, smtp_sink.port, "n1", 2, _provider_env("ns/n1", **budget))
+    _start_group(workers, redis_url, smtp_sink.port, "n2", 2, _provider_env("ns/n2", **budget))
+    wait_for(lambda: _arrivals(smtp_sink, 0, time.time() + 1) > 40, 30, "normal groups sending")
+    _start_group(
+        workers,
+        redis_url,
+        smtp_sink.port,
+        "h",
+        2,
+        _provider_env("ns/h", **budget),
+        RATE_PER_MINUTE="600",
+    )
+    wait_for(lambda: _arrivals(smtp_sink, 0, time.time() + 1, "@h.example") > 0, 30, "h arrives")
+    write([*normal, provider_plan.GroupDemand("ns/h", Priority.HIGH, limit=600)])
+    t_h = time.time()
+    wait_for(lambda: time.time() > t_h + 6.0, 10, "5 s of the new shares")
+    high = _arrivals(smtp_sink, t_h + 1.0, t_h + 6.0, "@h.example")
+    rest = _arrivals(smtp_sink, t_h + 1.0, t_h + 6.0, "@n1.example") + _arrivals(
+        smtp_sink, t_h + 1.0, t_h + 6.0, "@n2.example"
+    )
+    print(f"5 s from 1 s after the high group's share was written: high {high}, normal {rest}")
+    assert 47 <= high <= 53, high
+    assert 47 <= rest <= 53, rest

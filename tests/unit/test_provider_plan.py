@@ -1,0 +1,333 @@
+"""Pure provider decisions: resolution order, overlapping claims, shares (high first, then
+max-min fair by weight) and the worker's view of its provider, as tables."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from sendgroup_operator import models, provider_plan
+from sendgroup_operator.models import Priority
+from sendgroup_operator.provider_models import SendProvider
+from sendgroup_operator.provider_plan import GroupDemand, shares
+from sendgroup_worker.provider import ProviderConfig
+
+
+def _p(kind: str, name: str, created: str = "2026-01-01T00:00:00Z", **spec: Any) -> SendProvider:
+    return SendProvider.model_validate(
+        {"kind": kind, "metadata": {"name": name, "creationTimestamp": created}, "spec": spec}
+    )
+
+
+GOOGLE = _p(
+    "ClusterSendProvider",
+    "google",
+    match={"domains": ["gmail.com"], "mxSuffixes": [".google.com"]},
+    rate={"perMinute": 3000},
+)
+MS = _p("ClusterSendProvider", "microsoft", match={"domains": ["outlook.com", "hotmail.com"]})
+MINE = _p("SendProvider", "our-gmail", match={"domains": ["gmail.com"]})
+MX = {
+    "workspace-customer.com": ["alt1.aspmx.l.google.com", "aspmx.l.google.com"],
+    "small.example": ["mx.small.example"],
+}
+
+
+def _mx(domain: str) -> Sequence[str]:
+    if domain == "broken.example":
+        raise TimeoutError("DNS timeout")
+    return MX.get(domain, [])
+
+
+def _spec(host: str, **extra: Any) -> models.SendGroupSpec:
+    return models.SendGroupSpec.model_validate({"campaign": "c", "host": host, **extra})
+
+
+@pytest.mark.parametrize(
+    ("host", "namespaced", "extra", "expected"),
+    [
+        (
+            "gmail.com",
+            [],
+            {},
+            ("True", "DomainMatched", "ClusterSendProvider/google", "domain gmail.com"),
+        ),
+        (
+            "GMail.com",
+            [MINE],
+            {},
+            ("True", "DomainMatched", "SendProvider/our-gmail", "domain gmail.com"),
+        ),
+        (
+            "workspace-customer.com",
+            [],
+            {},
+            ("True", "MxMatched", "ClusterSendProvider/google", "mx alt1.aspmx.l.google.com"),
+        ),
+        ("small.example", [], {}, ("False", "NoProviderMatched", None, None)),
+        ("broken.example", [], {}, ("Unknown", "MxLookupFailed", None, None)),
+        (
+            "gmail.com",
+            [],
+            {"provider": {"name": "microsoft"}},
+            ("True", "ProviderReferenced", "ClusterSendProvider/microsoft", "spec.provider"),
+        ),
+        (
+            "gmail.com",
+            [],
+            {"provider": {"kind": "SendProvider", "name": "nope"}},
+            ("False", "ProviderNotFound", None, None),
+        ),
+    ],
+)
+def test_resolution(
+    host: str, namespaced: list[SendProvider], extra: dict[str, Any], expected: tuple[Any, ...]
+) -> None:
+    r = provider_plan.resolve(_spec(host, **extra), "mail", namespaced, [GOOGLE, MS], _mx)
+    got = (
+        r.status,
+        r.reason,
+        f"{r.provider.kind}/{r.provider.name}" if r.provider else None,
+        r.provider.via if r.provider else None,
+    )
+    assert got == expected, r.message
+    if r.provider is None:
+        assert "own limits" in r.message
+
+
+def test_no_mx_lookup_when_a_domain_matches_or_nobody_has_mx_suffixes() -> None:
+    def explode(domain: str) -> Sequence[str]:
+        raise AssertionError(f"looked up {domain}")
+
+    assert provider_plan.resolve(_spec("gmail.com"), "ns", [], [GOOGLE], explode).provider
+    r = provider_plan.resolve(_spec("yahoo.com"), "ns", [], [MS], explode)
+    assert r.reason == "NoProviderMatched"
+
+
+def test_overlapping_cluster_claims_are_reported_on_the_later_provider() -> None:
+    later = _p(
+        "ClusterSendProvider",
+        "google-copy",
+        "2026-02-01T00:00:00Z",
+        match={"domains": ["gmail.com", "x.com"], "mxSuffixes": [".google.com"]},
+    )
+    claims = provider_plan.overlapping_claims([later, GOOGLE, MS])
+    assert claims == {
+        "google-copy": [
+            "domain gmail.com is claimed by google",
+            "mxSuffix .google.com is claimed by google",
+        ]
+    }
+    # resolution uses the earlier claim whatever the list order
+    r = provider_plan.resolve(_spec("gmail.com"), "ns", [], [later, GOOGLE], _mx)
+    assert r.provider is not None and r.provider.name == "google"
+
+
+H, N = Priority.HIGH, Priority.NORMAL
+
+
+@pytest.mark.parametrize(
+    ("rate", "groups", "expected"),
+    [
+        # equal weights, unlimited: even split
+        (
+            1200,
+            [GroupDemand("a"), GroupDemand("b"), GroupDemand("c")],
+            {"a": 400, "b": 400, "c": 400},
+        ),
+        # weights 1:2
+        (900, [GroupDemand("a"), GroupDemand("b", weight=2)], {"a": 300, "b": 600}),
+        # a group limited below its fair share leaves the rest to the others (max-min)
+        (
+            1200,
+            [GroupDemand("a", limit=100), GroupDemand("b"), GroupDemand("c")],
+            {"a": 100, "b": 550, "c": 550},
+        ),
+        # high first: a high group takes what it can use, normals share the rest
+        (
+            1200,
+            [GroupDemand("urgent", H, limit=300), GroupDemand("a"), GroupDemand("b")],
+            {"urgent": 300, "a": 450, "b": 450},
+        ),
+        # an unlimited high group takes the whole budget: normals wait
+        (1200, [GroupDemand("urgent", H), GroupDemand("a")], {"urgent": 1200, "a": 0}),
+        # paused / idle / finished groups hold no share
+        (1200, [GroupDemand("a"), GroupDemand("b", sending=False)], {"a": 1200, "b": 0}),
+        # everybody limited below the budget: shares are the limits
+        (1200, [GroupDemand("a", limit=100), GroupDemand("b", limit=200)], {"a": 100, "b": 200}),
+    ],
+)
+def test_shares(rate: int, groups: list[GroupDemand], expected: dict[str, float]) -> None:
+    got = shares(rate, groups)
+    assert got == pytest.approx(expected)
+    sending = [g for g in groups if g.sending]
+    limits = sum(g.limit if g.limit is not None else float("inf") for g in sending)
+    assert sum(got.values()) == pytest.approx(min(rate, limits))
+
+
+def test_no_provider_rate_means_no_shares() -> None:
+    assert shares(None, [GroupDemand("a")]) == {}
+    assert provider_plan.share_fields({"b": 1.0 / 3, "a": 0.0}) == {"a": "0.000", "b": "0.333"}
+
+
+def test_the_worker_env_parses_into_the_workers_provider_config() -> None:
+    spec = GOOGLE.spec.model_copy(
+        update={
+            "concurrency": 20,
+            "redis": models.RedisSpec.model_validate({"secretRef": {"name": "r", "key": "url"}}),
+            "pushback": GOOGLE.spec.pushback.model_validate(
+                {
+                    "rules": [
+                        {
+                            "name": "unusual-rate",
+                            "codes": [421, 451],
+                            "pattern": "(?i)unusual rate",
+                            "trigger": {"count": 3, "window": "10m"},
+                            "action": {"scaleRate": 20},
+                            "duration": "30m",
+                        },
+                        {
+                            "name": "blocked",
+                            "codes": [421],
+                            "trigger": {"immediate": True},
+                            "action": {"suspend": True},
+                            "duration": "1h",
+                            "recovery": {"stepPercent": 25, "every": "5m"},
+                        },
+                    ]
+                }
+            ),
+        }
+    )
+    env = provider_plan.worker_provider_env("ClusterSendProvider", "google", None, spec, "mail/g1")
+    assert env[1] == {
+        "name": "PROVIDER_REDIS_URL",
+        "valueFrom": {"secretKeyRef": {"name": "r", "key": "url"}},
+    }
+    cfg = ProviderConfig.model_validate_json(env[0]["value"])
+    assert (cfg.id, cfg.group, cfg.per_minute, cfg.concurrency) == (
+        "csp/google",
+        "mail/g1",
+        3000,
+        20,
+    )
+    first, second = cfg.rules
+    assert (first.count, first.window, first.action, first.value, first.duration) == (
+        3,
+        600.0,
+        "scale",
+        20,
+        1800.0,
+    )
+    assert (second.count, second.action, second.step_percent, second.every) == (
+        1,
+        "suspend",
+        25,
+        300.0,
+    )
+    assert provider_plan.provider_id("SendProvider", "p", "ns") == "sp/ns/p"
+
+
+def test_rule_state_parses_what_the_worker_script_writes_and_recovers_additively() -> None:
+    r = provider_plan.RuleState.parse("unusual-rate", "scale|20|1000000|1060000|40|30000")
+    assert r is not None and (r.since, r.until, r.every) == (1000.0, 1060.0, 30.0)
+    assert [round(r.factor(t), 2) for t in (1000, 1059.9, 1060, 1089.9, 1090)] == [
+        0.2,
+        0.2,
+        0.6,
+        0.6,
+        1.0,
+    ]
+    assert r.holds(1089) and not r.holds(1090)
+    assert provider_plan.RuleState.parse("x", "garbage") is None
+    suspend = provider_plan.RuleState("blocked", "suspend", 0, 0, 100)
+    assert provider_plan.effective_rate(3000, [r, suspend], 50) == 0.0
+    assert provider_plan.effective_rate(3000, [r, suspend], 1000) == pytest.approx(600)
+    assert provider_plan.effective_rate(None, [r], 1000) is None
+
+
+def test_provider_status_conditions_shares_and_events() -> None:
+    from datetime import UTC, datetime
+
+    now = datetime(2026, 12, 1, 12, 0, 0, tzinfo=UTC)
+    t = now.timestamp()
+    demands = [
+        GroupDemand("mail/urgent", H, limit=300),
+        GroupDemand("mail/a"),
+        GroupDemand("mail/b", sending=False),
+    ]
+    allocation = shares(3000, demands)
+    rule = provider_plan.RuleState("unusual-rate", "scale", 20, t - 10, t + 1790)
+    status, events, changed = provider_plan.provider_status(
+        GOOGLE, demands, allocation, [rule], {"unusual-rate": "421 4.7.28 unusual rate"}, [], now
+    )
+    assert changed
+    assert status.groups == 2
+    assert status.effective_rate.per_minute == 600
+    assert [(s.group, s.per_minute) for s in status.shares] == [
+        ("mail/a", 540.0),
+        ("mail/urgent", 60.0),
+    ]
+    assert [(a.rule, a.action, a.reply) for a in status.active_rules] == [
+        ("unusual-rate", "ScaleRate(20%)", "421 4.7.28 unusual rate")
+    ]
+    conds = {c.type: (c.status, c.reason) for c in status.conditions}
+    assert conds == {
+        "Throttled": ("True", "RuleUnusualRate"),
+        "Suspended": ("False", "NoRule"),
+        "Ready": ("True", "Accepted"),
+    }
+    assert [(e.reason, e.type) for e in events] == [("RuleFired", "Warning")]
+    # the same state again: no write, no event
+    again = GOOGLE.model_copy(update={"status": status})
+    _, events2, changed2 = provider_plan.provider_status(
+        again, demands, allocation, [rule], {}, [], now
+    )
+    assert (events2, changed2) == ([], False)
+    # the rule recovered: it expires with an event, Throttled goes False
+    later = datetime.fromtimestamp(t + 1790 + 600 * 5, UTC)
+    status3, events3, _ = provider_plan.provider_status(
+        again, demands, allocation, [rule], {}, ["domain gmail.com is claimed by google"], later
+    )
+    assert [e.reason for e in events3] == ["RuleExpired"]
+    conds3 = {c.type: (c.status, c.reason) for c in status3.conditions}
+    assert conds3["Throttled"] == ("False", "NoRule")
+    assert conds3["Ready"] == ("False", "OverlappingClaim")
+
+
+def test_the_worker_deployment_carries_the_provider_env_and_its_hash_changes() -> None:
+    from sendgroup_operator import builders
+    from sendgroup_operator.settings import Settings
+
+    spec = _spec("gmail.com")
+    ref = builders.GroupRef(
+        namespace="mail", name="g1", uid="u", campaign="c", host="gmail.com", created_at=""
+    )
+    settings = Settings.from_env({})
+    env = provider_plan.worker_provider_env(
+        "ClusterSendProvider", "google", None, GOOGLE.spec, "mail/g1"
+    )
+    dep = builders.deployment(ref, spec, settings, 1, env)
+    names = [e["name"] for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]]
+    assert "SENDGROUP_PROVIDER" in names
+    assert builders.template_hash(ref, spec, settings) != builders.template_hash(
+        ref, spec, settings, env
+    )
+
+
+def test_the_resolution_lands_in_the_group_status_once() -> None:
+    from datetime import UTC, datetime
+
+    now = datetime(2026, 12, 1, tzinfo=UTC)
+    status = models.SendGroupStatus()
+    r = provider_plan.resolve(_spec("workspace-customer.com"), "mail", [], [GOOGLE], _mx)
+    assert provider_plan.record_resolution(status, r, now, 3)
+    assert status.provider is not None and status.provider.via == "mx alt1.aspmx.l.google.com"
+    (cond,) = status.conditions
+    assert (cond.type, cond.status, cond.reason) == ("ProviderResolved", "True", "MxMatched")
+    assert not provider_plan.record_resolution(status, r, now, 3)  # nothing changed
+    none = provider_plan.resolve(_spec("small.example"), "mail", [], [GOOGLE], _mx)
+    assert provider_plan.record_resolution(status, none, now, 4)
+    assert status.provider is None and status.conditions[0].reason == "NoProviderMatched"
