@@ -60,9 +60,35 @@ class MxCache:
         self._cache: dict[str, _Entry] = {}
         #: DNS queries actually sent (not answered from the cache)
         self.queries = 0
+        #: no lookups at all (``SENDGROUP_DNS_SERVERS=none``): every domain has no MX
+        self.disabled = False
+
+    @classmethod
+    def from_env(cls, value: str | None) -> MxCache:
+        """The cache the operator uses: ``SENDGROUP_DNS_SERVERS`` is empty (the system's
+        resolver), ``none`` (no MX lookup at all: groups resolve by domain only; the tests
+        use it so that no query leaves the machine), or ``host[:port],...``."""
+        text = (value or "").strip()
+        if not text:
+            return cls()
+        if text.lower() == "none":
+            cache = cls(nameservers=["127.0.0.1"])
+            cache.disabled = True
+            return cache
+        hosts = [h.strip() for h in text.split(",") if h.strip()]
+        port = 53
+        servers = []
+        for host in hosts:
+            name, _, number = host.rpartition(":") if host.count(":") == 1 else (host, "", "")
+            servers.append(name)
+            if number:
+                port = int(number)
+        return cls(nameservers=servers, port=port)
 
     def lookup(self, domain: str) -> Sequence[str]:
         """MX hosts of ``domain``; raises :class:`MxLookupError` on DNS trouble."""
+        if self.disabled:
+            return ()
         key = domain.lower().rstrip(".")
         now = self.clock()
         entry = self._cache.get(key)

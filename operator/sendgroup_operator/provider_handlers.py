@@ -14,6 +14,7 @@ reconcile pass: :func:`resolve_group` is the one call it needs.
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -50,7 +51,7 @@ SG = (models.GROUP, models.VERSION, models.PLURAL)
 #: group and provider).
 RESOLUTION_REUSE: Final = 1.0
 
-_MX = MxCache()
+_MX = MxCache.from_env(os.environ.get("SENDGROUP_DNS_SERVERS"))
 _written: dict[str, tuple[float, dict[str, str]]] = {}
 _resolved: dict[tuple[str, str, str], tuple[float, provider_plan.Resolution]] = {}
 

@@ -48,6 +48,7 @@ def chart_values(redis_url: str, smtp_host: str, smtp_port: int) -> dict[str, An
         "extraEnv": [
             {"name": "SENDGROUP_STATUS_REFRESH", "value": "5"},
             {"name": "SENDGROUP_PREFLIGHT_RETRY", "value": "2"},
+            {"name": "SENDGROUP_DNS_SERVERS", "value": "none"},
         ],
     }
 

@@ -108,6 +108,8 @@ class OperatorProcess:
             "SENDGROUP_LISTEN_HOST": "127.0.0.1",
             "SENDGROUP_STANDALONE": "true",
             "SENDGROUP_PREFLIGHT_RETRY": "1",
+            # no MX lookup leaves the machine: providers resolve by domain only here
+            "SENDGROUP_DNS_SERVERS": "none",
             **env,
         }
         self.proc: subprocess.Popen[bytes] | None = None

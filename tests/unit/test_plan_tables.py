@@ -199,3 +199,14 @@ def test_demand(
     )
     st = models.SendGroupStatus(dump=models.DumpStatus(total_jobs=dumped))
     assert p.demand(s, st, p.QueueMeasure(ready=total), deleting, has_workers) == want
+
+
+def test_mx_lookups_can_be_switched_off() -> None:
+    """SENDGROUP_DNS_SERVERS=none: no query is sent (tests keep every packet on the machine)."""
+    from sendgroup_operator.provider_dns import MxCache
+
+    off = MxCache.from_env("none")
+    assert off.lookup("example.org") == () and off.queries == 0
+    local = MxCache.from_env("127.0.0.1:5353")
+    assert (local.resolver.nameservers, local.resolver.port) == (["127.0.0.1"], 5353)
+    assert not MxCache.from_env("").disabled
