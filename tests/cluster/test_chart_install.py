@@ -316,7 +316,14 @@ def test_all_namespaces_install_gives_cluster_wide_rights_that_suffice(
     home = _new_namespace(kube_cluster, "chart-all")
     other = _new_namespace(kube_cluster, "chart-elsewhere")
     release, full = "sgall", "sgall-sendgroup-operator"
-    values = {**LOCAL_IMAGES, "watchNamespaces": "*", "rbac.aggregatedRoles": False}
+    # A second release in the cluster: the default ClusterSendProviders (cluster-scoped) belong
+    # to the first one (one release per cluster may ship them).
+    values = {
+        **LOCAL_IMAGES,
+        "watchNamespaces": "*",
+        "rbac.aggregatedRoles": False,
+        "defaultProviders.enabled": False,
+    }
     proc: OperatorProcess | None = None
     try:
         helm(
@@ -484,7 +491,9 @@ def test_upgrade_changes_settings_and_uninstall_keeps_the_dumps_claim(
 ) -> None:
     ns = _new_namespace(kube_cluster, "chart-uninstall")
     try:
-        args = values_args({**LOCAL_IMAGES, "rbac.aggregatedRoles": False})
+        args = values_args(
+            {**LOCAL_IMAGES, "rbac.aggregatedRoles": False, "defaultProviders.enabled": False}
+        )
         helm("install", "gone", str(CHART), "-n", ns, *args, kubeconfig=kube_cluster.kubeconfig)
         helm(
             "upgrade", "gone", str(CHART), "-n", ns, "--reuse-values",
