@@ -322,9 +322,10 @@ def _serve(
         st.workers.allowed = allowed
         _converge(b, dep, allowed, settings)
         ready = dep.ready_replicas if dep else 0
-        waiting = "" if total > 0 else ", queue empty, workers waiting"
-        if ready >= allowed and allowed > 0:
-            message = f"{ready}/{allowed} workers ready{waiting}"
+        if total == 0:  # nothing waits on the workers: ready for what comes
+            b.cond(conditions.READY, "True", "WorkersReady", "queue empty, workers waiting")
+        elif ready >= allowed and allowed > 0:
+            message = f"{ready}/{allowed} workers ready"
             b.cond(conditions.READY, "True", "WorkersReady", message)
         else:
             b.cond(conditions.READY, "False", "Scaling", f"{ready}/{allowed} workers ready")
