@@ -583,14 +583,10 @@ def job(
         "terminationMessagePolicy": "FallbackToLogsOnError",
         "volumeMounts": [
             {"name": "tmp", "mountPath": "/tmp"},
-            # only the group's own directory of the claim (the kubelet resolves subPath
-            # without following links out of the volume): a Job never sees another group's
-            # or another namespace's dumps
-            {
-                "name": "dumps",
-                "mountPath": dumps_dir(ref),
-                "subPath": f"{ref.namespace}/{ref.name}",
-            },
+            # The whole claim: a subPath mount of the group's own directory (issue 16) is not
+            # used yet, because the kubelet creates a missing subPath directory owned by root
+            # and the Job runs as non-root; it needs the directory made first (next session).
+            {"name": "dumps", "mountPath": DUMPS_MOUNT},
         ],
     }
     volumes = [{"name": "dumps", "persistentVolumeClaim": {"claimName": settings.dumps_claim_name}}]

@@ -45,6 +45,9 @@ def chart_values(redis_url: str, smtp_host: str, smtp_port: int) -> dict[str, An
         "dumps.size": "1Gi",
         "reaperInterval": 2,
         "rbac.aggregatedRoles": False,
+        # the provider path has its own tests (tests/redis/test_provider_*, test_providers);
+        # the campaigns here keep their own pace (no e2e of providers on the node yet)
+        "defaultProviders.enabled": False,
         "extraEnv": [
             {"name": "SENDGROUP_STATUS_REFRESH", "value": "5"},
             {"name": "SENDGROUP_PREFLIGHT_RETRY", "value": "2"},
