@@ -26,6 +26,8 @@ RUN python3 -m venv /opt/venv
 # Dependencies first (their layer survives code changes), then the project itself, then what
 # a running image never needs (pip, setuptools, wheel, the venv's activate scripts).
 FROM builder-base AS worker-builder
+# An ARG ends with its stage: the builders declare it again to see the --build-arg.
+ARG PIP_INDEX_URL
 RUN set -eu; \
     if ls /src/wheelhouse/*.whl >/dev/null 2>&1; then set -- --no-index --find-links=/src/wheelhouse; else set --; fi; \
     python3 /src/hack/lock/lockfile.py select --build /src/requirements.lock /src/pyproject.toml >/tmp/requirements.txt; \
@@ -37,6 +39,7 @@ RUN set -eu; \
     rm -f /opt/venv/bin/[Aa]ctivate*
 
 FROM builder-base AS operator-builder
+ARG PIP_INDEX_URL
 RUN set -eu; \
     if ls /src/wheelhouse/*.whl >/dev/null 2>&1; then set -- --no-index --find-links=/src/wheelhouse; else set --; fi; \
     python3 /src/hack/lock/lockfile.py select --extra operator --build /src/requirements.lock /src/pyproject.toml >/tmp/requirements.txt; \

@@ -116,8 +116,8 @@ def run_job_locally(job: dict[str, Any], dumps_root: Path) -> dict[str, Any]:
     same command, same env, the PVC mount ``/dumps`` replaced by ``dumps_root``."""
     container = job["spec"]["template"]["spec"]["containers"][0]
     [mount] = [m for m in container["volumeMounts"] if m["name"] == "dumps"]
-    # only the group's directory of the claim is mounted, where the command looks for it
-    assert mount["mountPath"] == "/dumps/" + mount["subPath"]
+    # the whole claim is mounted at /dumps (builders.job: no subPath yet)
+    assert mount["mountPath"] == "/dumps" and "subPath" not in mount
     command = [
         str(dumps_root) + a[len("/dumps") :] if a.startswith("/dumps/") else a
         for a in container["command"]

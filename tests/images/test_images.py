@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import threading
 import time
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -343,7 +344,9 @@ def test_worker_dockerfile_without_wheelhouse_installs_from_an_index(
     context = tmp_path / "context"
     context.mkdir()
     parts = ("pyproject.toml", "requirements.lock", "README.md", ".dockerignore", "Dockerfile")
-    for part in (*parts, "hack/lock/lockfile.py", "worker_image", "operator"):
+    # the package folders pyproject.toml names (setuptools' packages.find), as a checkout has
+    packages = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    for part in (*parts, "hack/lock/lockfile.py", *packages["packages"]["find"]["where"]):
         source = ROOT / part
         (context / part).parent.mkdir(parents=True, exist_ok=True)
         if source.is_dir():
