@@ -135,24 +135,33 @@ def _object_defaults(schema: dict[str, Any], model: type[BaseModel]) -> None:
             )
 
 
+def _spec_schema(model: type[BaseModel], description: str) -> dict[str, Any]:
+    """Structural schema of a kind's ``spec``: validation mode, object defaults filled."""
+    schema = structural(model.model_json_schema(by_alias=True, mode="validation"))
+    _object_defaults(schema, model)
+    schema["description"] = description
+    return schema
+
+
+def _status_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """Structural schema of a kind's ``status``: serialization mode, no defaults (status is
+    written by the operator; defaults are for spec only)."""
+    schema = structural(model.model_json_schema(by_alias=True, mode="serialization"))
+    _strip_defaults(schema)
+    schema["description"] = "Observed state, written only by the operator."
+    return schema
+
+
 def spec_schema() -> dict[str, Any]:
     """Structural schema of ``spec``."""
-    raw = models.SendGroupSpec.model_json_schema(by_alias=True, mode="validation")
-    schema = structural(raw)
-    _object_defaults(schema, models.SendGroupSpec)
-    schema.pop("description", None)
-    schema["description"] = "Desired state of one send group: its queue and its workers."
-    return schema
+    return _spec_schema(
+        models.SendGroupSpec, "Desired state of one send group: its queue and its workers."
+    )
 
 
 def status_schema() -> dict[str, Any]:
     """Structural schema of ``status``."""
-    raw = models.SendGroupStatus.model_json_schema(by_alias=True, mode="serialization")
-    schema = structural(raw)
-    # Defaults are for spec only: status is written by the operator.
-    _strip_defaults(schema)
-    schema["description"] = "Observed state, written only by the operator."
-    return schema
+    return _status_schema(models.SendGroupStatus)
 
 
 def _strip_defaults(node: dict[str, Any]) -> None:
@@ -206,23 +215,16 @@ PROVIDER_PRINTER_COLUMNS: Final[list[dict[str, Any]]] = [
 
 def provider_spec_schema() -> dict[str, Any]:
     """Structural schema of a provider's ``spec`` (both kinds)."""
-    raw = provider_models.SendProviderSpec.model_json_schema(by_alias=True, mode="validation")
-    schema = structural(raw)
-    _object_defaults(schema, provider_models.SendProviderSpec)
-    schema["description"] = (
+    return _spec_schema(
+        provider_models.SendProviderSpec,
         "A receiving provider: which domains are its, and the budget every group resolved to "
-        "it shares."
+        "it shares.",
     )
-    return schema
 
 
 def provider_status_schema() -> dict[str, Any]:
     """Structural schema of a provider's ``status``."""
-    raw = provider_models.SendProviderStatus.model_json_schema(by_alias=True, mode="serialization")
-    schema = structural(raw)
-    _strip_defaults(schema)
-    schema["description"] = "Observed state, written only by the operator."
-    return schema
+    return _status_schema(provider_models.SendProviderStatus)
 
 
 def provider_crd(cluster: bool) -> dict[str, Any]:
