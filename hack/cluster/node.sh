@@ -76,10 +76,14 @@ node_network_up() {
 	local nd
 	nd=$(node_dir)
 	if ip link show "$NODE_BRIDGE" >/dev/null 2>&1; then
-		die "bridge $NODE_BRIDGE exists already (another local node? run its down, or set SENDGROUP_NODE_BRIDGE)"
+		bridge_orphaned || die "bridge $NODE_BRIDGE exists already and its node runs (state $(bridge_owner)): run its down, or set SENDGROUP_NODE_BRIDGE"
+		log "bridge $NODE_BRIDGE is left over from a node that was killed without down (state $(bridge_owner)): removing it and its iptables chains"
+		node_network_remove "$NODE_BRIDGE"
 	fi
 	ip link add "$NODE_BRIDGE" type bridge
 	echo "$NODE_BRIDGE" >"$nd/bridge"
+	mkdir -p "$BRIDGE_OWNERS"
+	echo "$STATE_DIR" >"$BRIDGE_OWNERS/$NODE_BRIDGE"
 	ip addr add "$NODE_GATEWAY/${POD_SUBNET#*/}" dev "$NODE_BRIDGE"
 	ip link set "$NODE_BRIDGE" up
 	# Packets from pods DNATed to 127.0.0.1 must be routable: allowed on this bridge only.
@@ -120,24 +124,64 @@ EOF
 	log "pod network $POD_SUBNET on bridge $NODE_BRIDGE (gateway $NODE_GATEWAY), API server for pods at $NODE_GATEWAY:6443 and ${SERVICE_CLUSTER_IP_RANGE%.*}.1:443"
 }
 
+# Who made each bridge: /run/sendgroup-operator/node-bridges/BRIDGE holds that node's state
+# directory (/run is emptied at boot, with the bridges).
+BRIDGE_OWNERS=/run/sendgroup-operator/node-bridges
+
+bridge_owner() { cat "$BRIDGE_OWNERS/$NODE_BRIDGE" 2>/dev/null || echo unknown; }
+
+# True when the bridge's node is gone: its owner record names a state directory whose kubelet
+# and containerd are not running (a node killed without down), or there is no record and
+# nothing is attached to the bridge. A live node's bridge is never taken.
+bridge_orphaned() {
+	local owner name pid
+	owner=$(cat "$BRIDGE_OWNERS/$NODE_BRIDGE" 2>/dev/null) || owner=""
+	if [[ -z $owner ]]; then
+		[[ -z $(ip -o link show master "$NODE_BRIDGE" 2>/dev/null) ]]
+		return
+	fi
+	for name in kubelet containerd; do
+		pid=$(cat "$owner/pids/$name.pid" 2>/dev/null) || continue
+		alive "$pid" && return 1
+	done
+	return 0
+}
+
+# Remove bridge $1 and the iptables chains named after it (SG-<BRIDGE>-NAT/-FWD).
+node_network_remove() {
+	local nat="SG-${1^^}-NAT" fwd="SG-${1^^}-FWD"
+	if iptables -w -t nat -S "$nat" >/dev/null 2>&1; then
+		while iptables -w -t nat -D PREROUTING -i "$1" -j "$nat" 2>/dev/null; do :; done
+		iptables -w -t nat -F "$nat"
+		iptables -w -t nat -X "$nat"
+	fi
+	if iptables -w -S "$fwd" >/dev/null 2>&1; then
+		while iptables -w -D FORWARD -j "$fwd" 2>/dev/null; do :; done
+		iptables -w -F "$fwd"
+		iptables -w -X "$fwd"
+	fi
+	ip link del "$1" 2>/dev/null || true
+	rm -f "$BRIDGE_OWNERS/$1"
+}
+
+# Only what this node made: a node refused at start-up (its bridge name in use) never made the
+# bridge, chains or cgroups named after it, and a killed node whose bridge the next node took
+# over (the owner record names that node) no longer owns them; neither takes them down.
+node_owns_bridge() {
+	local nd owner
+	nd=$(node_dir)
+	[[ -f "$nd/bridge" ]] || return 1
+	owner=$(cat "$BRIDGE_OWNERS/$(<"$nd/bridge")" 2>/dev/null) || return 0
+	[[ $owner == "$STATE_DIR" ]]
+}
+
 node_network_down() {
 	local nd bridge
 	nd=$(node_dir)
-	if iptables -w -t nat -S "$NAT_CHAIN" >/dev/null 2>&1; then
-		while iptables -w -t nat -D PREROUTING -i "$NODE_BRIDGE" -j "$NAT_CHAIN" 2>/dev/null; do :; done
-		iptables -w -t nat -F "$NAT_CHAIN"
-		iptables -w -t nat -X "$NAT_CHAIN"
-	fi
-	if iptables -w -S "$FWD_CHAIN" >/dev/null 2>&1; then
-		while iptables -w -D FORWARD -j "$FWD_CHAIN" 2>/dev/null; do :; done
-		iptables -w -F "$FWD_CHAIN"
-		iptables -w -X "$FWD_CHAIN"
-	fi
-	if [[ -f "$nd/bridge" ]]; then
-		bridge=$(<"$nd/bridge")
-		ip link del "$bridge" 2>/dev/null && log "removed bridge $bridge"
-		rm -f "$nd/bridge"
-	fi
+	bridge=$(<"$nd/bridge")
+	node_network_remove "$bridge"
+	log "removed bridge $bridge and its iptables chains"
+	rm -f "$nd/bridge"
 }
 
 # ---------------------------------------------------------------- containerd
@@ -441,8 +485,10 @@ node_down() {
 	if [[ -d /var/log/containers ]]; then
 		find /var/log/containers -maxdepth 1 -type l -lname "$nd/*" -delete 2>/dev/null || true
 	fi
-	node_network_down
-	node_cgroups_remove
+	if node_owns_bridge; then
+		node_network_down
+		node_cgroups_remove
+	fi
 	if [[ -s "$nd/created-dirs" ]] && ! kubelet_running; then
 		local p
 		while read -r p; do

@@ -550,6 +550,31 @@ def job_command(ref: GroupRef, spec: models.SendGroupSpec, kind: JobKind) -> lis
     ]
 
 
+# os.makedirs, not mkdir(1): BASE_IMAGE only promises CPython (the Dockerfile's contract).
+MAKE_DUMPS_DIR = "import os, sys; os.makedirs(sys.argv[1], mode=0o750, exist_ok=True)"
+
+
+def dumps_dir_container(
+    ref: GroupRef, spec: models.SendGroupSpec, settings: Settings
+) -> dict[str, Any]:
+    """Init container ``dumps-dir``: creates the group's directory on the claim
+    (``/dumps/<namespace>/<name>``, mode 0750 as docs/dumps.md says) as the Job's own non-root
+    user, before the Job's container mounts only that directory by subPath. Without it the
+    kubelet would create the missing subPath directory owned by root, where the non-root Job
+    cannot write. It mounts the whole claim, so it always runs the operator's own image (never
+    ``spec.worker.image``) and this fixed command."""
+    return {
+        "name": "dumps-dir",
+        "image": settings.default_image,
+        "imagePullPolicy": settings.image_pull_policy,
+        "command": ["python3", "-c", MAKE_DUMPS_DIR, dumps_dir(ref)],
+        "resources": job_resources(spec, settings),
+        "securityContext": container_security_context(),
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+        "volumeMounts": [{"name": "dumps", "mountPath": DUMPS_MOUNT}],
+    }
+
+
 def job(
     ref: GroupRef, spec: models.SendGroupSpec, settings: Settings, kind: JobKind, number: int
 ) -> dict[str, Any]:
@@ -583,14 +608,19 @@ def job(
         "terminationMessagePolicy": "FallbackToLogsOnError",
         "volumeMounts": [
             {"name": "tmp", "mountPath": "/tmp"},
-            # The whole claim: a subPath mount of the group's own directory (issue 16) is not
-            # used yet, because the kubelet creates a missing subPath directory owned by root
-            # and the Job runs as non-root; it needs the directory made first (next session).
-            {"name": "dumps", "mountPath": DUMPS_MOUNT},
+            # Only the group's own directory of the claim (the kubelet resolves subPath without
+            # following links out of the volume): the Job, whatever its image, never sees
+            # another group's or another namespace's dumps.
+            {
+                "name": "dumps",
+                "mountPath": dumps_dir(ref),
+                "subPath": f"{ref.namespace}/{ref.name}",
+            },
         ],
     }
     volumes = [{"name": "dumps", "persistentVolumeClaim": {"claimName": settings.dumps_claim_name}}]
     pod = _pod_spec(ref, spec, settings, container, volumes, meta["labels"])
+    pod["initContainers"] = [dumps_dir_container(ref, spec, settings)]
     pod["restartPolicy"] = "Never"
     return {
         "apiVersion": "batch/v1",

@@ -177,6 +177,29 @@ def dump_files(e: Env, group: str) -> list[Path]:
 
 
 BIG, OUTLOOK, URGENT = "spring-gmail", "spring-outlook", "alert-urgent"
+# The big group's pod knobs (issue 20): where its worker and Job pods run and the Jobs' size.
+# The local node carries kubernetes.io/os=linux (set by the kubelet) and no taint: the pods
+# must still schedule, run and finish with these set.
+BIG_POD_TEMPLATE: dict[str, Any] = {
+    "metadata": {"labels": {"team": "spring"}, "annotations": {"example.com/owner": "mail"}},
+    "nodeSelector": {"kubernetes.io/os": "linux"},
+    "tolerations": [{"key": "example.com/mail", "operator": "Exists", "effect": "NoSchedule"}],
+}
+BIG_JOB_RESOURCES = {
+    "requests": {"cpu": "40m", "memory": "48Mi"},
+    "limits": {"cpu": "700m", "memory": "300Mi"},
+}
+
+
+def assert_pod_knobs(pod: dict[str, Any], resources: dict[str, Any] | None) -> None:
+    """The big group's podTemplate reached ``pod`` (and, for a Job pod, its resources)."""
+    name = pod["metadata"]["name"]
+    assert pod["metadata"]["labels"].get("team") == "spring", name
+    assert pod["metadata"]["annotations"].get("example.com/owner") == "mail", name
+    assert pod["spec"].get("nodeSelector") == BIG_POD_TEMPLATE["nodeSelector"], name
+    assert BIG_POD_TEMPLATE["tolerations"][0] in pod["spec"].get("tolerations", []), name
+    if resources is not None:
+        assert pod["spec"]["containers"][0]["resources"] == resources, name
 
 
 @pytest.mark.timeout(900)
@@ -209,6 +232,9 @@ def test_two_campaigns_pause_dump_restart_resume_and_a_force_killed_worker(env: 
                 worker=worker,
                 rate={"perMinute": 6000},
                 reaper={"dumpAfter": "5s"},
+                podTemplate=BIG_POD_TEMPLATE,
+                jobs={"resources": BIG_JOB_RESOURCES},
+                disruptionBudget={"minAvailable": 1},
             )
         ),
         OUTLOOK: env.apply(
@@ -226,6 +252,12 @@ def test_two_campaigns_pause_dump_restart_resume_and_a_force_killed_worker(env: 
         BIG: wait_for(lambda: first_mail("@big.gmail.test"), 120, "first gmail mail"),
         OUTLOOK: wait_for(lambda: first_mail("@outlook.test"), 120, "first outlook mail"),
     }
+
+    # The big group's pod knobs on its running workers, and its PodDisruptionBudget.
+    for pod in worker_pods(kube, ns, BIG):
+        assert_pod_knobs(pod, None)
+    pdb = get_json(kube, "-n", ns, "pdb", f"sg-{BIG}")
+    assert pdb["spec"]["minAvailable"] == 1, pdb["spec"]
 
     # A worker killed without grace while it sends: its reserved jobs come back after
     # retryAfter; the sent-marks keep them from going out twice.
@@ -262,12 +294,14 @@ def test_two_campaigns_pause_dump_restart_resume_and_a_force_killed_worker(env: 
     assert delivered_paused + queued == 5000, (delivered_paused, queued)
 
     dump_pods: dict[str, str] = {}  # pod name -> last phase seen
+    job_pods: dict[str, dict[str, Any]] = {}  # dump and restore pods, as last seen
 
     def dumped() -> dict[str, Any] | None:
         for p in get_json(kube, "-n", ns, "pods", "-l", "app.kubernetes.io/component=dump")[
             "items"
         ]:
             dump_pods[p["metadata"]["name"]] = p["status"].get("phase", "")
+            job_pods[p["metadata"]["name"]] = p
         s = env.status(BIG)
         return s if s.get("phase") == "Dumped" else None
 
@@ -319,12 +353,16 @@ def test_two_campaigns_pause_dump_restart_resume_and_a_force_killed_worker(env: 
             "items"
         ]:
             restore_pods[p["metadata"]["name"]] = p["status"].get("phase", "")
+            job_pods[p["metadata"]["name"]] = p
         return worker_pods(kube, ns, BIG) or None
 
     pods = wait_for(
         workers_back, 120, "gmail workers back", interval=0.2, describe=env.operator.logs
     )
     assert restore_pods, "no restore Job pod was seen"
+    # The dump and restore pods ran with the group's podTemplate and spec.jobs.resources.
+    for pod in job_pods.values():
+        assert_pod_knobs(pod, BIG_JOB_RESOURCES)
     events = get_json(kube, "-n", ns, "events", "--field-selector", f"involvedObject.name={BIG}")[
         "items"
     ]

@@ -3,18 +3,21 @@ PersistentVolume that outlives them; and `down` leaves nothing of the local node
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import json
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.support.cluster import wait_for
+from tests.support.cluster import ClusterError, wait_for
 from tests.support.node import (
     OPERATOR_IMAGE,
     WORKER_IMAGE,
@@ -252,3 +255,45 @@ def test_local_node_down_removes_containers_namespaces_mounts_bridge_and_cgroups
         if state.exists():
             stop_node(state, env=env)
         shutil.rmtree(state.parent, ignore_errors=True)
+
+
+def test_a_node_killed_without_down_leaves_a_bridge_the_next_node_takes_over() -> None:
+    """A node whose processes were SIGKILLed (no `down`: a killed test run, a reboot of the
+    runner's container) leaves its bridge and iptables chains behind. The next node on the same
+    bridge name takes them over and starts; it never takes the bridge of a node that runs."""
+    if os.environ.get("SENDGROUP_TEST_USE_EXISTING_CLUSTER") == "1":
+        pytest.skip("tests the local node's start-up; this run uses an existing cluster")
+    bridge, subnet = "sgt2", "10.244.10.0/24"
+    env = {
+        "SENDGROUP_NODE_BRIDGE": bridge,
+        "SENDGROUP_POD_SUBNET": subnet,
+        "SENDGROUP_NODE_IMAGES": "pause",
+    }
+    first = Path(tempfile.mkdtemp(prefix="sg-node-killed-")) / "state"
+    second = Path(tempfile.mkdtemp(prefix="sg-node-next-")) / "state"
+    try:
+        start_node(first, env=env)
+        # A second node on the same bridge while the first runs is refused.
+        with pytest.raises(ClusterError, match=f"bridge {bridge} exists already and its node runs"):
+            start_node(second, env=env)
+        # Kill every process of the first node, as a killed runner would.
+        for pid_file in (first / "pids").glob("*.pid"):
+            with contextlib.suppress(ProcessLookupError, ValueError):
+                os.kill(int(pid_file.read_text()), signal.SIGKILL)
+        for line in _processes_mentioning(str(first / "node" / "containerd")):
+            with contextlib.suppress(ProcessLookupError, ValueError):
+                os.kill(int(line.split(":")[0]), signal.SIGKILL)
+        time.sleep(1)
+        assert Path(f"/sys/class/net/{bridge}").exists(), "the killed node's bridge is gone"
+
+        node = start_node(second, env=env)
+        assert node.kube.kubectl("get", "nodes").returncode == 0
+        assert f"SG-{bridge.upper()}-NAT" in _iptables_rules("nat")
+        stop_node(second, env=env)
+        assert not Path(f"/sys/class/net/{bridge}").exists()
+        assert f"SG-{bridge.upper()}" not in _iptables_rules("nat")
+    finally:
+        for state in (second, first):
+            if state.exists():
+                stop_node(state, env=env)
+            shutil.rmtree(state.parent, ignore_errors=True)

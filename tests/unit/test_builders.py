@@ -113,7 +113,16 @@ def test_dump_job() -> None:
         "/dumps/mail/gmail-1",
     ]
     # issue 16: only the group's own directory of the claim is mounted
-    assert {"name": "dumps", "mountPath": "/dumps"} in ctr["volumeMounts"]
+    assert {
+        "name": "dumps",
+        "mountPath": "/dumps/mail/gmail-1",
+        "subPath": "mail/gmail-1",
+    } in ctr["volumeMounts"]
+    # the directory is made first, as the Job's non-root user, by the operator's own image
+    [init] = pod["initContainers"]
+    assert init["command"][:2] == ["python3", "-c"] and init["command"][-1] == "/dumps/mail/gmail-1"
+    assert init["volumeMounts"] == [{"name": "dumps", "mountPath": "/dumps"}]
+    assert init["securityContext"] == ctr["securityContext"]
     assert "DUMP_SIGNING_KEY" not in {e["name"] for e in ctr["env"]}
     signed = Settings(default_image="img:1", dump_signing_secret="dump-key/key")
     env = {
