@@ -33,6 +33,21 @@ REASON_COMPLETED: Final = "Completed"
 REASON_IDLE: Final = "Idle"
 REASON_NO_WORK: Final = "NoWork"
 REASON_FAILED: Final = "Failed"
+#: Ready reasons of a group the operator refuses to act for (issue 16): the spec does not
+#: parse, another group owns its queue, its Redis is not allowed, its queue name lacks the
+#: namespace. Its phase is Pending: nothing runs until the cause goes.
+REASON_INVALID_SPEC: Final = "InvalidSpec"
+REASON_QUEUE_CONFLICT: Final = "QueueConflict"
+REASON_REDIS_NOT_ALLOWED: Final = "RedisNotAllowed"
+REASON_QUEUE_NAME_NOT_ALLOWED: Final = "QueueNameNotAllowed"
+REFUSED_REASONS: Final = frozenset(
+    {
+        REASON_INVALID_SPEC,
+        REASON_QUEUE_CONFLICT,
+        REASON_REDIS_NOT_ALLOWED,
+        REASON_QUEUE_NAME_NOT_ALLOWED,
+    }
+)
 #: Reasons of the Dumped condition.
 REASON_DUMPING: Final = "Dumping"
 REASON_RESTORING: Final = "Restoring"
@@ -118,7 +133,7 @@ def derive_phase(conditions: Sequence[Condition]) -> Phase:
     Order: terminal and tear-down states (Ready reason Cancelled, Cancelling, Deleting,
     Completed, Failed: Cancelled only once the queue is purged), then the dump cycle
     (Dumped reason Dumping/Restoring, Dumped=True), then Paused, then Running (Ready=True or
-    workers starting), Idle, and Pending (no work yet).
+    workers starting), Idle, and Pending (no work yet, or refused: :data:`REFUSED_REASONS`).
     """
     ready = find(conditions, READY)
     dumped = find(conditions, DUMPED)
@@ -144,6 +159,6 @@ def derive_phase(conditions: Sequence[Condition]) -> Phase:
         return Phase.PAUSED
     if ready_reason == REASON_IDLE:
         return Phase.IDLE
-    if ready is None or ready_reason == REASON_NO_WORK:
+    if ready is None or ready_reason == REASON_NO_WORK or ready_reason in REFUSED_REASONS:
         return Phase.PENDING
     return Phase.RUNNING

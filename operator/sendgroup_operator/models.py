@@ -26,7 +26,7 @@ from sendgroup_contract.keys import QUEUE_NAME_PATTERN as QUEUE_NAME_PATTERN
 from sendgroup_contract.tls import SmtpTls as SmtpTls
 from sendgroup_worker import redisurl
 from sendgroup_worker.patterns import PatternError, compile_pattern
-from sendgroup_worker.redisurl import PASSWORD_PATTERNS, URL_SCHEME_PATTERN
+from sendgroup_worker.redisurl import PASSWORD_PATTERNS, SPEC_URL_PATTERN, URL_SCHEME_PATTERN
 
 GROUP: Final = "sendgroups.io"
 VERSION: Final = "v1alpha1"
@@ -220,6 +220,12 @@ class RedisSpec(_Model):
                 "rediss+cluster://, redis+sentinel:// or rediss+sentinel://",
             ),
             _cel(
+                f"self.matches(r'{SPEC_URL_PATTERN}')",
+                "redis.url does not fit the grammar: redis[s]://host[:port][/db], "
+                "redis[s]+cluster://h1:p1,h2:p2/ or redis[s]+sentinel://s1:p1,s2:p2/<master>[/db], "
+                "with known options only (rule: redis.url grammar)",
+            ),
+            _cel(
                 " && ".join(
                     [f"!self.matches('{p}')" for p in PASSWORD_PATTERNS]
                     + [
@@ -260,6 +266,10 @@ class RedisSpec(_Model):
                 "redis.url must not contain a password: use redis.secretRef "
                 "(rule: no password in redis.url)"
             )
+        try:  # the CRD's grammar rule, the same regex (a spec the API server accepted passes)
+            redisurl.check_spec_url(value)
+        except redisurl.RedisUrlError as exc:
+            raise ValueError(str(exc)) from None
         return value
 
 

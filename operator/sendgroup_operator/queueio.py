@@ -1,7 +1,9 @@
 """The operator's Redis adapter: measure a queue in one round trip, purge its keys.
 
-Key names come only from ``sendgroup_contract.keys.QueueKeys``. The measurement is the
-contract's one script (``sendgroup_contract.measure``: counts, the oldest job's ``pushedAt``
+Key names come only from ``sendgroup_contract.keys.QueueKeys``. Ownership (issue 16):
+:meth:`RedisQueues.claim` runs the worker's ``claim.lua`` (first claim wins, atomically; only
+the owner releases). The measurement is the contract's one script
+(``sendgroup_contract.measure``: counts, the oldest job's ``pushedAt``
 (else Laravel 12's ``createdAt``), the workers' counters, the dump's staging keys, the purge
 marker, the lock and restore progress, the pause marker, the backpressure deadline and Redis'
 clock; atomic, one round trip, on any deployment: its keys share the queue's slot); the
@@ -19,6 +21,7 @@ from typing import Any, Final, cast
 from sendgroup_contract import measure as contract_measure
 from sendgroup_contract.keys import QueueKeys
 from sendgroup_contract.measure import QueueMeasure
+from sendgroup_worker.queue import protocol
 from sendgroup_worker.redisclient import REDIS_ERRORS, AsyncClient, connect_async, is_cluster
 from sendgroup_worker.redisurl import RedisUrlError, describe
 
@@ -84,6 +87,26 @@ class RedisQueues:
                 f"Redis at {safe_host(url)} unreachable: {type(exc).__name__}"
             ) from None
         return contract_measure.parse_reply(replies)
+
+    async def claim(
+        self, url: str, queue: str, owner: str, release: bool = False, replace: str = ""
+    ) -> protocol.Claim:
+        """Claim ``queue`` for ``owner`` (``<namespace>/<name>/<uid>``, see
+        ``protocol.owner_id``), or with ``release`` give it up; ``replace``: also take it
+        from exactly this stale owner. One atomic script (``protocol.claim_call``): the reply
+        says whether ``owner`` holds the queue afterwards and who does. Raises
+        :class:`QueueUnavailable`."""
+        call = protocol.claim_call(QueueKeys(queue, self.prefix), owner, release, replace)
+        try:
+            client = await self.client(url)
+            reply = await cast(Any, client).eval(
+                protocol.script_source(call.script), len(call.keys), *call.keys, *call.args
+            )
+        except (*REDIS_ERRORS, OSError) as exc:
+            raise QueueUnavailable(
+                f"Redis at {safe_host(url)} unreachable: {type(exc).__name__}"
+            ) from None
+        return call.parse(reply)
 
     async def purge(self, url: str, queue: str) -> int:
         """Delete every key of ``queue`` (explicit names, never a pattern); returns how many

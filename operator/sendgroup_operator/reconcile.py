@@ -20,16 +20,19 @@ from typing import Any
 
 from sendgroup_operator import (
     builders,
+    conditions,
     fairshare,
     metrics,
     models,
     plan,
     provider_handlers,
     provider_plan,
+    tenancy,
 )
 from sendgroup_operator.kube import Kube, KubeError
 from sendgroup_operator.queueio import QueueUnavailable, RedisQueues
 from sendgroup_operator.settings import Settings
+from sendgroup_worker.queue import protocol
 
 #: Seconds a Secret's value is cached (it is read again after this, so rotation works).
 SECRET_TTL = 60.0
@@ -255,12 +258,95 @@ async def observe(
     )
 
 
-async def measure(
+_POLICIES: dict[str, tenancy.QueueNamePolicy] = {
+    "auto": "auto",
+    "namespace": "namespace",
+    "off": "off",
+}
+
+
+def policy_on(settings: Settings) -> bool:
+    """Whether the queue-name policy (``<namespace>.`` prefix) applies to this operator."""
+    policy = _POLICIES.get(settings.queue_name_policy, "auto")
+    return tenancy.policy_applies(policy, settings.namespaces)
+
+
+def effective_spec(
+    settings: Settings, group: plan.Group, spec: models.SendGroupSpec
+) -> models.SendGroupSpec:
+    """The spec with the default queue the queue-name policy gives (``<namespace>.mail-<name>``)
+    filled in when ``spec.queue`` is absent and the policy is on; else ``spec`` unchanged."""
+    if spec.queue or not policy_on(settings):
+        return spec
+    queue = tenancy.default_queue(group.namespace, group.name, policy_on=True)
+    return spec.model_copy(update={"queue": queue})
+
+
+def _conflict_message(group: plan.Group, queue: str, owner: str) -> str:
+    """QueueConflict message: the owner's name only when it is in the same namespace."""
+    parts = owner.split("/")
+    if len(parts) == 3 and parts[0] == group.namespace:
+        return (
+            f"queue {queue!r} is claimed by SendGroup {parts[1]} in this namespace: a queue "
+            "belongs to one group; choose another spec.queue or delete that group"
+        )
+    return (
+        f"queue {queue!r} is claimed by another group: a queue belongs to one group; "
+        "choose another spec.queue"
+    )
+
+
+async def admit(
     rt: Runtime, group: plan.Group, spec: models.SendGroupSpec
-) -> tuple[plan.Measurement, str | None]:
-    """Measure the queue; (QueueError, None) when Redis or its Secret is unavailable."""
+) -> plan.Refused | plan.QueueError | str:
+    """May the operator act on this group's queue? In order, before anything touches the
+    queue: the queue-name policy (no Redis contact), the Redis URL against
+    ``allowedRedisHosts`` (checked before any connection, so nothing is contacted), then the
+    queue's claim in its Redis for ``<namespace>/<name>/<uid>`` (first claim wins; a claim
+    left by a deleted group of the same namespace and name is taken over).
+
+    Returns the Redis URL to use (the queue is this group's), a :class:`plan.Refused`, or a
+    :class:`plan.QueueError` when Redis or its Secret is unavailable (ownership unknown)."""
+    queue = spec.queue_name(group.name)
+    settings = rt.settings
+    if policy_on(settings):
+        message = tenancy.queue_refusal(queue, group.namespace)
+        if message is not None:
+            return plan.Refused(tenancy.REASON_QUEUE_NOT_IN_NAMESPACE, f"spec.queue: {message}")
     try:
         url = await redis_url(rt, group.namespace, spec)
+    except QueueUnavailable as exc:
+        return plan.QueueError(str(exc))
+    if spec.redis is not None and (spec.redis.secret_ref is not None or spec.redis.url):
+        message = tenancy.redis_refusal(
+            url, settings.default_redis_url, settings.allowed_redis_hosts
+        )
+        if message is not None:
+            field = (
+                "spec.redis.secretRef" if spec.redis.secret_ref is not None else "spec.redis.url"
+            )
+            return plan.Refused(tenancy.REASON_REDIS_NOT_ALLOWED, f"{field}: {message}")
+    owner = protocol.owner_id(group.namespace, group.name, group.uid)
+    try:
+        claim = await rt.queues.claim(url, queue, owner)
+        if not claim.held and claim.owner.startswith(f"{group.namespace}/{group.name}/"):
+            claim = await rt.queues.claim(url, queue, owner, replace=claim.owner)
+    except QueueUnavailable as exc:
+        return plan.QueueError(str(exc))
+    if not claim.held:
+        return plan.Refused(
+            conditions.REASON_QUEUE_CONFLICT, _conflict_message(group, queue, claim.owner)
+        )
+    return url
+
+
+async def measure(
+    rt: Runtime, group: plan.Group, spec: models.SendGroupSpec, url: str | None = None
+) -> tuple[plan.Measurement, str | None]:
+    """Measure the queue at ``url`` (default: the group's Redis URL); (QueueError, None) when
+    Redis or its Secret is unavailable."""
+    try:
+        url = url or await redis_url(rt, group.namespace, spec)
         return await rt.queues.measure(url, spec.queue_name(group.name)), url
     except QueueUnavailable as exc:
         return plan.QueueError(str(exc)), None
@@ -342,8 +428,52 @@ async def _apply_one(
         if url is None:
             raise QueueUnavailable("Redis unavailable: cannot mark the purge")
         await rt.queues.request_purge(url, spec.queue_name(group.name))
+    elif isinstance(action, plan.ReleaseQueue):
+        if url is not None:  # Redis unreachable past purgeTimeout: the claim stays (logged)
+            owner = protocol.owner_id(group.namespace, group.name, group.uid)
+            await rt.queues.claim(url, spec.queue_name(group.name), owner, release=True)
+            logger.info("queue claim released")
+        else:
+            logger.warning("Redis unreachable: the queue's claim was not released")
     elif isinstance(action, plan.DeleteGroup):
         await rt.kube.delete_group(group.namespace, group.name)
+
+
+def _now() -> datetime:
+    return datetime.now(UTC).replace(microsecond=0)
+
+
+async def _refused(
+    rt: Runtime,
+    group: plan.Group,
+    spec: models.SendGroupSpec,
+    status: models.SendGroupStatus,
+    refusal: plan.Refused,
+    deployments: DeploymentIndex | None,
+    logger: logging.Logger | logging.LoggerAdapter[Any],
+    now: datetime | None,
+) -> plan.Plan:
+    """A pass for a refused group (caller holds its lock): its own children observed, the
+    planner's ``refused`` applied (only its own Deployment and Jobs are touched; the queue's
+    Redis never, ``url`` None)."""
+    key = f"{group.namespace}/{group.name}"
+    observed = await observe(rt, group, spec, status, deployments)
+    rt.demands[key] = 0
+    now = now or _now()
+    result = plan.refused(group, spec, status, observed, refusal, rt.settings, now)
+    try:
+        await apply(rt, group, spec, result, observed, None, logger)
+    except ApplyError as exc:
+        result = plan.apply_failed(group, status, result, str(exc), now)
+        metrics.ERRORS.labels(group.namespace).inc()
+        logger.warning("apply failed: %s", exc)
+    else:
+        plan.applied(result)
+    if result.write_status:
+        rt.written[key] = (group.uid, result.status.model_copy(deep=True))
+    granted = plan.granted_after(result, observed)
+    rt.granted[key] = 0 if granted is None else granted
+    return result
 
 
 async def count_orphan_deployments(rt: Runtime) -> int:
@@ -395,45 +525,76 @@ async def reconcile(
     ``cluster_providers``) the group's provider is resolved from (issue 14).
     Kubernetes API errors propagate (kopf retries the handler)."""
     group, spec, status = parse(body)
+    spec = effective_spec(rt.settings, group, spec)
     key = f"{group.namespace}/{group.name}"
     started = time.monotonic()
     async with rt.locks[key]:
         cached = rt.written.get(key)
         if cached is not None and cached[0] == group.uid and _not_older(cached[1], status):
             status = cached[1].model_copy(deep=True)
-        measured, url = await measure(rt, group, spec)
-        if plan.skips_observation(group, spec, status, measured):
-            observed = plan.Observed()  # idle: no API request at all in this pass
+        admitted = await admit(rt, group, spec)
+        if isinstance(admitted, plan.Refused):
+            now = now or _now()
+            result = await _refused(rt, group, spec, status, admitted, deployments, logger, now)
         else:
-            observed = await observe(rt, group, spec, status, deployments)
-        want = plan.demand(spec, status, measured, group.deleting, observed.deployment is not None)
-        allowed = rt.allowed(key, min(want, plan.desired_workers(spec, rt.settings)))
-        now = now or datetime.now(UTC).replace(microsecond=0)
-        chosen = await provider_handlers.group_provider(
-            group.namespace, group.name, spec, providers or {}
-        )
-        rt.provider_env[key] = chosen.env
-        result = plan.plan(
-            group, spec, status, observed, measured, allowed, rt.settings, now, chosen.env
-        )
-        if provider_plan.record_resolution(result.status, chosen.resolution, now, group.generation):
-            result.write_status = True
-        try:
-            await apply(rt, group, spec, result, observed, url, logger)
-        except ApplyError as exc:
-            result = plan.apply_failed(group, status, result, str(exc), now)
-            metrics.ERRORS.labels(group.namespace).inc()
-            logger.warning("apply failed: %s", exc)
-        else:
-            plan.applied(result)
-        if result.write_status:
-            rt.written[key] = (group.uid, result.status.model_copy(deep=True))
-        rt.demands[key] = min(result.demand, plan.desired_workers(spec, rt.settings))
-        granted = plan.granted_after(result, observed)
-        if granted is not None:
-            rt.granted[key] = granted
+            result, now = await _pass(
+                rt, group, spec, status, admitted, deployments, logger, now, providers
+            )
+            rt.demands[key] = min(result.demand, plan.desired_workers(spec, rt.settings))
     metrics.observe(group.namespace, group.name, result.status, spec.campaign, spec.host)
     rt.table.update(key, result.status, spec, now)
     rt.table.export(now, rt.settings.orphan_grace)
     metrics.DURATION.observe(time.monotonic() - started)
     return result
+
+
+async def _pass(
+    rt: Runtime,
+    group: plan.Group,
+    spec: models.SendGroupSpec,
+    status: models.SendGroupStatus,
+    admitted: plan.QueueError | str,
+    deployments: DeploymentIndex | None,
+    logger: logging.Logger | logging.LoggerAdapter[Any],
+    now: datetime | None,
+    providers: Mapping[str, Any] | None = None,
+) -> tuple[plan.Plan, datetime]:
+    """A pass for an admitted group (caller holds its lock): measure at the admitted URL
+    (``admitted`` a QueueError: Redis unavailable), observe, plan, apply."""
+    key = f"{group.namespace}/{group.name}"
+    measured: plan.Measurement
+    url: str | None
+    if isinstance(admitted, plan.QueueError):
+        measured, url = admitted, None
+    else:
+        measured, url = await measure(rt, group, spec, admitted)
+    if plan.skips_observation(group, spec, status, measured):
+        observed = plan.Observed()  # idle: no API request at all in this pass
+    else:
+        observed = await observe(rt, group, spec, status, deployments)
+    want = plan.demand(spec, status, measured, group.deleting, observed.deployment is not None)
+    allowed = rt.allowed(key, min(want, plan.desired_workers(spec, rt.settings)))
+    now = now or _now()
+    chosen = await provider_handlers.group_provider(
+        group.namespace, group.name, spec, providers or {}
+    )
+    rt.provider_env[key] = chosen.env
+    result = plan.plan(
+        group, spec, status, observed, measured, allowed, rt.settings, now, chosen.env
+    )
+    if provider_plan.record_resolution(result.status, chosen.resolution, now, group.generation):
+        result.write_status = True
+    try:
+        await apply(rt, group, spec, result, observed, url, logger)
+    except ApplyError as exc:
+        result = plan.apply_failed(group, status, result, str(exc), now)
+        metrics.ERRORS.labels(group.namespace).inc()
+        logger.warning("apply failed: %s", exc)
+    else:
+        plan.applied(result)
+    if result.write_status:
+        rt.written[key] = (group.uid, result.status.model_copy(deep=True))
+    granted = plan.granted_after(result, observed)
+    if granted is not None:
+        rt.granted[key] = granted
+    return result, now

@@ -18,14 +18,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Final, Literal
 
-from sendgroup_operator import models
+from sendgroup_operator import conditions, models
 from sendgroup_worker import redisurl
 
 QueueNamePolicy = Literal["auto", "namespace", "off"]
 
 #: Condition reasons (Ready=False / QueueReachable=False).
-REASON_REDIS_NOT_ALLOWED: Final = "RedisNotAllowed"
-REASON_QUEUE_NOT_IN_NAMESPACE: Final = "QueueNameNotAllowed"
+REASON_REDIS_NOT_ALLOWED: Final = conditions.REASON_REDIS_NOT_ALLOWED
+REASON_QUEUE_NOT_IN_NAMESPACE: Final = conditions.REASON_QUEUE_NAME_NOT_ALLOWED
 
 
 def _nodes(url: str) -> tuple[tuple[str, int], ...] | None:

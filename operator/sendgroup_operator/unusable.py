@@ -21,7 +21,7 @@ import pydantic
 
 from sendgroup_operator import conditions, models
 
-REASON_INVALID_SPEC: Final = "InvalidSpec"
+REASON_INVALID_SPEC: Final = conditions.REASON_INVALID_SPEC
 
 #: Longest condition/event message (characters).
 MESSAGE_MAX: Final = 1000

@@ -351,8 +351,9 @@ def test_all_namespaces_install_gives_cluster_wide_rights_that_suffice(
         proc = OperatorProcess(kubeconfig, home, redis_url, tmp_path / "all.log", **env).start()
         proc.wait_started()
         objects = Objects(kube_cluster, other)
-        push(redis_client, "mail-far", 2)
-        objects.apply(sendgroup("far", queue="mail-far"))
+        # all namespaces watched: the queue-name policy is on (issue 16), queues carry theirs
+        push(redis_client, f"{other}.mail-far", 2)
+        objects.apply(sendgroup("far", queue=f"{other}.mail-far"))
         workers = wait_for(lambda: objects.get("deployment", "sg-far"), 30, "Deployment sg-far")
         pod = workers["spec"]["template"]["spec"]
         assert "serviceAccountName" not in pod and pod["automountServiceAccountToken"] is False

@@ -56,3 +56,21 @@ def test_claim_is_idempotent_survives_a_purge_and_only_the_owner_releases(
     assert q.run(p.claim_call(keys, b)) == p.Claim(True, b)
     with pytest.raises(ValueError):
         p.owner_id("team/a", "g", "u")
+
+
+def test_replace_takes_over_only_from_the_named_stale_owner(redis_client: redis.Redis) -> None:
+    """A group deleted while its Redis was down never released its claim; the same group
+    re-created (same namespace and name, new uid) takes it over, nobody else does."""
+    keys = QueueKeys("team-a.newsletter")
+    q = Queue(redis_client, keys)
+    old = p.owner_id("team-a", "newsletter", "uid-old")
+    new = p.owner_id("team-a", "newsletter", "uid-new")
+    thief = p.owner_id("team-b", "newsletter", "uid-b")
+    assert q.run(p.claim_call(keys, old)).held
+    assert q.run(p.claim_call(keys, thief, replace=new)) == p.Claim(False, old)
+    assert q.run(p.claim_call(keys, new)) == p.Claim(False, old)
+    assert q.run(p.claim_call(keys, new, replace=old)) == p.Claim(True, new)
+    assert q.run(p.claim_call(keys, thief, replace=old)) == p.Claim(False, new)
+    assert redis_client.get(keys.owner) == new.encode()
+    with pytest.raises(ValueError):
+        p.claim_call(keys, new, release=True, replace=old)

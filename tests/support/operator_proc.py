@@ -110,6 +110,9 @@ class OperatorProcess:
             "SENDGROUP_PREFLIGHT_RETRY": "1",
             # no MX lookup leaves the machine: providers resolve by domain only here
             "SENDGROUP_DNS_SERVERS": "none",
+            # every Redis of the tests listens on loopback (other ports: unreachable-Redis
+            # tests); the operator's default allows only the default Redis (issue 16)
+            "SENDGROUP_ALLOWED_REDIS_HOSTS": "127.0.0.1",
             **env,
         }
         self.proc: subprocess.Popen[bytes] | None = None

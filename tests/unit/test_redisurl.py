@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sendgroup_operator import models
 from sendgroup_worker import redisurl
@@ -140,3 +142,38 @@ def test_password_rule_matches_the_crd(url: str, has: bool) -> None:
     scheme_rule = rule[0]["rule"]
     assert redisurl.URL_SCHEME_PATTERN in scheme_rule
     assert re.search(redisurl.URL_SCHEME_PATTERN, url)
+
+
+@settings(max_examples=100, derandomize=True, deadline=None)
+@given(st.from_regex(redisurl.SPEC_URL_PATTERN, fullmatch=True))
+def test_every_url_of_the_spec_grammar_parses(url: str) -> None:
+    """The CRD's ``redis.url`` grammar (issue 16) never lets through a URL the parser refuses
+    (against the API server: tests/cluster/test_spec_grammar_agreement.py)."""
+    assert redisurl.check_spec_url(url) == url
+
+
+def test_spec_grammar_refuses_what_the_parser_would_and_more() -> None:
+    for url in (
+        "redis://",
+        "redis://h:0",
+        "redis://h:65536",
+        "redis://h/0/1",
+        "redis://h?foo=1",
+        "redis://a,b",
+        "redis://h/0?cluster=true&db=2",
+        "redis+cluster://a,b/3",
+        "redis+sentinel://s1,s2",
+        "redis://u:p@h",
+        "redis://h?password=x",
+        "unix:///run/redis.sock",
+    ):
+        with pytest.raises(redisurl.RedisUrlError, match=r"rule: redis\.url grammar"):
+            redisurl.check_spec_url(url)
+    for url in (
+        "redis://redis.mail.svc:6379/0",
+        "rediss://[::1]:6380/2?ssl_cert_reqs=none",
+        "redis://h:7000/?cluster=true",
+        "redis+cluster://h1:7000,h2:7001/",
+        "redis+sentinel://s1:26379,s2:26379/mymaster/1?sentinel_auth=none",
+    ):
+        assert redisurl.check_spec_url(url) == url

@@ -79,6 +79,46 @@ _REDIS_PY_OPTIONS: Final = frozenset(
 #: Our own query options (consumed here, never passed to redis-py).
 _OWN_OPTIONS: Final = frozenset({"cluster", "sentinel_auth"})
 
+
+def _spec_url_pattern() -> str:
+    """The grammar of ``spec.redis.url`` (no user info, no password option, no fragment), one
+    regex that RE2 (the CRD's CEL rule, a raw string ``r'...'``) and Python (the operator's
+    model) read alike. Every URL it matches, :func:`parse`
+    accepts (a property test against the API server checks the two agree):
+
+    * ``redis[s]://host[:port][/db][?opts]``, or with ``cluster=true|false`` and database 0;
+    * ``redis[s]+cluster://h1[:p1],h2[:p2]...[/[0]][?opts]``;
+    * ``redis[s]+sentinel://s1[:p1],...[/]master[/db][/][?opts|sentinel_auth=none|same]``.
+
+    ``host``: letters, digits, ``_.-``, or ``[ipv6]``; ``port`` 1..65535; ``opts``: redis-py
+    options other than user, password and db (values of ``[A-Za-z0-9_./:-]``), and ``db=N``
+    where a database applies."""
+    host = r"([A-Za-z0-9_.-]+|\[[0-9A-Fa-f:.]+\])"
+    port = "([1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])"
+    node = f"{host}(:{port})?"
+    nodes = f"{node}(,{node})*"
+    free_names = sorted(_REDIS_PY_OPTIONS - {"db", "password", "username"})
+    free = f"({'|'.join(free_names)})=[A-Za-z0-9_./:-]*"
+
+    def query(*extra: str) -> str:
+        option = f"({'|'.join((free, *extra))})"
+        return f"([?]{option}(&{option})*)?"
+
+    db = "db=[0-9]+"
+    boolean = "cluster=(true|false)"
+    standalone = f"rediss?://{node}(/[0-9]*)?{query(db)}"
+    flagged = f"rediss?://{node}(/0?)?[?]({free}&)*{boolean}(&{free})*"
+    cluster = f"rediss?[+]cluster://{nodes}(/0?)?{query()}"
+    sentinel = (
+        f"rediss?[+]sentinel://{nodes}/[A-Za-z0-9_.-]+(/[0-9]+)?/?"
+        f"{query('sentinel_auth=(none|same)')}"
+    )
+    return f"^({standalone}|{flagged}|{cluster}|{sentinel})$"
+
+
+#: Regex (RE2 and Python) of a URL allowed in ``spec.redis.url`` (see :func:`_spec_url_pattern`).
+SPEC_URL_PATTERN: Final = _spec_url_pattern()
+
 #: A query option in a URL's text (tells an '@' inside an option from user info).
 _OPTION_IN_TEXT: Final = re.compile(
     r"[?&](?:" + "|".join(sorted(_REDIS_PY_OPTIONS | _OWN_OPTIONS)) + r")="
@@ -315,6 +355,20 @@ def _db(text: str) -> int:
     return int(text)
 
 
+def check_spec_url(url: str) -> str:
+    """``url`` if it fits :data:`SPEC_URL_PATTERN` (whole string, as RE2 reads it) and
+    :func:`parse` accepts it; raises :class:`RedisUrlError` otherwise (the message never
+    repeats the URL)."""
+    if re.fullmatch(SPEC_URL_PATTERN, url) is None:
+        raise RedisUrlError(
+            "redis.url does not fit the grammar: redis[s]://host[:port][/db], "
+            "redis[s]+cluster://h1:p1,h2:p2/ or redis[s]+sentinel://s1:p1,s2:p2/<master>[/db], "
+            "with known options only (rule: redis.url grammar)"
+        )
+    parse(url)
+    return url
+
+
 def check(url: str) -> str:
     """``url`` if :func:`parse` accepts it; raises :class:`RedisUrlError` otherwise."""
     parse(url)
@@ -361,10 +415,12 @@ def describe(url: str) -> str:
 __all__ = [
     "PASSWORD_PATTERNS",
     "SCHEMES",
+    "SPEC_URL_PATTERN",
     "URL_SCHEME_PATTERN",
     "RedisTarget",
     "RedisUrlError",
     "check",
+    "check_spec_url",
     "describe",
     "has_password",
     "parse",

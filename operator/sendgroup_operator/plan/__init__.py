@@ -7,6 +7,8 @@ allowed workers, settings, now) -> Plan(actions, status, events)``.
   the failed-jobs condition, when a status is worth a write);
 * :mod:`.lifecycle`: the lifecycle state machine (run, pause/dump, restore, teardown/purge)
   and the worker demand the global cap sees;
+* :mod:`.refusal`: a group the operator refuses to act for (queue owned by another group,
+  Redis or queue name outside the tenancy policy);
 * :mod:`.apply`: decisions about carrying a plan out (which passes need the children, what a
   failed apply does to the status, what the global cap's books record).
 
@@ -28,6 +30,7 @@ from sendgroup_operator.plan.lifecycle import (
     desired_workers,
     plan,
 )
+from sendgroup_operator.plan.refusal import refused
 from sendgroup_operator.plan.status import SIGNIFICANT_FRACTION, meaningful_change
 from sendgroup_operator.plan.types import (
     Action,
@@ -46,6 +49,8 @@ from sendgroup_operator.plan.types import (
     PurgeQueue,
     QueueError,
     QueueMeasure,
+    Refused,
+    ReleaseQueue,
     RequestPurge,
     SetPauseMarker,
 )
@@ -70,6 +75,8 @@ __all__ = [
     "PurgeQueue",
     "QueueError",
     "QueueMeasure",
+    "Refused",
+    "ReleaseQueue",
     "RequestPurge",
     "SetPauseMarker",
     "applied",
@@ -80,5 +87,6 @@ __all__ = [
     "meaningful_change",
     "needs_children",
     "plan",
+    "refused",
     "skips_observation",
 ]

@@ -54,6 +54,7 @@ from sendgroup_operator.plan.types import (
     PurgeQueue,
     QueueError,
     QueueMeasure,
+    ReleaseQueue,
     RequestPurge,
     SetPauseMarker,
 )
@@ -145,6 +146,8 @@ def plan(
 
     if group.deleting or spec.state == models.State.CANCELLED:
         _teardown(b, observed, measure, settings)
+        if b.plan.finalized:
+            b.act(ReleaseQueue())  # the owner's claim goes last (issue 16)
     else:
         _run(b, observed, measure, allowed, settings)
 

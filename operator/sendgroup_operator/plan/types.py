@@ -29,6 +29,18 @@ Measurement = QueueMeasure | QueueError
 
 
 @dataclass(frozen=True)
+class Refused:
+    """The operator may not act on the group's queue (issue 16): ``reason`` is the Ready
+    reason (``QueueConflict``: another group claimed the queue first; ``RedisNotAllowed``:
+    ``spec.redis`` names a Redis outside ``allowedRedisHosts``; ``QueueNameNotAllowed``: the
+    queue lacks ``<namespace>.`` under the queue-name policy); ``message`` is safe to show (no
+    URL, no other namespace's names). Decided by the adapter (the claim lives in Redis)."""
+
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
 class DeploymentObs:
     """The worker Deployment as observed."""
 
@@ -139,6 +151,12 @@ class SetPauseMarker:
 
 
 @dataclass(frozen=True)
+class ReleaseQueue:
+    """Give up the group's claim on its queue (the last action of its deletion; only the
+    owner's release has an effect)."""
+
+
+@dataclass(frozen=True)
 class DeleteGroup:
     """Delete the SendGroup itself (ttlSecondsAfterFinished passed)."""
 
@@ -151,6 +169,7 @@ Action = (
     | DeleteJob
     | PurgeQueue
     | RequestPurge
+    | ReleaseQueue
     | DeleteGroup
 )
 

@@ -635,11 +635,19 @@ def _parse_claim(reply: Any) -> Claim:
     return Claim(held=_as_int(reply[0]) == 1, owner=_as_bytes(reply[1]).decode("utf-8", "replace"))
 
 
-def claim_call(keys: QueueKeys, owner: str, release: bool = False) -> ScriptCall[Claim]:
+def claim_call(
+    keys: QueueKeys, owner: str, release: bool = False, replace: str = ""
+) -> ScriptCall[Claim]:
     """Claim the queue for ``owner`` (first claim wins; the owner claiming again is a no-op),
-    or with ``release`` give it up (only its owner can). One atomic script (``claim.lua``)."""
+    or with ``release`` give it up (only its owner can). ``replace``: also take the queue when
+    exactly this owner holds it (a deleted earlier incarnation of the same group whose release
+    never ran: same namespace and name, another uid). One atomic script (``claim.lua``)."""
     if not owner:
         raise ValueError("owner must not be empty")
+    if release and replace:
+        raise ValueError("release and replace exclude each other")
+    if replace:
+        return ScriptCall("claim", (keys.owner,), (owner, "replace", replace), _parse_claim)
     return ScriptCall(
         "claim", (keys.owner,), (owner, "release" if release else "claim"), _parse_claim
     )
