@@ -217,6 +217,8 @@ class Worker:
         self.finished = 0
         self._suspension_logged = False
         self._paused_logged = False
+        #: the pause marker as the last reserve (or look) saw it; None = not looked yet
+        self._paused: bool | None = None
         # idle lanes: one blocks on Redis (BLPOP), the others wait here until a lane that
         # found a job wakes one of them (so an idle process makes one blocking call, not N)
         self._idle = asyncio.Condition()
@@ -322,6 +324,8 @@ class Worker:
             self.stop("max jobs reached")
             return
         if self.pacer is not None:
+            if await self._paused_before_permit(lane):
+                return
             granted = await self._provider_permit(lane)
             if granted == 0:
                 return
@@ -351,15 +355,13 @@ class Worker:
         if result.invalid:
             log.info("%d unreadable payload(s) moved to failed", result.invalid)
         if result.paused:
+            self._paused = True
             await self._give_back(lane, granted)
-            if not self._paused_logged:
-                log.warning("group paused (%s set): taking no jobs", self.keys.paused)
-                self._paused_logged = True
+            self._log_pause(True)
             await self._sleep(PAUSED_POLL)
             return
-        if self._paused_logged:
-            log.info("group no longer paused: taking jobs again")
-            self._paused_logged = False
+        self._paused = False
+        self._log_pause(False)
         if not result.jobs:
             await self._give_back(lane, granted)
             await self._wait_for_work()
@@ -381,6 +383,33 @@ class Worker:
             self.finished += 1
             if self.config.max_jobs and self.finished >= self.config.max_jobs:
                 self.stop("max jobs reached")
+
+    def _log_pause(self, paused: bool) -> None:
+        if paused and not self._paused_logged:
+            log.warning("group paused (%s set): taking no jobs", self.keys.paused)
+            self._paused_logged = True
+        elif not paused and self._paused_logged:
+            log.info("group no longer paused: taking jobs again")
+            self._paused_logged = False
+
+    async def _paused_before_permit(self, lane: _Lane) -> bool:
+        """With a provider: while the group is paused (or at start, before anything was seen),
+        look at the pause marker (one EXISTS on the group's Redis) before taking a permit, and
+        wait :data:`PAUSED_POLL` seconds while it is set. A paused group's lanes then never
+        take and give back provider permits or leases (the provider's Redis may be another
+        one, so the permit script cannot read the marker itself). Once ``reserve`` saw no
+        marker, this costs nothing: ``reserve``'s answer says when a pause starts."""
+        if self._paused is False:
+            return False
+        paused = bool(await self.client.exists(self.keys.paused))
+        self._log_pause(paused)
+        if not paused:
+            self._paused = False
+            return False
+        self._paused = True
+        await self._flush(lane)
+        await self._sleep(PAUSED_POLL)
+        return True
 
     async def _provider_permit(self, lane: _Lane) -> int:
         """One permit from the provider's budget and the group's share (one round trip when
