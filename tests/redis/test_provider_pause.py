@@ -57,8 +57,8 @@ class Monitor:
                 except (redis.ConnectionError, ValueError):
                     return
                 text = str(cmd.get("command", ""))
-                if TAG in text:
-                    self.seen.append((time.time(), text))
+                if TAG in text:  # stamped with the server's time of the command
+                    self.seen.append((float(cmd["time"]), text))
 
     def since(self, t: float) -> list[str]:
         return [c for at, c in list(self.seen) if at >= t]

@@ -173,6 +173,8 @@ class _Lane:
     #: recipients of the lane's last mail beyond the one its permit counted (provider pacing:
     #: charged on the lane's next permit call)
     debt: int = 0
+    #: whether the lane holds a provider concurrency lease (from its last granted permit)
+    leased: bool = False
 
 
 class Worker:
@@ -398,7 +400,9 @@ class Worker:
         wait :data:`PAUSED_POLL` seconds while it is set. A paused group's lanes then never
         take and give back provider permits or leases (the provider's Redis may be another
         one, so the permit script cannot read the marker itself). Once ``reserve`` saw no
-        marker, this costs nothing: ``reserve``'s answer says when a pause starts."""
+        marker, this costs nothing: ``reserve``'s answer says when a pause starts. A lane that
+        still holds the lease of the mail it sent when the pause came releases it, once."""
+        assert self.pacer is not None
         if self._paused is False:
             return False
         paused = bool(await self.client.exists(self.keys.paused))
@@ -408,6 +412,10 @@ class Worker:
             return False
         self._paused = True
         await self._flush(lane)
+        if lane.leased:  # its last mail's lease goes now, once; then nothing until resumed
+            await self.pacer.release(self.pacer.lane_id(lane.index), lane.debt)
+            lane.debt = 0
+            lane.leased = False
         await self._sleep(PAUSED_POLL)
         return True
 
@@ -419,12 +427,14 @@ class Worker:
         permit = await self.pacer.try_take(lane_id, lane.debt)
         lane.debt = 0
         if not permit.granted:
+            lane.leased = False  # a refused call drops the lane's lease
             await self._flush(lane)  # do not hold an acknowledgement while waiting
             if permit.why.startswith("suspended:"):
                 log.debug("provider %s: %s", self.pacer.config.id, permit.why)
             if not await self.pacer.take(lane_id, self.stopping):
                 await self.pacer.release(lane_id)
                 return 0
+        lane.leased = True
         if self.pacer.last is not None:
             self.metrics.rate.labels(*self.metrics.group).set(self.pacer.last.per_minute or 0)
         return 1
@@ -433,6 +443,7 @@ class Worker:
         """Return an unused permit (no job, or stopping)."""
         if self.pacer is not None:
             await self.pacer.give_back(self.pacer.lane_id(lane.index))
+            lane.leased = False
         elif not self.limiter.unlimited:
             await self.limiter.give_back(granted, self.backpressure.run)
 
@@ -451,6 +462,7 @@ class Worker:
         if self.pacer is not None:  # a suspended group holds no provider lease
             await self.pacer.release(self.pacer.lane_id(lane.index), lane.debt)
             lane.debt = 0
+            lane.leased = False
         await self._sleep(min(remaining, 5.0))
         return True
 
