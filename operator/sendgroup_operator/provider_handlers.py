@@ -17,14 +17,14 @@ import asyncio
 import os
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final
 
 import kopf
 import pydantic
 
-from sendgroup_operator import models, provider_io, provider_plan
+from sendgroup_operator import models, plan, provider_io, provider_plan
 from sendgroup_operator.conditions import set_condition
 from sendgroup_operator.provider_dns import MxCache
 from sendgroup_operator.provider_models import (
@@ -225,6 +225,11 @@ async def _pass(
     )
     for event in events:
         kopf.event(body, type=event.type, reason=event.reason, message=event.message)
+    if events:
+        # a rule fired or expired: the groups' Suspended/Throttled follow within about a
+        # second (their passes read activeRules from the index once this patch is in)
+        for demand in demands:
+            memo.runtime.kick(demand.key, PROVIDER_INTERVAL)
     if changed:
         patch.status.update(status.model_dump(mode="json", by_alias=True))
 
@@ -276,21 +281,29 @@ class GroupProvider:
 
     resolution: provider_plan.Resolution
     env: list[dict[str, Any]]
+    #: the provider's pushback rules in force (its ``status.activeRules``)
+    rules: list[plan.ProviderRule] = field(default_factory=list)
 
 
 async def group_provider(
     namespace: str, name: str, spec: models.SendGroupSpec, indexes: Mapping[str, Any]
 ) -> GroupProvider:
     """Resolve one group from kopf's provider indexes (``indexes``: the handler's kwargs, which
-    kopf fills with every index: ``namespaced_providers`` and ``cluster_providers``). MX
-    lookups run in a thread (cached by TTL)."""
+    kopf fills with every index: ``namespaced_providers`` and ``cluster_providers``), with the
+    provider's rules in force from its status there. MX lookups run in a thread (cached by
+    TTL)."""
     namespaced = _parse_providers(_values(indexes.get("namespaced_providers"), namespace))
     cluster = _parse_providers(_values(indexes.get("cluster_providers"), ""))
     r = await asyncio.to_thread(resolve_group, spec, namespace, namespaced, cluster)
     env: list[dict[str, Any]] = []
+    rules: list[plan.ProviderRule] = []
     if r.provider is not None and r.spec is not None:
         own_ns = namespace if r.provider.kind == models.PROVIDER_KIND else None
         env = provider_plan.worker_provider_env(
             r.provider.kind, r.provider.name, own_ns, r.spec, f"{namespace}/{name}"
         )
-    return GroupProvider(r, env)
+        pool = namespaced if r.provider.kind == models.PROVIDER_KIND else cluster
+        found = next((p for p in pool if p.metadata.get("name") == r.provider.name), None)
+        if found is not None:
+            rules = provider_plan.group_rules(found)
+    return GroupProvider(r, env, rules)

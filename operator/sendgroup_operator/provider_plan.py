@@ -25,6 +25,7 @@ from sendgroup_operator.models import (
     ResolvedProvider,
     SendGroupSpec,
 )
+from sendgroup_operator.plan.types import ProviderRule, rule_reason
 from sendgroup_operator.provider_models import (
     ActiveRule,
     EffectiveRate,
@@ -489,7 +490,7 @@ def provider_status(
             conds,
             "Suspended",
             "True",
-            f"Rule{_camel(r.name)}",
+            rule_reason(r.name),
             f"rule {r.name}: {r.describe()} until {_iso(r.until)}",
             now,
             generation,
@@ -501,7 +502,7 @@ def provider_status(
     if throttle:
         text = "; ".join(f"rule {r.name}: {r.describe()}" for r in throttle)
         set_condition(
-            conds, "Throttled", "True", f"Rule{_camel(throttle[0].name)}", text, now, generation
+            conds, "Throttled", "True", rule_reason(throttle[0].name), text, now, generation
         )
     else:
         set_condition(
@@ -535,9 +536,24 @@ def _iso(seconds: float) -> str:
     return datetime.fromtimestamp(seconds, UTC).isoformat(timespec="seconds")
 
 
-def _camel(name: str) -> str:
-    """``unusual-rate`` -> ``UnusualRate`` (a condition reason is one CamelCase word)."""
-    return "".join(part[:1].upper() + part[1:] for part in name.split("-") if part)
+def group_rules(provider: SendProvider) -> list[ProviderRule]:
+    """The provider's rules in force as its groups' planner takes them: one
+    :class:`~sendgroup_operator.plan.types.ProviderRule` per ``status.activeRules`` entry,
+    with the rule's index in ``spec.pushback.rules`` (None when the spec no longer has it)."""
+    index = {r.name: i for i, r in enumerate(provider.spec.pushback.rules)}
+    label = f"{provider.kind} {_name(provider)}"
+    return [
+        ProviderRule(
+            provider=label,
+            rule=a.rule,
+            index=index.get(a.rule),
+            action=a.action,
+            since=a.since,
+            until=a.until,
+            reply=a.reply,
+        )
+        for a in provider.status.active_rules
+    ]
 
 
 def record_resolution(

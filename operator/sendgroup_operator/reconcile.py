@@ -580,7 +580,16 @@ async def _pass(
     )
     rt.provider_env[key] = chosen.env
     result = plan.plan(
-        group, spec, status, observed, measured, allowed, rt.settings, now, chosen.env
+        group,
+        spec,
+        status,
+        observed,
+        measured,
+        allowed,
+        rt.settings,
+        now,
+        chosen.env,
+        chosen.rules,
     )
     if provider_plan.record_resolution(result.status, chosen.resolution, now, group.generation):
         result.write_status = True

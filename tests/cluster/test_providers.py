@@ -219,3 +219,118 @@ def test_a_group_whose_host_matches_no_provider_says_so(
     assert cond is not None and (cond["status"], cond["reason"]) == ("False", "NoProviderMatched")
     assert "own limits" in cond["message"]
     assert not objects.status("lonely").get("provider")
+
+
+def test_a_group_names_the_provider_rule_that_suspends_or_throttles_it_until_it_expires(
+    operator: OperatorProcess,
+    objects: Objects,
+    redis_client: redis.Redis,
+    redis_url: str,
+    namespace: str,
+) -> None:
+    """Two rules of one provider fire (a worker counts the replies in Redis, as in a real
+    send): the group's ``Suspended`` and ``Throttled`` conditions name the provider, the rule,
+    its index, the action, its end and the reply, within seconds; both clear once the rules
+    expired (the Suspend rule at its ``until``, the ScaleRate rule after its recovery)."""
+    blocked = {
+        "name": "blocked",
+        "codes": [554],
+        "pattern": "(?i)blocked",
+        "trigger": {"immediate": True},
+        "action": {"suspend": True},
+        "duration": "6s",
+    }
+    objects.apply(
+        _provider(
+            "SendProvider",
+            "slowmail",
+            {
+                "match": {"domains": ["slowmail.example"]},
+                "rate": {"perMinute": 600},
+                "pushback": {"rules": [RULE, blocked]},
+            },
+        )
+    )
+    push(redis_client, "mail-held", 20)
+    objects.apply(sendgroup("held", host="slowmail.example"))
+    wait_for(lambda: bool(objects.status("held").get("provider")), 30, "status.provider")
+    wait_for(
+        lambda: (objects.condition("held", "Throttled") or {}).get("status") == "False",
+        30,
+        "Throttled False before any rule",
+    )
+
+    async def fire() -> None:
+        client: redis.asyncio.Redis[bytes] = redis.asyncio.Redis.from_url(redis_url)
+        rules = [
+            {
+                "name": "unusual-rate",
+                "codes": [421],
+                "pattern": "(?i)unusual rate",
+                "action": "scale",
+                "value": 20,
+                "duration": 4.0,
+                "step_percent": 100,
+                "every": 1.0,
+            },
+            {
+                "name": "blocked",
+                "codes": [554],
+                "pattern": "(?i)blocked",
+                "action": "suspend",
+                "duration": 6.0,
+            },
+        ]
+        cfg = ProviderConfig.model_validate(
+            {"id": f"sp/{namespace}/slowmail", "group": f"{namespace}/held", "rules": rules}
+        )
+        pacer = ProviderPacer(client, cfg, RatePolicy(per_minute=None), 10)
+        assert await pacer.record_reply("421 4.7.28 unusual rate of unsolicited mail")
+        assert await pacer.record_reply("554 5.7.1 Message blocked")
+        await client.connection_pool.disconnect()
+
+    asyncio.run(fire())
+    fired = time.monotonic()
+
+    def named(type_: str, reason: str) -> bool:
+        cond = objects.condition("held", type_) or {}
+        return cond.get("status") == "True" and cond.get("reason") == reason
+
+    wait_for(
+        lambda: named("Suspended", "RuleBlocked") and named("Throttled", "RuleUnusualRate"),
+        15,
+        "the group names the rules",
+    )
+    seen = time.monotonic() - fired
+    suspended = objects.condition("held", "Suspended") or {}
+    throttled = objects.condition("held", "Throttled") or {}
+    assert suspended["message"].startswith(
+        "SendProvider slowmail rule blocked (spec.pushback.rules[1]): Suspend until "
+    ), suspended
+    assert '(fired by "554 5.7.1 Message blocked")' in suspended["message"]
+    assert throttled["message"].startswith(
+        "SendProvider slowmail rule unusual-rate (spec.pushback.rules[0]): ScaleRate(20%) "
+    ), throttled
+    assert "421 4.7.28 unusual rate" in throttled["message"]
+    reasons = {
+        (e["reason"], e["type"])
+        for e in objects.list("events")
+        if e["involvedObject"].get("kind") == "SendGroup"
+        and e["involvedObject"].get("name") == "held"
+    }
+    assert {("Suspended", "Warning"), ("Throttled", "Normal")} <= reasons
+    print(f"the group named the provider's rules {seen:.1f}s after they fired")
+
+    wait_for(
+        lambda: (objects.condition("held", "Suspended") or {}).get("status") == "False",
+        20,
+        "expiry",
+    )
+    cleared = time.monotonic() - fired
+    assert 5.0 <= cleared <= 9.0, cleared  # the Suspend rule lasts 6 s
+    wait_for(
+        lambda: (objects.condition("held", "Throttled") or {}).get("status") == "False",
+        20,
+        "the ScaleRate rule's recovery",
+    )
+    print(f"Suspended cleared {cleared:.1f}s after firing (rule: 6 s)")

@@ -173,6 +173,8 @@ class _Lane:
     #: recipients of the lane's last mail beyond the one its permit counted (provider pacing:
     #: charged on the lane's next permit call)
     debt: int = 0
+    #: whether the lane holds a provider concurrency lease (from its last granted permit)
+    leased: bool = False
 
 
 class Worker:
@@ -217,6 +219,8 @@ class Worker:
         self.finished = 0
         self._suspension_logged = False
         self._paused_logged = False
+        #: the pause marker as the last reserve (or look) saw it; None = not looked yet
+        self._paused: bool | None = None
         # idle lanes: one blocks on Redis (BLPOP), the others wait here until a lane that
         # found a job wakes one of them (so an idle process makes one blocking call, not N)
         self._idle = asyncio.Condition()
@@ -322,6 +326,8 @@ class Worker:
             self.stop("max jobs reached")
             return
         if self.pacer is not None:
+            if await self._paused_before_permit(lane):
+                return
             granted = await self._provider_permit(lane)
             if granted == 0:
                 return
@@ -351,15 +357,13 @@ class Worker:
         if result.invalid:
             log.info("%d unreadable payload(s) moved to failed", result.invalid)
         if result.paused:
+            self._paused = True
             await self._give_back(lane, granted)
-            if not self._paused_logged:
-                log.warning("group paused (%s set): taking no jobs", self.keys.paused)
-                self._paused_logged = True
+            self._log_pause(True)
             await self._sleep(PAUSED_POLL)
             return
-        if self._paused_logged:
-            log.info("group no longer paused: taking jobs again")
-            self._paused_logged = False
+        self._paused = False
+        self._log_pause(False)
         if not result.jobs:
             await self._give_back(lane, granted)
             await self._wait_for_work()
@@ -382,6 +386,39 @@ class Worker:
             if self.config.max_jobs and self.finished >= self.config.max_jobs:
                 self.stop("max jobs reached")
 
+    def _log_pause(self, paused: bool) -> None:
+        if paused and not self._paused_logged:
+            log.warning("group paused (%s set): taking no jobs", self.keys.paused)
+            self._paused_logged = True
+        elif not paused and self._paused_logged:
+            log.info("group no longer paused: taking jobs again")
+            self._paused_logged = False
+
+    async def _paused_before_permit(self, lane: _Lane) -> bool:
+        """With a provider: while the group is paused (or at start, before anything was seen),
+        look at the pause marker (one EXISTS on the group's Redis) before taking a permit, and
+        wait :data:`PAUSED_POLL` seconds while it is set. A paused group's lanes then never
+        take and give back provider permits or leases (the provider's Redis may be another
+        one, so the permit script cannot read the marker itself). Once ``reserve`` saw no
+        marker, this costs nothing: ``reserve``'s answer says when a pause starts. A lane that
+        still holds the lease of the mail it sent when the pause came releases it, once."""
+        assert self.pacer is not None
+        if self._paused is False:
+            return False
+        paused = bool(await self.client.exists(self.keys.paused))
+        self._log_pause(paused)
+        if not paused:
+            self._paused = False
+            return False
+        self._paused = True
+        await self._flush(lane)
+        if lane.leased:  # its last mail's lease goes now, once; then nothing until resumed
+            await self.pacer.release(self.pacer.lane_id(lane.index), lane.debt)
+            lane.debt = 0
+            lane.leased = False
+        await self._sleep(PAUSED_POLL)
+        return True
+
     async def _provider_permit(self, lane: _Lane) -> int:
         """One permit from the provider's budget and the group's share (one round trip when
         granted at once); 0 when the worker stopped while waiting."""
@@ -390,12 +427,14 @@ class Worker:
         permit = await self.pacer.try_take(lane_id, lane.debt)
         lane.debt = 0
         if not permit.granted:
+            lane.leased = False  # a refused call drops the lane's lease
             await self._flush(lane)  # do not hold an acknowledgement while waiting
             if permit.why.startswith("suspended:"):
                 log.debug("provider %s: %s", self.pacer.config.id, permit.why)
             if not await self.pacer.take(lane_id, self.stopping):
                 await self.pacer.release(lane_id)
                 return 0
+        lane.leased = True
         if self.pacer.last is not None:
             self.metrics.rate.labels(*self.metrics.group).set(self.pacer.last.per_minute or 0)
         return 1
@@ -404,6 +443,7 @@ class Worker:
         """Return an unused permit (no job, or stopping)."""
         if self.pacer is not None:
             await self.pacer.give_back(self.pacer.lane_id(lane.index))
+            lane.leased = False
         elif not self.limiter.unlimited:
             await self.limiter.give_back(granted, self.backpressure.run)
 
@@ -422,6 +462,7 @@ class Worker:
         if self.pacer is not None:  # a suspended group holds no provider lease
             await self.pacer.release(self.pacer.lane_id(lane.index), lane.debt)
             lane.debt = 0
+            lane.leased = False
         await self._sleep(min(remaining, 5.0))
         return True
 

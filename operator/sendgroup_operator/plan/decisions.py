@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from sendgroup_operator import builders, conditions, models
 from sendgroup_operator.conditions import ConditionStatus
-from sendgroup_operator.plan.types import Action, CreateJob, Event, Group, Plan
+from sendgroup_operator.plan.types import Action, CreateJob, Event, Group, Plan, ProviderRule
 
 
 class Decisions:
@@ -31,6 +31,8 @@ class Decisions:
         self.busy = False
         #: env entries of the group's provider (part of the worker pod template)
         self.provider_env: Sequence[Mapping[str, Any]] = ()
+        #: the provider's pushback rules that act now (``Suspended`` / ``Throttled``)
+        self.provider_rules: Sequence[ProviderRule] = ()
 
     def cond(self, type_: str, status: ConditionStatus, reason: str, message: str) -> None:
         old = conditions.find(self.old.conditions, type_)

@@ -51,6 +51,7 @@ from sendgroup_operator.plan.types import (
     Measurement,
     Observed,
     Plan,
+    ProviderRule,
     PurgeQueue,
     QueueError,
     QueueMeasure,
@@ -102,16 +103,21 @@ def plan(
     settings: Settings,
     now: datetime,
     provider_env: Sequence[Mapping[str, Any]] = (),
+    provider_rules: Sequence[ProviderRule] = (),
 ) -> Plan:
     """Decide one reconciliation pass for one SendGroup (see the module docstring).
 
     ``allowed``: workers the global cap grants this group now (:mod:`fairshare`).
     ``provider_env``: the worker env entries of the group's provider (issue 14), part of the
-    pod template the Deployment must have.
+    pod template the Deployment must have. ``provider_rules``: the provider's pushback rules
+    in force (its ``status.activeRules``): a Suspend rule sets ``Suspended``, a ScaleRate or
+    CapConcurrency rule ``Throttled``, each naming the rule; a pass follows the earliest
+    ``until`` so the condition clears on time.
     Raises ``durations.InvalidDuration`` only for a spec the CRD would have rejected.
     """
     b = Decisions(group, spec, status, now)
     b.provider_env = provider_env
+    b.provider_rules = [r for r in provider_rules if r.holds(now)]
     st = b.status
     if (
         st.operation is not None
@@ -127,18 +133,9 @@ def plan(
         _pause_marker(b, observed, measure)
         record_measure(b, measure)
         failed_jobs(b, measure)
-        if measure.suspended_seconds > 0:
-            b.cond(
-                conditions.SUSPENDED,
-                "True",
-                "ProviderPushback",
-                f"{spec.backpressure.suspend_after} temporary failures in a row or a deferral "
-                "reply: workers stopped sending for a while",
-            )
-        else:
-            b.cond(conditions.SUSPENDED, "False", "Sending", "no provider pushback")
     else:
         b.cond(conditions.QUEUE_REACHABLE, "False", "RedisUnreachable", measure.message)
+    _suspended(b, measure)
 
     desired = desired_workers(spec, settings)
     st.workers.desired = desired
@@ -165,6 +162,7 @@ def plan(
         b.event("Normal", "Expired", "ttlSecondsAfterFinished passed: deleting the group")
 
     progress_percent(st)
+    _follow_rules(b, settings)
     b.plan.write_status = meaningful_change(status, st, now, settings.status_refresh)
     if b.plan.write_status:
         st.last_refresh = now
@@ -173,6 +171,44 @@ def plan(
     if b.busy:
         b.plan.requeue_after = BUSY_REQUEUE
     return b.plan
+
+
+def _suspended(b: Decisions, measure: Measurement) -> None:
+    """Condition ``Suspended``: a provider Suspend rule in force (reason ``Rule<Name>`` as on
+    the provider, e.g. ``RuleBlocked``; the message names provider, rule, action and end),
+    else the group's own backpressure (``ProviderPushback``: the workers report a suspension
+    in Redis), else False. Unchanged when Redis could not be measured and no provider rule
+    holds."""
+    suspend = [r for r in b.provider_rules if r.suspends]
+    if suspend:
+        b.cond(
+            conditions.SUSPENDED,
+            "True",
+            suspend[0].reason,
+            "; ".join(r.describe(b.now) for r in suspend) + ": no mail is sent to the provider",
+        )
+    elif isinstance(measure, QueueMeasure) and measure.suspended_seconds > 0:
+        b.cond(
+            conditions.SUSPENDED,
+            "True",
+            "ProviderPushback",
+            f"{b.spec.backpressure.suspend_after} temporary failures in a row or a deferral "
+            "reply: workers stopped sending for a while",
+        )
+    elif isinstance(measure, QueueMeasure):
+        b.cond(conditions.SUSPENDED, "False", "Sending", "no provider pushback")
+
+
+def _follow_rules(b: Decisions, settings: Settings) -> None:
+    """Ask for a pass when the earliest provider rule ends (if sooner than the reaper's own
+    interval), so ``Suspended`` / ``Throttled`` clear on time."""
+    ends = [(r.until - b.now).total_seconds() for r in b.provider_rules if r.until > b.now]
+    if not ends:
+        return
+    wait = max(0.5, min(ends) + 0.1)
+    if wait < settings.reaper_interval:
+        current = b.plan.requeue_after
+        b.plan.requeue_after = wait if current is None else min(current, wait)
 
 
 def _keeps_workers(b: Decisions, observed: Observed) -> bool:
@@ -292,15 +328,7 @@ def _serve(
     the workers converged to the spec (``allowed`` of them) while there is work or workers."""
     spec, st, now = b.spec, b.status, b.now
     conditions.remove_condition(st.conditions, conditions.DUMPED)
-    throttled = (total > 0 or dep is not None) and allowed < st.workers.desired
-    b.cond(
-        conditions.THROTTLED,
-        "True" if throttled else "False",
-        "GlobalCap" if throttled else "WithinCap",
-        f"maxTotalWorkers allows {allowed} of {st.workers.desired} workers"
-        if throttled
-        else "no global cap applies",
-    )
+    _throttled(b, total > 0 or dep is not None, allowed)
     if total == 0 and measured and spec.state == models.State.COMPLETED:
         if dep is not None:
             b.act(DeleteDeployment())
@@ -342,6 +370,24 @@ def _serve(
         b.cond(conditions.READY, "False", conditions.REASON_IDLE, "queue empty, no workers")
     else:
         b.cond(conditions.READY, "False", conditions.REASON_NO_WORK, "no jobs yet")
+
+
+def _throttled(b: Decisions, active: bool, allowed: int) -> None:
+    """Condition ``Throttled`` of a group with work or workers (``active``): a provider
+    ScaleRate / CapConcurrency rule in force (reason ``Rule<Name>``, e.g. ``RuleUnusualRate``;
+    the message names provider, rule, action and end, and the global cap too when it holds),
+    else the global cap (``GlobalCap``), else False."""
+    desired = b.status.workers.desired
+    capped = active and allowed < desired
+    cap = f"maxTotalWorkers allows {allowed} of {desired} workers"
+    rules = [r for r in b.provider_rules if not r.suspends] if active else []
+    if rules:
+        text = "; ".join(r.describe(b.now) for r in rules)
+        b.cond(conditions.THROTTLED, "True", rules[0].reason, text + (f"; {cap}" if capped else ""))
+    elif capped:
+        b.cond(conditions.THROTTLED, "True", "GlobalCap", cap)
+    else:
+        b.cond(conditions.THROTTLED, "False", "WithinCap", "no global cap or provider rule applies")
 
 
 def _stale(b: Decisions, dep: DeploymentObs, settings: Settings) -> bool:

@@ -77,6 +77,59 @@ class Observed:
     jobs_listed: bool = False
 
 
+def rule_reason(name: str) -> str:
+    """The condition reason naming pushback rule ``name``: ``unusual-rate`` ->
+    ``RuleUnusualRate`` (one CamelCase word; the same on the provider and on its groups)."""
+    return "Rule" + "".join(part[:1].upper() + part[1:] for part in name.split("-") if part)
+
+
+@dataclass(frozen=True)
+class ProviderRule:
+    """A pushback rule of the group's provider in force, as the provider's status lists it
+    (``status.activeRules``, written once a second by the provider's pass).
+
+    ``provider``: ``"<kind> <name>"`` (``ClusterSendProvider google``); ``rule``: its name and
+    ``index`` its position in the provider's ``spec.pushback.rules`` (None: no longer in the
+    spec); ``action``: ``Suspend``, ``ScaleRate(<n>%)`` or ``CapConcurrency(<n>)``; ``since`` /
+    ``until``: when it fired and when its action ends (a ScaleRate rule then recovers
+    additively and stays listed until recovered); ``reply``: the reply that fired it.
+    """
+
+    provider: str
+    rule: str
+    index: int | None
+    action: str
+    since: datetime
+    until: datetime
+    reply: str = ""
+
+    @property
+    def reason(self) -> str:
+        """The condition reason naming the rule (:func:`rule_reason`)."""
+        return rule_reason(self.rule)
+
+    @property
+    def suspends(self) -> bool:
+        """A Suspend rule (the group's ``Suspended`` condition), else a throttle."""
+        return self.action == "Suspend"
+
+    def holds(self, now: datetime) -> bool:
+        """Whether it acts at ``now``: Suspend and CapConcurrency until ``until``; ScaleRate
+        while listed (it recovers after ``until``)."""
+        return self.action.startswith("ScaleRate") or now < self.until
+
+    def describe(self, now: datetime) -> str:
+        """One line naming the rule, e.g. ``ClusterSendProvider google rule unusual-rate
+        (spec.pushback.rules[0]): ScaleRate(20%) until 2026-12-01T15:00:00+00:00 (fired by
+        "421 4.7.28 ...")``."""
+        where = f" (spec.pushback.rules[{self.index}])" if self.index is not None else ""
+        until = self.until.isoformat(timespec="seconds")
+        when = f"until {until}" if now < self.until else f"recovering since {until}"
+        reply = self.reply.strip()
+        fired = f' (fired by "{reply[:200]}")' if reply else ""
+        return f"{self.provider} rule {self.rule}{where}: {self.action} {when}{fired}"
+
+
 @dataclass(frozen=True)
 class Group:
     """Metadata of the SendGroup the plan is for."""
