@@ -1,5 +1,6 @@
 """A real 3-master Redis Cluster on loopback (optionally one replica per master), for hash-tag,
-CROSSSLOT, failover and resharding tests.
+CROSSSLOT, failover and resharding tests; or on another local address (the local node's pod
+gateway) where pods reach it, for the end-to-end tier.
 
 Each node is a :class:`RedisServer` started with ``cluster-enabled yes``; the slots are
 assigned with ``redis-cli --cluster create`` (Debian's ``redis-tools``, installed with
@@ -20,16 +21,16 @@ import redis.cluster
 from tests.support.redis_server import RedisServer
 
 
-def _cluster_ports() -> tuple[int, int]:
-    """(client port, cluster bus port), both free a moment ago; the client port is <= 55535
-    because Redis refuses higher ones in cluster mode."""
+def _cluster_ports(host: str = "127.0.0.1") -> tuple[int, int]:
+    """(client port, cluster bus port), both free on ``host`` a moment ago; the client port is
+    <= 55535 because Redis refuses higher ones in cluster mode."""
     for _ in range(200):
         port = random.randint(20000, 55000)
         bus = port + 10000
         try:
             for p in (port, bus):
                 with socket.socket() as sock:
-                    sock.bind(("127.0.0.1", p))
+                    sock.bind((host, p))
         except OSError:
             continue
         return port, bus
@@ -40,7 +41,9 @@ class RedisCluster:
     """``masters`` ``redis-server`` cluster nodes on free loopback ports, plus ``replicas``
     replicas per master. ``node_timeout``: ``cluster-node-timeout`` in ms (a dead primary is
     replaced by its replica about that long after it died). ``build``: the server build
-    (:func:`tests.support.redis_server.server_binary`)."""
+    (:func:`tests.support.redis_server.server_binary`). ``host``: the address every node binds
+    and announces (``cluster-announce-ip``, so ``CLUSTER SLOTS`` and ``MOVED`` name it): loopback,
+    or the local node's pod gateway so pods reach the nodes the slot map names."""
 
     def __init__(
         self,
@@ -48,28 +51,32 @@ class RedisCluster:
         replicas: int = 0,
         node_timeout: int = 5000,
         build: str | None = None,
+        host: str = "127.0.0.1",
     ) -> None:
         self.replicas = replicas
+        self.host = host
         self.servers = []
         for _ in range(nodes * (1 + replicas)):
-            port, bus = _cluster_ports()
+            port, bus = _cluster_ports(host)
             config = {
                 "cluster-enabled": "yes",
                 "cluster-config-file": "nodes.conf",
                 "cluster-node-timeout": str(node_timeout),
                 "cluster-port": str(bus),
             }
-            self.servers.append(RedisServer(config=config, port=port, build=build))
+            if host != "127.0.0.1":
+                config["cluster-announce-ip"] = host
+            self.servers.append(RedisServer(config=config, port=port, build=build, host=host))
 
     @property
     def url(self) -> str:
         """URL of the first node (cluster clients discover the others from it)."""
-        return f"redis://127.0.0.1:{self.servers[0].port}/0"
+        return f"redis://{self.host}:{self.servers[0].port}/0"
 
     @property
     def seed_url(self) -> str:
         """``redis+cluster://`` URL naming every node as a seed."""
-        return "redis+cluster://" + ",".join(f"127.0.0.1:{s.port}" for s in self.servers) + "/"
+        return "redis+cluster://" + ",".join(f"{self.host}:{s.port}" for s in self.servers) + "/"
 
     def primary_for(self, key: str) -> RedisServer:
         """The server that owns ``key``'s slot now."""
@@ -88,7 +95,7 @@ class RedisCluster:
 
     @property
     def startup_nodes(self) -> list[redis.cluster.ClusterNode]:
-        return [redis.cluster.ClusterNode("127.0.0.1", s.port) for s in self.servers]
+        return [redis.cluster.ClusterNode(self.host, s.port) for s in self.servers]
 
     @property
     def nodes(self) -> list[RedisServer]:
@@ -109,7 +116,7 @@ class RedisCluster:
         except RuntimeError:
             self.cleanup()
             raise
-        addrs = [f"127.0.0.1:{s.port}" for s in self.servers]
+        addrs = [f"{self.host}:{s.port}" for s in self.servers]
         out = subprocess.run(
             [cli, "--cluster", "create", *addrs, "--cluster-yes",
              "--cluster-replicas", str(self.replicas)],
