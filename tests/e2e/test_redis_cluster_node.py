@@ -99,8 +99,14 @@ def env(
 ) -> Iterator[Env]:
     started = time.monotonic()
     # The operator's default Redis is the standalone one: the group's spec.redis.url must win.
+    # The cluster's nodes are a Redis tenants may name (issue 16: any other is refused).
     operator = install_operator(
-        node_cluster.kube, e2e_namespace, pod_redis.url, pod_smtp.host, pod_smtp.port
+        node_cluster.kube,
+        e2e_namespace,
+        pod_redis.url,
+        pod_smtp.host,
+        pod_smtp.port,
+        values={"allowedRedisHosts": [pod_cluster.host]},
     )
     e = Env(node_cluster, e2e_namespace, operator, pod_cluster, pod_redis, pod_smtp)
     e.report.append(f"operator installed and running in {time.monotonic() - started:.1f}s")

@@ -77,11 +77,13 @@ def install_operator(
     smtp_host: str,
     smtp_port: int,
     timeout: float = 180,
+    values: dict[str, Any] | None = None,
 ) -> InstalledOperator:
     """``helm install`` the chart as release ``sendgroup-operator`` in ``namespace`` (which
     must exist) with :func:`chart_values`; waits until the operator pod is Running. Undo it
-    with :func:`uninstall_operator`. Raises AssertionError when helm fails or on timeout (with
-    the pods and events of the namespace)."""
+    with :func:`uninstall_operator`. ``values``: more chart values (dotted paths) over those.
+    Raises AssertionError when helm fails or on timeout (with the pods and events of the
+    namespace)."""
     helm(
         "install",
         RELEASE,
@@ -89,7 +91,7 @@ def install_operator(
         os.environ.get(CHART_ENV) or str(CHART),
         "--namespace",
         namespace,
-        *values_args(chart_values(redis_url, smtp_host, smtp_port)),
+        *values_args({**chart_values(redis_url, smtp_host, smtp_port), **(values or {})}),
         kubeconfig=kube.kubeconfig,
     )
     kube.kubectl(
