@@ -46,6 +46,7 @@ async def on_cleanup(memo: Any, **_: Any) -> None:
         task.cancel()
     rt: reconcile.Runtime | None = getattr(memo, "runtime", None)
     if rt is not None:
+        await rt.observer.close()
         await rt.queues.close()
 
 

@@ -28,6 +28,7 @@ from sendgroup_operator import (
     provider_plan,
 )
 from sendgroup_operator.kube import Kube, KubeError
+from sendgroup_operator.observer import Observer
 from sendgroup_operator.queueio import QueueUnavailable, RedisQueues
 from sendgroup_operator.settings import Settings
 
@@ -66,6 +67,12 @@ class Runtime:
     #: Per group: set to wake its reaper daemon before its sleep ends (a change handler's
     #: pass asked for a follow-up pass, see :meth:`kick`).
     wakeups: dict[str, asyncio.Event] = field(default_factory=dict)
+    #: Measures every group's queue in batches and watches idle groups (observer.py); built
+    #: on ``queues``, waking a daemon through :meth:`kick`.
+    observer: Observer = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.observer = Observer(self.queues, lambda key: self.kick(key, 0))
 
     def wakeup(self, key: str) -> asyncio.Event:
         """The event that wakes ``key``'s reaper daemon."""
@@ -99,6 +106,7 @@ class Runtime:
         self.written.pop(key, None)
         self.deployment_writes.pop(key, None)
         self.wakeups.pop(key, None)
+        self.observer.forget(key)
         self.table.forget(key)
 
 
@@ -258,10 +266,12 @@ async def observe(
 async def measure(
     rt: Runtime, group: plan.Group, spec: models.SendGroupSpec
 ) -> tuple[plan.Measurement, str | None]:
-    """Measure the queue; (QueueError, None) when Redis or its Secret is unavailable."""
+    """Measure the queue through the observer (a batched round trip, or an idle group's last
+    measurement); (QueueError, None) when Redis or its Secret is unavailable."""
+    key = f"{group.namespace}/{group.name}"
     try:
         url = await redis_url(rt, group.namespace, spec)
-        return await rt.queues.measure(url, spec.queue_name(group.name)), url
+        return await rt.observer.measure(key, url, spec.queue_name(group.name)), url
     except QueueUnavailable as exc:
         return plan.QueueError(str(exc)), None
 
@@ -402,7 +412,8 @@ async def reconcile(
         if cached is not None and cached[0] == group.uid and _not_older(cached[1], status):
             status = cached[1].model_copy(deep=True)
         measured, url = await measure(rt, group, spec)
-        if plan.skips_observation(group, spec, status, measured):
+        idle = plan.skips_observation(group, spec, status, measured)
+        if idle:
             observed = plan.Observed()  # idle: no API request at all in this pass
         else:
             observed = await observe(rt, group, spec, status, deployments)
@@ -426,6 +437,11 @@ async def reconcile(
             logger.warning("apply failed: %s", exc)
         else:
             plan.applied(result)
+        # idle and staying so: the observer answers its next passes without Redis and wakes
+        # it when jobs arrive; anything in motion gets a full measurement next pass
+        rt.observer.settle(
+            key, idle and not result.actions and result.requeue_after is None and not group.deleting
+        )
         if result.write_status:
             rt.written[key] = (group.uid, result.status.model_copy(deep=True))
         rt.demands[key] = min(result.demand, plan.desired_workers(spec, rt.settings))
