@@ -303,7 +303,12 @@ class Observer:
             try:
                 found = await self._check_idle(red.url, idle)
             except (QueueUnavailable, *REDIS_ERRORS, OSError) as exc:
+                # the groups' next passes measure in full, so each reports the outage (its
+                # QueueError condition) as it did without the observer
                 log.debug("idle check of %s failed: %s", safe_host(red.url), exc)
+                for stale in self._entries.values():
+                    if stale.url == red.url:
+                        stale.idle = False
                 continue
             for key in found:
                 entry = self._entries.get(key)

@@ -15,6 +15,7 @@ import redis
 from sendgroup_operator.observer import Observer
 from sendgroup_operator.queueio import QueueUnavailable, RedisQueues
 from sendgroup_worker.queue.keys import QueueKeys
+from tests.support.redis_server import RedisServer
 
 pytestmark = pytest.mark.redis
 
@@ -126,3 +127,26 @@ def test_unreachable_redis_fails_each_waiting_measurement_safely() -> None:
         await observer.close()
 
     asyncio.run(go())
+
+
+def test_an_idle_check_that_fails_sends_the_groups_back_to_full_measurements() -> None:
+    """Redis gone while groups are idle: their next passes measure in full, so each reports
+    the outage (QueueUnavailable) instead of a stale empty queue."""
+    server = RedisServer().start()
+
+    async def go() -> None:
+        observer = Observer(RedisQueues(), wake=lambda key: None, poll_interval=0.1)
+        await observer.measure("ns/a", server.url, "mail-a")
+        observer.settle("ns/a", idle=True)
+        assert observer.idle_groups() == ["ns/a"]
+        server.cleanup()
+        await asyncio.sleep(0.5)
+        assert observer.idle_groups() == []
+        with pytest.raises(QueueUnavailable):
+            await observer.measure("ns/a", server.url, "mail-a")
+        await observer.close()
+
+    try:
+        asyncio.run(go())
+    finally:
+        server.cleanup()
