@@ -207,12 +207,15 @@ def run(n: int, k: int, rest: float, pushes: int, work: Path) -> dict[str, Any]:
         assert op.proc is not None
         pid = op.proc.pid
         phases: dict[str, int] = {}
+        out["cold_start_99_s"] = out["cold_start_s"] = None
+        missing: list[str] = []
         while True:
             if not op.running():
                 raise RuntimeError(f"operator exited:\n{op.log()[-3000:]}")
             items = _list(kube, namespaces)
             phases = {}
             done = 0
+            missing = []
             for item in items:
                 meta, st = item["metadata"], item.get("status") or {}
                 phase = st.get("phase")
@@ -220,15 +223,25 @@ def run(n: int, k: int, rest: float, pushes: int, work: Path) -> dict[str, Any]:
                 kind = kinds[(meta["namespace"], meta["name"])]
                 if st.get("observedGeneration") == meta["generation"] and phase in expected[kind]:
                     done += 1
+                else:
+                    missing.append(f"{meta['namespace']}/{meta['name']} ({kind}: {phase})")
+            if out["cold_start_99_s"] is None and done >= 0.99 * n:
+                out["cold_start_99_s"] = time.monotonic() - t
             if done == n and _deployments(kube, namespaces) >= len(busy):
+                out["cold_start_s"] = time.monotonic() - t
                 break
-            if time.monotonic() - t > 120 + n * 0.3:
-                raise TimeoutError(f"{done}/{n} reconciled; phases {phases}")
+            if time.monotonic() - t > 120 + n * 0.3:  # reported as such; the run goes on
+                print(f"{done}/{n} reconciled; not: {missing[:20]}", file=sys.stderr)
+                break
             time.sleep(1.0)
-        out["cold_start_s"] = time.monotonic() - t
+        out["reconciled"] = n - len(missing)
+        out["not_reconciled"] = missing
         out["cold"] = proc_stats(pid)
         out["phases"] = phases
-        print(f"all reconciled after {out['cold_start_s']:.1f}s: {phases}", file=sys.stderr)
+        print(
+            f"cold start {out['cold_start_s']} s (99 %: {out['cold_start_99_s']}): {phases}",
+            file=sys.stderr,
+        )
 
         time.sleep(15)  # the last passes of the cold start settle (kopf's annotations, status)
         idle = {
@@ -315,8 +328,16 @@ def run(n: int, k: int, rest: float, pushes: int, work: Path) -> dict[str, Any]:
 
 def markdown(out: dict[str, Any]) -> str:
     n, rest, wake = out["groups"], out["rest"], out["wakeup"]
+    cold = out["cold_start_s"]
+    cold_text = (
+        f"{cold:.1f}"
+        if cold is not None
+        else f"not all: {out['reconciled']}/{n} ({len(out['not_reconciled'])} never got a status)"
+    )
+    c99 = out["cold_start_99_s"]
     rows = [
-        ("cold start: all groups reconciled, s", f"{out['cold_start_s']:.1f}", "8.5 / 24.5"),
+        ("cold start: all groups reconciled, s", cold_text, "8.5 / 24.5"),
+        ("cold start: 99 % of groups reconciled, s", "-" if c99 is None else f"{c99:.1f}", "-"),
         (
             "operator RSS at rest, MiB (peak)",
             f"{rest['rss_mib']:.0f} ({rest['hwm_mib']:.0f})",
@@ -357,6 +378,15 @@ def markdown(out: dict[str, Any]) -> str:
         "|---|---|---|",
         *(f"| {a} | {b} | {c} |" for a, b, c in rows),
         "",
+        *(
+            [
+                f"Not reconciled when the cold start gave up ({120 + n * 0.3:.0f} s): "
+                f"{', '.join(out['not_reconciled'][:20])}.",
+                "",
+            ]
+            if out["not_reconciled"]
+            else []
+        ),
         "main's cold start and RSS were measured in separate all-idle and all-busy runs in one "
         "namespace; here one mixed run over several namespaces.",
     ]
