@@ -46,6 +46,7 @@ async def on_cleanup(memo: Any, **_: Any) -> None:
         task.cancel()
     rt: reconcile.Runtime | None = getattr(memo, "runtime", None)
     if rt is not None:
+        await rt.observer.close()
         await rt.queues.close()
 
 
@@ -162,7 +163,9 @@ async def reaper(
     worker_deployments: WorkerDeployments | None = None,
     **kwargs: Any,
 ) -> None:
-    """The reaper: measure the queue, move the clocks, act on deadlines; again after
+    """The reaper: measure the queue (through ``rt.observer``: a batched round trip shared
+    with the other groups on that Redis, or, idle, the last measurement; the observer wakes
+    this daemon when jobs arrive), move the clocks, act on deadlines; again after
     ``requeue_after`` (2 s) while a transition is in motion, else after ``reaperInterval``. A
     failed pass is logged and counted; the loop keeps running until kopf stops it (the group
     is being deleted, or the operator exits)."""

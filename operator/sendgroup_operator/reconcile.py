@@ -30,10 +30,15 @@ from sendgroup_operator import (
     tenancy,
 )
 from sendgroup_operator.kube import Kube, KubeError
+from sendgroup_operator.observer import Observer
 from sendgroup_operator.queueio import QueueUnavailable, RedisQueues
 from sendgroup_operator.settings import Settings
 from sendgroup_worker.queue import protocol
 
+#: Seconds a queue claim this process holds is trusted before it is confirmed in Redis again
+#: (a claim changes only by its owner's release; the recheck catches a Redis that lost its
+#: keys, or an admin's deletion of the claim).
+CLAIM_RECHECK = 300.0
 #: Seconds a Secret's value is cached (it is read again after this, so rotation works).
 SECRET_TTL = 60.0
 #: Seconds after this process wrote a group's Deployment during which its passes GET the
@@ -69,6 +74,15 @@ class Runtime:
     #: Per group: set to wake its reaper daemon before its sleep ends (a change handler's
     #: pass asked for a follow-up pass, see :meth:`kick`).
     wakeups: dict[str, asyncio.Event] = field(default_factory=dict)
+    #: Queue claims this process made or confirmed, (Redis URL, queue) -> (owner id, monotonic
+    #: seconds): confirmed again in Redis only after CLAIM_RECHECK seconds.
+    claims: dict[tuple[str, str], tuple[str, float]] = field(default_factory=dict)
+    #: Measures every group's queue in batches and watches idle groups (observer.py); built
+    #: on ``queues``, waking a daemon through :meth:`kick`.
+    observer: Observer = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.observer = Observer(self.queues, lambda key: self.kick(key, 0))
 
     def wakeup(self, key: str) -> asyncio.Event:
         """The event that wakes ``key``'s reaper daemon."""
@@ -102,6 +116,7 @@ class Runtime:
         self.written.pop(key, None)
         self.deployment_writes.pop(key, None)
         self.wakeups.pop(key, None)
+        self.observer.forget(key)
         self.table.forget(key)
 
 
@@ -327,6 +342,9 @@ async def admit(
             )
             return plan.Refused(tenancy.REASON_REDIS_NOT_ALLOWED, f"{field}: {message}")
     owner = protocol.owner_id(group.namespace, group.name, group.uid)
+    held = rt.claims.get((url, queue))
+    if held is not None and held[0] == owner and time.monotonic() - held[1] < CLAIM_RECHECK:
+        return url  # claimed by this group a moment ago: no Redis call (idle groups stay cheap)
     try:
         claim = await rt.queues.claim(url, queue, owner)
         if not claim.held and claim.owner.startswith(f"{group.namespace}/{group.name}/"):
@@ -334,20 +352,24 @@ async def admit(
     except QueueUnavailable as exc:
         return plan.QueueError(str(exc))
     if not claim.held:
+        rt.claims.pop((url, queue), None)
         return plan.Refused(
             conditions.REASON_QUEUE_CONFLICT, _conflict_message(group, queue, claim.owner)
         )
+    rt.claims[(url, queue)] = (owner, time.monotonic())
     return url
 
 
 async def measure(
     rt: Runtime, group: plan.Group, spec: models.SendGroupSpec, url: str | None = None
 ) -> tuple[plan.Measurement, str | None]:
-    """Measure the queue at ``url`` (default: the group's Redis URL); (QueueError, None) when
-    Redis or its Secret is unavailable."""
+    """Measure the queue at ``url`` (default: the group's Redis URL) through the observer (a
+    batched round trip, or an idle group's last measurement); (QueueError, None) when Redis
+    or its Secret is unavailable."""
+    key = f"{group.namespace}/{group.name}"
     try:
         url = url or await redis_url(rt, group.namespace, spec)
-        return await rt.queues.measure(url, spec.queue_name(group.name)), url
+        return await rt.observer.measure(key, url, spec.queue_name(group.name)), url
     except QueueUnavailable as exc:
         return plan.QueueError(str(exc)), None
 
@@ -432,6 +454,7 @@ async def _apply_one(
         if url is not None:  # Redis unreachable past purgeTimeout: the claim stays (logged)
             owner = protocol.owner_id(group.namespace, group.name, group.uid)
             await rt.queues.claim(url, spec.queue_name(group.name), owner, release=True)
+            rt.claims.pop((url, spec.queue_name(group.name)), None)
             logger.info("queue claim released")
         else:
             logger.warning("Redis unreachable: the queue's claim was not released")
@@ -568,7 +591,8 @@ async def _pass(
         measured, url = admitted, None
     else:
         measured, url = await measure(rt, group, spec, admitted)
-    if plan.skips_observation(group, spec, status, measured):
+    idle = plan.skips_observation(group, spec, status, measured)
+    if idle:
         observed = plan.Observed()  # idle: no API request at all in this pass
     else:
         observed = await observe(rt, group, spec, status, deployments)
@@ -601,6 +625,11 @@ async def _pass(
         logger.warning("apply failed: %s", exc)
     else:
         plan.applied(result)
+    # idle and staying so: the observer answers its next passes without Redis and wakes it
+    # when jobs arrive; anything in motion gets a full measurement next pass
+    rt.observer.settle(
+        key, idle and not result.actions and result.requeue_after is None and not group.deleting
+    )
     if result.write_status:
         rt.written[key] = (group.uid, result.status.model_copy(deep=True))
     granted = plan.granted_after(result, observed)

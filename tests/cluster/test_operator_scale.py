@@ -1,7 +1,9 @@
-"""200 SendGroups: the operator reconciles them all; an idle group costs no API request and
-no write per minute; a busy group with a steady Deployment costs none either (the Deployment is
-read from a watch-fed index, not fetched per reaper pass). Prints the measured figures
-(requests/minute/group, RSS)."""
+"""200 SendGroups: the operator reconciles them all; an idle group costs no API request, no
+write and at most 2 Redis commands per minute (INFO commandstats), and a job pushed to one gets
+its workers asked for within a second (median; issue 15); a busy group with a steady
+Deployment costs none either (the Deployment is read from a watch-fed index, not fetched per
+reaper pass). Prints the measured figures (requests/minute/group, Redis commands/minute/group,
+RSS, wake-up latency)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,8 @@ from typing import Any
 
 import pytest
 import redis
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from tests.cluster.conftest import Objects
 from tests.cluster.test_operator import push, replicas
@@ -21,6 +25,7 @@ pytestmark = pytest.mark.cluster
 
 GROUPS = 200
 WINDOW = 30.0
+WAKEUPS = 20
 
 
 def _rss_mib(pid: int) -> float:
@@ -37,8 +42,14 @@ def _counter(text: str, name: str) -> float:
     raise AssertionError(f"{name} not in metrics")
 
 
+def _redis_calls(client: redis.Redis) -> int:
+    """Every command the server ran so far (INFO commandstats, a script's own commands too)."""
+    info = client.info("commandstats")
+    return sum(int(v["calls"]) for k, v in info.items() if k != "cmdstat_info")
+
+
 def test_two_hundred_idle_groups(
-    operator_factory: Any, objects: Objects, kube_cluster: KubeCluster
+    operator_factory: Any, objects: Objects, kube_cluster: KubeCluster, redis_client: redis.Redis
 ) -> None:
     started = time.monotonic()
     op = operator_factory(SENDGROUP_REAPER_INTERVAL="10", SENDGROUP_STATUS_REFRESH="60")
@@ -59,21 +70,50 @@ def test_two_hundred_idle_groups(
     reconciled_after = time.monotonic() - started
     versions = {i["metadata"]["name"]: i["metadata"]["resourceVersion"] for i in items}
     before = _counter(op.metrics(), "sendgroup_kube_requests_total")
+    redis_before = _redis_calls(redis_client)
     time.sleep(WINDOW)
+    redis_after = _redis_calls(redis_client)
     after = _counter(op.metrics(), "sendgroup_kube_requests_total")
     later = {
         i["metadata"]["name"]: i["metadata"]["resourceVersion"] for i in objects.list("sendgroups")
     }
     writes = sum(1 for name, rv in later.items() if versions.get(name) != rv)
     per_group_minute = (after - before) / GROUPS / (WINDOW / 60)
+    redis_per_group_minute = (redis_after - redis_before) / GROUPS / (WINDOW / 60)
     rss = _rss_mib(op.proc.pid)  # type: ignore[union-attr]
+    apps = client.AppsV1Api(kube_cluster.api_client())
+
+    def deployment(name: str) -> bool:
+        try:
+            apps.read_namespaced_deployment(name, objects.namespace, _preload_content=False)
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True
+
+    latencies = []
+    for i in range(0, GROUPS, GROUPS // WAKEUPS):
+        time.sleep(0.1 + (i % 7) / 10)  # out of step with the observer's poll
+        pushed = time.monotonic()
+        push(redis_client, f"mail-idle-{i:03d}", 1)
+        wait_for(lambda i=i: deployment(f"sg-idle-{i:03d}"), 10, "workers asked for", 0.02)
+        latencies.append(time.monotonic() - pushed)
+    latencies.sort()
+    p50, p99 = latencies[len(latencies) // 2], latencies[-1]
     print(
         f"\n{GROUPS} idle SendGroups: reconciled in {reconciled_after:.1f}s; "
         f"reconciler API requests per idle group per minute: {per_group_minute:.3f}; "
-        f"SendGroup writes in {WINDOW:.0f}s: {writes}; operator RSS: {rss:.0f} MiB"
+        f"Redis commands per idle group per minute: {redis_per_group_minute:.2f}; "
+        f"SendGroup writes in {WINDOW:.0f}s: {writes}; operator RSS: {rss:.0f} MiB; "
+        f"push -> Deployment over {len(latencies)} idle groups: p50 {p50:.2f}s, max {p99:.2f}s"
     )
     assert writes == 0, "a steady idle group must cause no writes"
     assert per_group_minute <= 0.1
+    assert redis_per_group_minute <= 2
+    # the goal (p99 <= 2 s) is the benchmark's (bench/scale); under a loaded CI machine the
+    # test holds what a user would notice: most wake-ups well inside the old 10 s check
+    assert p50 <= 1.0 and p99 <= 5.0, latencies
     assert op.running() and rss < 400
 
 

@@ -1,0 +1,438 @@
+"""``bench/scale [N] [--namespaces K] [--rest SECONDS] [--pushes P]``: one operator, N SendGroups
+(default 1,000) on the local control plane (no node: worker pods stay Pending), issue 15.
+
+The mix, spread round-robin over K namespaces (default 10), created before the operator starts:
+
+* 70 % idle: empty queue, on the operator's default Redis (A) alone, so A's
+  ``INFO commandstats`` is exactly what the idle groups cost;
+* 20 % paused (``spec.paused: true``), empty queue, on Redis B (``spec.redis.url``);
+* 10 % busy: 3 jobs each on Redis B, so each gets its worker Deployment (Running).
+
+Measured, in order:
+
+1. cold start: from the operator process' start until every group has
+   ``status.observedGeneration == metadata.generation`` and its phase (busy: and its
+   Deployment), polled every 1 s;
+2. a rest window (``--rest``, default 60 s): operator RSS and peak RSS, CPU, Redis commands per
+   idle group per minute (Redis A's commandstats delta, INFO excluded), API writes per idle
+   group per hour (idle SendGroups whose ``resourceVersion`` moved, plus kopf peering objects,
+   scaled to an hour), and all API requests of the operator's ServiceAccount (APF counter);
+3. wake-up: ``--pushes`` (default 50) idle groups, one at a time, get one job (ready + notify,
+   as the producer pushes); latency from the push until the group's worker Deployment exists
+   (a GET every 20 ms), p50 / p99 / max.
+
+Writes ``bench/results/scale-<N>-<UTC stamp>.md`` (and ``.json``) and prints the markdown.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from bench.kubebench import SA_FLOW_SCHEMA, apf_dispatched, proc_stats, redis_calls
+from sendgroup_worker.producer import make_mail_payload
+from sendgroup_worker.queue.keys import QueueKeys
+from tests.support import manifests
+from tests.support.cluster import KubeCluster, start_cluster, stop_cluster
+from tests.support.operator_proc import REPO, SA_NAME, OperatorProcess, install_rbac, rbac_objects
+from tests.support.redis_server import RedisServer
+
+GROUP, VERSION, PLURAL = "sendgroups.io", "v1alpha1", "sendgroups"
+RESULTS = Path(__file__).resolve().parent / "results"
+#: main's figures from issue 15 (1,000 groups in one namespace, separate idle and busy runs)
+MAIN_1000 = {
+    "cold start s (idle / busy)": "8.5 / 24.5",
+    "RSS MiB (idle / busy)": "338 / 376",
+    "Redis cmds per idle group per min": "78",
+    "wake-up s (push -> Deployment requested)": "5.75 mean (10 s check)",
+}
+
+
+def _kind(i: int) -> str:
+    r = i % 10
+    return "busy" if r == 0 else "paused" if r in (1, 2) else "idle"
+
+
+def _rbac(kube: KubeCluster, home: str, others: list[str], path: Path) -> Path:
+    """The operator's ServiceAccount in ``home``; its Role bound in every other namespace."""
+    kubeconfig = install_rbac(kube, home, path)
+    role = next(o for o in rbac_objects(home) if o["kind"] == "Role")
+    docs: list[dict[str, Any]] = []
+    for ns in others:
+        docs.append({**role, "metadata": {"name": SA_NAME, "namespace": ns}})
+        docs.append(
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "RoleBinding",
+                "metadata": {"name": SA_NAME, "namespace": ns},
+                "roleRef": {
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "Role",
+                    "name": SA_NAME,
+                },
+                "subjects": [{"kind": "ServiceAccount", "name": SA_NAME, "namespace": home}],
+            }
+        )
+    if docs:
+        kube.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(docs), timeout=120)
+    return kubeconfig
+
+
+def _list(kube: KubeCluster, namespaces: list[str]) -> list[dict[str, Any]]:
+    from kubernetes import client
+
+    api = client.CustomObjectsApi(kube.api_client())
+    items: list[dict[str, Any]] = []
+    for ns in namespaces:
+        resp = api.list_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, _preload_content=False)
+        items += json.loads(resp.data)["items"]
+    return items
+
+
+def _deployments(kube: KubeCluster, namespaces: list[str]) -> int:
+    from kubernetes import client
+
+    apps = client.AppsV1Api(kube.api_client())
+    return sum(
+        len(json.loads(apps.list_namespaced_deployment(ns, _preload_content=False).data)["items"])
+        for ns in namespaces
+    )
+
+
+def _peering_versions(kube: KubeCluster) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for kind in ("kopfpeerings", "clusterkopfpeerings"):
+        proc = kube.kubectl("get", kind, "-A", "-o", "json", check=False, timeout=60)
+        if proc.returncode == 0:
+            for item in json.loads(proc.stdout)["items"]:
+                meta = item["metadata"]
+                out[f"{kind}/{meta.get('namespace')}/{meta['name']}"] = meta["resourceVersion"]
+    return out
+
+
+def _job(name: str, j: int) -> str:
+    return make_mail_payload(
+        f"r{j}@{name}.example.com", from_="bench@sender.test", subject="x", text="x"
+    )
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def run(n: int, k: int, rest: float, pushes: int, work: Path) -> dict[str, Any]:
+    state = work / "cluster" / "state"
+    started = time.monotonic()
+    kube = start_cluster(state)
+    print(f"control plane up in {time.monotonic() - started:.1f}s", file=sys.stderr)
+    idle_redis, other_redis = RedisServer().start(), RedisServer().start()
+    namespaces = [f"scale-{i:02d}" for i in range(k)]
+    out: dict[str, Any] = {"groups": n, "namespaces": k, "rest_s": rest}
+    op: OperatorProcess | None = None
+    try:
+        kube.kubectl(
+            "apply",
+            "-f",
+            str(REPO / "crds" / "sendgroups.yaml"),
+            "-f",
+            str(REPO / "crds" / "sendproviders.yaml"),
+            "-f",
+            str(REPO / "crds" / "clustersendproviders.yaml"),
+            "-f",
+            str(REPO / "crds" / "kopf-peering.yaml"),
+        )
+        kube.kubectl(
+            "wait", "--for=condition=Established", "crd/sendgroups.sendgroups.io", "--timeout=60s"
+        )
+        for ns in namespaces:
+            kube.kubectl("create", "namespace", ns)
+        kubeconfig = _rbac(kube, namespaces[0], namespaces[1:], work / "operator.kubeconfig")
+        kinds: dict[tuple[str, str], str] = {}
+        docs = []
+        for i in range(n):
+            name, ns, kind = f"g-{i:05d}", namespaces[i % k], _kind(i)
+            kinds[(ns, name)] = kind
+            spec: dict[str, Any] = {
+                "campaign": "scale",
+                "host": f"{name}.example.com",
+                "queue": f"{ns}.mail-{name}",
+            }
+            if kind != "idle":  # idle ones on the default Redis (A)
+                spec["redis"] = {"url": other_redis.url}
+            if kind == "paused":
+                spec["paused"] = True
+            docs.append(manifests.sendgroup(name, spec, ns))
+        t = time.monotonic()
+        for chunk in range(0, n, 500):
+            kube.kubectl(
+                "create", "-f", "-", input=manifests.stream(*docs[chunk : chunk + 500]), timeout=900
+            )
+        out["create_s"] = time.monotonic() - t
+        busy = [key for key, kind in kinds.items() if kind == "busy"]
+        pipe = other_redis.client().pipeline(transaction=False)
+        for ns, name in busy:
+            keys = QueueKeys(f"{ns}.mail-{name}")
+            pipe.rpush(keys.ready, *(_job(name, j) for j in range(3)))
+        pipe.execute()
+        print(f"{n} groups created in {out['create_s']:.1f}s; operator starts", file=sys.stderr)
+
+        expected = {
+            "idle": ("Pending", "Idle"),
+            "paused": ("Paused", "Dumped"),
+            "busy": ("Running",),
+        }
+        op = OperatorProcess(
+            kubeconfig,
+            namespaces[0],
+            idle_redis.url,
+            work / "operator.log",
+            SENDGROUP_WATCH_NAMESPACES=",".join(namespaces),
+            SENDGROUP_REAPER_INTERVAL="10",
+            SENDGROUP_STATUS_REFRESH="60",
+            SENDGROUP_DEFAULT_IMAGE="sendgroup-worker:dev",
+            SENDGROUP_ALLOWED_REDIS_HOSTS=f"127.0.0.1:{other_redis.port}",
+        )
+        t = time.monotonic()
+        op.start()
+        assert op.proc is not None
+        pid = op.proc.pid
+        phases: dict[str, int] = {}
+        out["cold_start_99_s"] = out["cold_start_s"] = None
+        missing: list[str] = []
+        while True:
+            if not op.running():
+                raise RuntimeError(f"operator exited:\n{op.log()[-3000:]}")
+            items = _list(kube, namespaces)
+            phases = {}
+            done = 0
+            missing = []
+            for item in items:
+                meta, st = item["metadata"], item.get("status") or {}
+                phase = st.get("phase")
+                phases[str(phase)] = phases.get(str(phase), 0) + 1
+                kind = kinds[(meta["namespace"], meta["name"])]
+                if st.get("observedGeneration") == meta["generation"] and phase in expected[kind]:
+                    done += 1
+                else:
+                    missing.append(f"{meta['namespace']}/{meta['name']} ({kind}: {phase})")
+            if out["cold_start_99_s"] is None and done >= 0.99 * n:
+                out["cold_start_99_s"] = time.monotonic() - t
+            if done == n and _deployments(kube, namespaces) >= len(busy):
+                out["cold_start_s"] = time.monotonic() - t
+                break
+            if time.monotonic() - t > 120 + n * 0.3:  # reported as such; the run goes on
+                print(f"{done}/{n} reconciled; not: {missing[:20]}", file=sys.stderr)
+                break
+            time.sleep(1.0)
+        out["reconciled"] = n - len(missing)
+        out["not_reconciled"] = missing
+        out["cold"] = proc_stats(pid)
+        out["phases"] = phases
+        print(
+            f"cold start {out['cold_start_s']} s (99 %: {out['cold_start_99_s']}): {phases}",
+            file=sys.stderr,
+        )
+
+        # kopf's own bookkeeping (its last-handled-configuration annotation, a write of the
+        # object) lands after the first status; the rest window starts once it is on every
+        # group (up to 120 s more), plus 15 s for the last passes
+        settle = time.monotonic()
+        while time.monotonic() - settle < 120:
+            handled = sum(
+                1
+                for i in _list(kube, namespaces)
+                if any(
+                    a.endswith("/last-handled-configuration")
+                    for a in (i["metadata"].get("annotations") or {})
+                )
+            )
+            if handled == n:
+                break
+            time.sleep(2.0)
+        out["kopf_handled_s"] = time.monotonic() - t
+        time.sleep(15)
+        idle = {
+            (i["metadata"]["namespace"], i["metadata"]["name"]): i for i in _list(kube, namespaces)
+        }
+        rv0 = {
+            key: i["metadata"]["resourceVersion"] for key, i in idle.items() if kinds[key] == "idle"
+        }
+        peer0 = _peering_versions(kube)
+        ra = idle_redis.client()
+        a_redis, a_apf, a_proc = redis_calls(ra), apf_dispatched(kube), proc_stats(pid)
+        t = time.monotonic()
+        time.sleep(rest)
+        b_redis, b_apf, b_proc = redis_calls(ra), apf_dispatched(kube), proc_stats(pid)
+        window = time.monotonic() - t
+        later = {
+            (i["metadata"]["namespace"], i["metadata"]["name"]): i for i in _list(kube, namespaces)
+        }
+        writes = sum(
+            1 for key, rv in rv0.items() if later[key]["metadata"]["resourceVersion"] != rv
+        )
+        peer1 = _peering_versions(kube)
+        peer_writes = sum(1 for key, rv in peer1.items() if peer0.get(key) != rv)
+        n_idle = len(rv0)
+        by_cmd = {c: b_redis.get(c, 0) - a_redis.get(c, 0) for c in b_redis if c != "info"}
+        by_cmd = {c: v for c, v in sorted(by_cmd.items(), key=lambda kv: -kv[1]) if v}
+        out["rest"] = {
+            "window_s": window,
+            "rss_mib": b_proc["rss_mib"],
+            "hwm_mib": b_proc["hwm_mib"],
+            "cpu_pct": (b_proc["cpu_s"] - a_proc["cpu_s"]) / window * 100,
+            "idle_groups": n_idle,
+            "redis_cmds_per_idle_group_min": sum(by_cmd.values()) / n_idle * 60 / window,
+            "redis_by_command": by_cmd,
+            "idle_group_writes": writes,
+            "peering_writes": peer_writes,
+            "api_writes_per_idle_group_hour": (writes + peer_writes) / n_idle * 3600 / window,
+            "api_requests_per_min": (b_apf.get(SA_FLOW_SCHEMA, 0) - a_apf.get(SA_FLOW_SCHEMA, 0))
+            * 60
+            / window,
+        }
+        print(json.dumps(out["rest"]), file=sys.stderr)
+
+        from kubernetes import client
+        from kubernetes.client.exceptions import ApiException
+
+        apps = client.AppsV1Api(kube.api_client())
+        rb = idle_redis.client()
+        targets = [key for key, kind in kinds.items() if kind == "idle"][:pushes]
+        latencies: list[float] = []
+        rng = random.Random(15)
+        for ns, name in targets:
+            time.sleep(rng.uniform(0.1, 0.6))  # not in step with the observer's poll
+            keys = QueueKeys(f"{ns}.mail-{name}")
+            pushed = time.monotonic()
+            rb.rpush(keys.ready, _job(name, 0))
+            rb.rpush(keys.notify, "1")
+            while True:
+                try:
+                    apps.read_namespaced_deployment(f"sg-{name}", ns, _preload_content=False)
+                    break
+                except ApiException as exc:
+                    if exc.status != 404:
+                        raise
+                if time.monotonic() - pushed > 30:
+                    raise TimeoutError(f"no Deployment for {ns}/{name} 30 s after the push")
+                time.sleep(0.02)
+            latencies.append(time.monotonic() - pushed)
+        out["wakeup"] = {
+            "pushes": len(latencies),
+            "p50_s": statistics.median(latencies),
+            "p99_s": _pct(latencies, 0.99),
+            "max_s": max(latencies),
+            "latencies_s": latencies,
+        }
+        print(json.dumps(out["wakeup"]), file=sys.stderr)
+    finally:
+        if op is not None:
+            op.stop()
+        idle_redis.cleanup()
+        other_redis.cleanup()
+        stop_cluster(state)
+    return out
+
+
+def markdown(out: dict[str, Any]) -> str:
+    n, rest, wake = out["groups"], out["rest"], out["wakeup"]
+    cold = out["cold_start_s"]
+    cold_text = (
+        f"{cold:.1f}"
+        if cold is not None
+        else f"not all: {out['reconciled']}/{n} ({len(out['not_reconciled'])} never got a status)"
+    )
+    c99 = out["cold_start_99_s"]
+    rows = [
+        ("cold start: all groups reconciled, s", cold_text, "8.5 / 24.5"),
+        ("cold start: 99 % of groups reconciled, s", "-" if c99 is None else f"{c99:.1f}", "-"),
+        (
+            "operator RSS at rest, MiB (peak)",
+            f"{rest['rss_mib']:.0f} ({rest['hwm_mib']:.0f})",
+            "338 / 376",
+        ),
+        ("operator CPU at rest, % of a core", f"{rest['cpu_pct']:.1f}", "11-19"),
+        (
+            "Redis commands per idle group per minute",
+            f"{rest['redis_cmds_per_idle_group_min']:.2f}",
+            "78",
+        ),
+        (
+            "API writes per idle group per hour (SendGroup + peering)",
+            f"{rest['api_writes_per_idle_group_hour']:.2f}",
+            "~65 with a namespace per tenant",
+        ),
+        (
+            "API requests per minute, whole operator (APF)",
+            f"{rest['api_requests_per_min']:.0f}",
+            "-",
+        ),
+        (
+            f"wake-up: push -> Deployment, s (p50 / p99 / max, {wake['pushes']} pushes)",
+            f"{wake['p50_s']:.2f} / {wake['p99_s']:.2f} / {wake['max_s']:.2f}",
+            "5.75 mean, up to 10",
+        ),
+    ]
+    lines = [
+        f"# Scale: {n} SendGroups on one operator ({out['namespaces']} namespaces)",
+        "",
+        f"Mix: 70 % idle, 20 % paused, 10 % busy (3 jobs each); created in {out['create_s']:.0f} s "
+        f"before the operator started. Phases at first reconcile: {out['phases']}. Rest window "
+        f"{rest['window_s']:.0f} s. Idle groups on their own Redis, so its commandstats are theirs "
+        f"alone: {rest['redis_by_command']}. Writes in the window: {rest['idle_group_writes']} "
+        f"idle SendGroups, {rest['peering_writes']} peering objects (one replica: peering off).",
+        "",
+        "| figure | this branch | main (issue 15, 1,000 groups, idle / busy runs) |",
+        "|---|---|---|",
+        *(f"| {a} | {b} | {c} |" for a, b, c in rows),
+        "",
+        *(
+            [
+                f"Not reconciled when the cold start gave up ({120 + n * 0.3:.0f} s): "
+                f"{', '.join(out['not_reconciled'][:20])}.",
+                "",
+            ]
+            if out["not_reconciled"]
+            else []
+        ),
+        "main's cold start and RSS were measured in separate all-idle and all-busy runs in one "
+        "namespace; here one mixed run over several namespaces.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="bench/scale", description=__doc__.split("\n\n")[0])
+    parser.add_argument("groups", nargs="?", type=int, default=1000)
+    parser.add_argument("--namespaces", type=int, default=10)
+    parser.add_argument("--rest", type=float, default=60.0)
+    parser.add_argument("--pushes", type=int, default=50)
+    parser.add_argument("--work", type=Path, default=None, help="scratch dir (default a temp dir)")
+    args = parser.parse_args(argv)
+    import tempfile
+
+    work = args.work or Path(tempfile.mkdtemp(prefix="bench-scale-"))
+    out = run(args.groups, args.namespaces, args.rest, args.pushes, work)
+    text = markdown(out)
+    RESULTS.mkdir(exist_ok=True)
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%MZ")
+    base = RESULTS / f"scale-{args.groups}-{stamp}"
+    base.with_suffix(".md").write_text(text)
+    base.with_suffix(".json").write_text(json.dumps(out, indent=2) + "\n")
+    print(text)
+    print(f"written: {base}.md (operator log: {work / 'operator.log'})", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

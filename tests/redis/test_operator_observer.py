@@ -1,0 +1,152 @@
+"""The operator's observer against a real redis-server: many groups measured in a few round
+trips (counted by the server's INFO commandstats), idle groups answered without Redis, and
+a job pushed to an idle group wakes that group (and only that one) within a poll or two."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import replace
+
+import pytest
+import redis
+
+from sendgroup_operator.observer import Observer
+from sendgroup_operator.queueio import QueueUnavailable, RedisQueues
+from sendgroup_worker.queue.keys import QueueKeys
+from tests.support.redis_server import RedisServer
+
+pytestmark = pytest.mark.redis
+
+GROUPS = 300
+
+
+def _calls(client: redis.Redis) -> dict[str, int]:
+    info = client.info("commandstats")
+    return {k.removeprefix("cmdstat_"): int(v["calls"]) for k, v in info.items()}
+
+
+def _delta(before: dict[str, int], after: dict[str, int], name: str) -> int:
+    return after.get(name, 0) - before.get(name, 0)
+
+
+def _job(uuid: str) -> str:
+    return json.dumps({"uuid": uuid, "attempts": 0, "pushedAt": f"{time.time():.4f}"})
+
+
+def test_batched_measurements_match_single_ones(redis_url: str, redis_client: redis.Redis) -> None:
+    for i in range(0, GROUPS, 7):  # every 7th group holds i+1 jobs
+        redis_client.rpush(QueueKeys(f"mail-{i}").ready, *(_job(f"{i}-{j}") for j in range(i + 1)))
+
+    async def go() -> None:
+        queues = RedisQueues()
+        observer = Observer(queues, wake=lambda key: None)
+        await queues.client(redis_url)
+        before = _calls(redis_client)
+        got = await asyncio.gather(
+            *(observer.measure(f"ns/g{i}", redis_url, f"mail-{i}") for i in range(GROUPS))
+        )
+        after = _calls(redis_client)
+        for i, m in enumerate(got):
+            assert m.ready == (i + 1 if i % 7 == 0 else 0)
+            single = await queues.measure(redis_url, f"mail-{i}")
+            assert replace(m, measured_at=None) == replace(single, measured_at=None)
+        # the first batch finds no script (NOSCRIPT) and sends it in full once per group: two
+        # round trips for 300 groups; the next batch is EVALSHA only, one round trip
+        assert _delta(before, after, "eval") == GROUPS
+        assert observer.counts.round_trips == 2
+        before = _calls(redis_client)
+        await asyncio.gather(
+            *(observer.measure(f"ns/g{i}", redis_url, f"mail-{i}") for i in range(GROUPS))
+        )
+        after = _calls(redis_client)
+        assert _delta(before, after, "evalsha") == GROUPS and _delta(before, after, "eval") == 0
+        assert observer.counts.round_trips == 3
+        assert observer.counts.measured == 2 * GROUPS
+        await observer.close()
+        await queues.close()
+
+    asyncio.run(go())
+
+
+def test_idle_groups_cost_one_exists_per_poll_and_a_push_wakes_its_group(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    woken: list[tuple[str, float]] = []
+
+    async def go() -> None:
+        queues = RedisQueues()
+        observer = Observer(
+            queues, wake=lambda key: woken.append((key, time.monotonic())), poll_interval=0.2
+        )
+        keys = [f"ns/g{i}" for i in range(GROUPS)]
+        await asyncio.gather(*(observer.measure(k, redis_url, f"mail-{k[4:]}") for k in keys))
+        for k in keys:
+            observer.settle(k, idle=True)
+        assert sorted(observer.idle_groups()) == sorted(keys)
+        before = _calls(redis_client)
+        await asyncio.sleep(2.0)
+        # answered from the last measurement: no Redis command at all
+        again = await asyncio.gather(
+            *(observer.measure(k, redis_url, f"mail-{k[4:]}") for k in keys)
+        )
+        after = _calls(redis_client)
+        assert all(m.total == 0 for m in again) and observer.counts.reused == GROUPS
+        polls = _delta(before, after, "exists")
+        assert 7 <= polls <= 11  # ~10 polls of 2 s / 0.2 s, one EXISTS each for 300 groups
+        assert sum(after.values()) - sum(before.values()) - 1 <= polls  # +1: INFO itself
+        assert not woken
+
+        pushed = time.monotonic()
+        redis_client.rpush(QueueKeys("mail-42").ready, _job("late"))
+        redis_client.rpush(QueueKeys("mail-42").notify, "1")
+        while not woken and time.monotonic() - pushed < 5:
+            await asyncio.sleep(0.01)
+        assert [k for k, _ in woken] == ["ns/g42"]
+        assert woken[0][1] - pushed < 0.5
+        assert "ns/g42" not in observer.idle_groups()
+        m = await observer.measure("ns/g42", redis_url, "mail-42")
+        assert m.ready == 1  # a full measurement now
+        await observer.close()
+        await queues.close()
+
+    asyncio.run(go())
+
+
+def test_unreachable_redis_fails_each_waiting_measurement_safely() -> None:
+    async def go() -> None:
+        observer = Observer(RedisQueues(), wake=lambda key: None)
+        url = "redis://:s3cret@127.0.0.1:1/0"
+        results = await asyncio.gather(
+            *(observer.measure(f"ns/g{i}", url, "mail-a") for i in range(5)),
+            return_exceptions=True,
+        )
+        assert all(isinstance(r, QueueUnavailable) for r in results)
+        assert all("s3cret" not in str(r) and "127.0.0.1" in str(r) for r in results)
+        await observer.close()
+
+    asyncio.run(go())
+
+
+def test_an_idle_check_that_fails_sends_the_groups_back_to_full_measurements() -> None:
+    """Redis gone while groups are idle: their next passes measure in full, so each reports
+    the outage (QueueUnavailable) instead of a stale empty queue."""
+    server = RedisServer().start()
+
+    async def go() -> None:
+        observer = Observer(RedisQueues(), wake=lambda key: None, poll_interval=0.1)
+        await observer.measure("ns/a", server.url, "mail-a")
+        observer.settle("ns/a", idle=True)
+        assert observer.idle_groups() == ["ns/a"]
+        server.cleanup()
+        await asyncio.sleep(0.5)
+        assert observer.idle_groups() == []
+        with pytest.raises(QueueUnavailable):
+            await observer.measure("ns/a", server.url, "mail-a")
+        await observer.close()
+
+    try:
+        asyncio.run(go())
+    finally:
+        server.cleanup()
