@@ -20,12 +20,26 @@ import re
 from dataclasses import dataclass
 from typing import Final
 
-#: Queue names we accept: Laravel allows almost anything, we allow what is safe in a key, a
-#: file name on the dumps volume and a label value once escaped. 1..200 characters. No ``:``:
+#: Longest queue name, characters.
+QUEUE_NAME_MAX: Final = 200
+#: One piece of a queue name without braces and without ``..``: ``[A-Za-z0-9._-]*``, a dot
+#: never next to a dot.
+_PLAIN: Final = r"(?:\.?[A-Za-z0-9_-])*\.?"
+#: A hash tag's text: non-empty, no braces, no ``..``.
+_TAG: Final = r"(?:(?:\.?[A-Za-z0-9_-])+\.?|\.)"
+#: Queue names we accept, the whole rule as one expression (Python ``re``, Go RE2 and Rust
+#: ``regex`` read it alike): Laravel allows almost anything, we allow what is safe in a key, a
+#: file name on the dumps volume and a label value once escaped. Characters
+#: ``[A-Za-z0-9._{}-]``, starting with a letter, a digit or ``{``; no ``..`` (a path segment);
+#: at most one hash tag ``{...}``, non-empty and balanced (Redis Cluster slots). No ``:``:
 #: every key of ours is ``queues:<q>:<suffix>``, so a queue named ``mail-1:delayed`` would
-#: share keys with queue ``mail-1``. The CRD's ``spec.queue`` pattern is this same expression
-#: (``sendgroup_operator.models`` writes it into the schema).
-QUEUE_NAME_PATTERN: Final = r"^[A-Za-z0-9{}][A-Za-z0-9._{}\-]{0,199}$"
+#: share keys with queue ``mail-1``. 1..:data:`QUEUE_NAME_MAX` characters (``maxLength`` in
+#: the CRD). The CRD's ``spec.queue`` pattern is this same expression
+#: (``sendgroup_operator.models`` writes it into the schema), so the API server refuses
+#: exactly the names :func:`validate_queue_name` refuses.
+QUEUE_NAME_PATTERN: Final = (
+    rf"^(?:[A-Za-z0-9]{_PLAIN}(?:\{{{_TAG}\}}{_PLAIN})?|\{{{_TAG}\}}{_PLAIN})$"
+)
 #: Use with ``fullmatch`` (as the API server's RE2 does): Python's ``$`` also matches before a
 #: trailing newline, so ``match`` would accept ``"mail-1\n"``.
 QUEUE_NAME_RE: Final = re.compile(QUEUE_NAME_PATTERN)
@@ -44,13 +58,14 @@ class InvalidQueueName(ValueError):
 def validate_queue_name(queue: str) -> str:
     """Return ``queue`` unchanged if it is usable, else raise :class:`InvalidQueueName`.
 
-    Rules: 1..200 characters from ``[A-Za-z0-9._:{}-]``, not starting with ``.``/``:``/``-``,
-    no ``..``, and at most one hash tag (``{...}``, non-empty, balanced).
+    Rules (:data:`QUEUE_NAME_PATTERN`, the CRD's rule too): 1..200 characters from
+    ``[A-Za-z0-9._{}-]``, starting with a letter, digit or ``{``, no ``..``, and at most one
+    hash tag (``{...}``, non-empty, balanced). The checks before the pattern only pick the
+    message.
     """
-    if not QUEUE_NAME_RE.fullmatch(queue):
+    if not 1 <= len(queue) <= QUEUE_NAME_MAX:
         raise InvalidQueueName(
-            f"invalid queue name {queue!r}: use 1..200 characters of [A-Za-z0-9._{{}}-], "
-            "starting with a letter, digit or '{'"
+            f"invalid queue name {queue!r}: use 1..{QUEUE_NAME_MAX} characters, not {len(queue)}"
         )
     if ".." in queue:
         raise InvalidQueueName(f"invalid queue name {queue!r}: '..' is not allowed")
@@ -60,6 +75,11 @@ def validate_queue_name(queue: str) -> str:
         )
     if "{" in queue and hash_tag(queue) is None:
         raise InvalidQueueName(f"invalid queue name {queue!r}: empty or malformed hash tag")
+    if not QUEUE_NAME_RE.fullmatch(queue):
+        raise InvalidQueueName(
+            f"invalid queue name {queue!r}: use characters of [A-Za-z0-9._{{}}-], "
+            "starting with a letter, digit or '{'"
+        )
     return queue
 
 

@@ -402,7 +402,8 @@ def job_resources(spec: models.SendGroupSpec, settings: Settings) -> dict[str, A
     res = (spec.jobs.resources if spec.jobs else None) or settings.job_resources
     if res is None:
         return {k: dict(v) for k, v in DEFAULT_JOB_RESOURCES.items()}
-    return res.model_dump(by_alias=True, exclude_none=True)
+    dumped: dict[str, dict[str, Any]] = res.model_dump(by_alias=True, exclude_none=True)
+    return {section: {k: str(q) for k, q in values.items()} for section, values in dumped.items()}
 
 
 def pod_disruption_budget(ref: GroupRef, spec: models.SendGroupSpec) -> dict[str, Any] | None:

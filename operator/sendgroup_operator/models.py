@@ -13,15 +13,26 @@ other time is integer seconds; counts are jobs.
 from __future__ import annotations
 
 import hashlib
+import re
 from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictInt,
+    StrictStr,
+    WithJsonSchema,
+    field_validator,
+)
 from pydantic.alias_generators import to_camel
 
 # Defined by the contract, re-exported (``X as X``) for the CRD generator and the operator.
 from sendgroup_contract.durations import DURATION_PATTERN as DURATION_PATTERN
+from sendgroup_contract.keys import QUEUE_NAME_MAX
 from sendgroup_contract.keys import QUEUE_NAME_PATTERN as QUEUE_NAME_PATTERN
 from sendgroup_contract.tls import SmtpTls as SmtpTls
 from sendgroup_worker import redisurl
@@ -60,15 +71,49 @@ def _duration_rule(field: str) -> dict[str, Any]:
     )
 
 
-#: A Kubernetes quantity (``100m``, ``64Mi``, ``1``): int or string, as core/v1 declares it.
+#: The quantity grammar of core/v1 as its parser reads it (apimachinery
+#: ``resource/quantity.go``, ``ParseQuantity``: an exponent is an integer, so ``1e.5``, which
+#: the pattern core/v1's OpenAPI publishes allows, is refused at the Deployment) less the minus
+#: sign (every quantity a SendGroup carries is a container's request or limit, which the API
+#: server refuses below zero) and with an exponent of at most two digits: ``1E571510852``
+#: passes core/v1's grammar, but a Deployment carrying it kept the API server busy past its
+#: 60 s request timeout (504) in tests/cluster/test_spec_grammar_agreement.py. The CRD's
+#: pattern and :func:`_check_quantity` use this one text.
+QUANTITY_PATTERN: Final = (
+    r"^[+]?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]"
+    r"|([eE][+-]?[0-9]{1,2}))?$"
+)
+_QUANTITY_RE: Final = re.compile(QUANTITY_PATTERN)
+#: Largest integer quantity: the API server reads an integer into an int64.
+QUANTITY_INT_MAX: Final = 2**63 - 1
+
+
+def _check_quantity(value: int | str) -> str:
+    """A quantity as the string the builders render (``1`` -> ``"1"``); refuses what the CRD
+    refuses: a negative or over-int64 integer, a string outside :data:`QUANTITY_PATTERN`."""
+    if isinstance(value, int):
+        if not 0 <= value <= QUANTITY_INT_MAX:
+            raise ValueError(f"quantity {value} out of range 0..{QUANTITY_INT_MAX}")
+        return str(value)
+    if not _QUANTITY_RE.fullmatch(value):
+        raise ValueError(
+            f"quantity {value!r} is not a non-negative Kubernetes quantity (100m, 64Mi, 1, 1e3)"
+        )
+    return value
+
+
+#: A Kubernetes quantity (``100m``, ``64Mi``, ``1``): int or string in the manifest, as core/v1
+#: declares it; held (and rendered) as the string, since the Kubernetes client's models take
+#: only strings.
 Quantity = Annotated[
-    int | str,
+    StrictInt | StrictStr,
+    AfterValidator(_check_quantity),
     WithJsonSchema(
         {
             "anyOf": [{"type": "integer"}, {"type": "string"}],
             "x-kubernetes-int-or-string": True,
-            "pattern": r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]"
-            r"|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$",
+            "pattern": QUANTITY_PATTERN,
+            "minimum": 0,
         }
     ),
 ]
@@ -98,8 +143,8 @@ StringMap = Annotated[
     dict[str, str],
     WithJsonSchema({"type": "object", "additionalProperties": {"type": "string"}}),
 ]
-#: Longest default queue name (the queue rule's limit, sendgroup_worker.queue.keys).
-DEFAULT_QUEUE_MAX: Final = 200
+#: Longest default queue name (the queue rule's limit, sendgroup_contract.keys).
+DEFAULT_QUEUE_MAX: Final = QUEUE_NAME_MAX
 
 
 class _Model(BaseModel):
@@ -628,7 +673,7 @@ class SendGroupSpec(_Model):
     queue: str | None = Field(
         default=None,
         min_length=1,
-        max_length=200,
+        max_length=QUEUE_NAME_MAX,
         pattern=QUEUE_NAME_PATTERN,
         json_schema_extra=_QUEUE_RULES,
     )

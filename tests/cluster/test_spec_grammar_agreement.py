@@ -2,6 +2,9 @@
 property test: generated values for a spec field go to the real API server (server-side dry-run
 create, the CRD from crds/, its OpenAPI schema and CEL rules) and to the operator's own parse
 (``models.SendGroupSpec`` plus the parser the planner uses); both must accept, or both refuse.
+Fields: reaper durations, redis.url, spec.queue (the queue rule), metadata.name without
+spec.queue (the default queue name, the Deployment and Job names), and the resource quantities
+of spec.worker and spec.jobs, whose rendered Deployment and Job the API server must accept too.
 Deterministic (``derandomize``), a few hundred examples per field, one API request each."""
 
 from __future__ import annotations
@@ -18,8 +21,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kubernetes.client.exceptions import ApiException
 
-from sendgroup_contract import durations
-from sendgroup_operator import models
+from sendgroup_contract import durations, keys
+from sendgroup_operator import builders, models
+from sendgroup_operator.settings import Settings
 from sendgroup_worker import redisurl
 from tests.support.cluster import KubeCluster
 
@@ -32,45 +36,92 @@ EXAMPLES = settings(
     suppress_health_check=[HealthCheck.too_slow],
 )
 
-DryRun = Callable[[dict[str, Any]], bool]
-SpecOf = Callable[[str], dict[str, Any]]
+#: ``api_create(spec, name="grammar")``: the spec as the API server would store it (defaults
+#: applied, ``1.0`` read as ``1``: what the operator is handed), or its refusal message.
+DryRun = Callable[..., dict[str, Any] | str]
+SpecOf = Callable[[Any], dict[str, Any]]
+#: ``children(spec, name)``: the rendered worker Deployment and a dump Job, each dry-run
+#: created; returns the API server's refusals (``[]`` when both were accepted).
+Children = Callable[[models.SendGroupSpec, str], list[str]]
+
+
+def _dry_run(create: Callable[[], Any]) -> dict[str, Any] | str:
+    """The object as the dry-run create would have stored it, or the API server's message on
+    a 422 (Invalid); any other error fails the test."""
+    try:
+        created = create()
+    except ApiException as exc:
+        if exc.status == 422:
+            return str(exc.body)
+        raise
+    return created if isinstance(created, dict) else {}
 
 
 @pytest.fixture
-def api_accepts(kube_cluster: KubeCluster, sendgroup_crd: str, namespace: str) -> Iterator[DryRun]:
-    """``api_accepts(spec)``: whether the API server would create a SendGroup with ``spec``
-    (dry-run, nothing stored). A 422 (Invalid) is a refusal; any other error fails the test."""
+def api_client(kube_cluster: KubeCluster) -> Iterator[k8s.ApiClient]:
     client = kubernetes.config.new_client_from_config(config_file=str(kube_cluster.kubeconfig))
-    custom = k8s.CustomObjectsApi(client)
-
-    def accepts(spec: dict[str, Any]) -> bool:
-        body = {
-            "apiVersion": models.API_VERSION,
-            "kind": models.KIND,
-            "metadata": {"name": "grammar"},
-            "spec": spec,
-        }
-        try:
-            custom.create_namespaced_custom_object(
-                models.GROUP, models.VERSION, namespace, models.PLURAL, body, dry_run="All"
-            )
-        except ApiException as exc:
-            if exc.status == 422:
-                return False
-            raise
-        return True
-
-    yield accepts
+    yield client
     client.close()
 
 
-def operator_accepts(spec: dict[str, Any]) -> bool:
-    """The operator's model, then the duration parser the planner runs on both clocks."""
+@pytest.fixture
+def api_create(api_client: k8s.ApiClient, sendgroup_crd: str, namespace: str) -> DryRun:
+    """``api_create(spec, name="grammar")``: the ``spec`` of SendGroup ``name`` as the API server
+    would store it (dry-run, nothing stored), else its refusal message (a 422, Invalid)."""
+    custom = k8s.CustomObjectsApi(api_client)
+
+    def create(spec: dict[str, Any], name: str = "grammar") -> dict[str, Any] | str:
+        body = {
+            "apiVersion": models.API_VERSION,
+            "kind": models.KIND,
+            "metadata": {"name": name},
+            "spec": spec,
+        }
+        stored = _dry_run(
+            lambda: custom.create_namespaced_custom_object(
+                models.GROUP, models.VERSION, namespace, models.PLURAL, body, dry_run="All"
+            )
+        )
+        return stored if isinstance(stored, str) else dict(stored["spec"])
+
+    return create
+
+
+SETTINGS = Settings(default_image="sendgroup-worker:grammar", default_redis_url="redis://r:6379/0")
+
+
+@pytest.fixture
+def children_accepted(api_client: k8s.ApiClient, namespace: str) -> Children:
+    """What the builders render for an accepted group, dry-run created: the worker Deployment
+    (``spec.worker.resources``, name ``sg-<name>`` shortened) and a dump Job
+    (``spec.jobs.resources``, name ``sg-<name>-dump-<n>`` shortened)."""
+    apps = k8s.AppsV1Api(api_client)
+    batch = k8s.BatchV1Api(api_client)
+
+    def refusals(spec: models.SendGroupSpec, name: str) -> list[str]:
+        ref = builders.GroupRef(namespace, name, "0d9e6f3c-uid", "c", spec.host)
+        deployment = builders.deployment(ref, spec, SETTINGS, replicas=1)
+        job = builders.job(ref, spec, SETTINGS, "dump", 12345)
+        found = [
+            _dry_run(
+                lambda: apps.create_namespaced_deployment(namespace, deployment, dry_run="All")
+            ),
+            _dry_run(lambda: batch.create_namespaced_job(namespace, job, dry_run="All")),
+        ]
+        return [message for message in found if isinstance(message, str)]
+
+    return refusals
+
+
+def operator_accepts(spec: dict[str, Any], name: str = "grammar") -> bool:
+    """The operator's model, the duration parser the planner runs on both clocks, and the
+    queue rule (``sendgroup_contract.keys``) on the effective queue name."""
     try:
         parsed = models.SendGroupSpec.model_validate(spec)
         durations.parse_seconds(parsed.reaper.idle_after)
         durations.parse_seconds(parsed.reaper.dump_after)
-    except (pydantic.ValidationError, durations.InvalidDuration):
+        keys.validate_queue_name(parsed.queue_name(name))
+    except (pydantic.ValidationError, durations.InvalidDuration, keys.InvalidQueueName):
         return False
     return True
 
@@ -87,26 +138,39 @@ DURATIONS = st.one_of(
 )
 
 
-def agree(api_accepts: DryRun, values: st.SearchStrategy[str], spec: SpecOf) -> Counter[bool]:
+def agree(
+    api_create: DryRun,
+    values: st.SearchStrategy[Any],
+    spec: SpecOf,
+    children: Children | None = None,
+) -> Counter[bool]:
     """Run the property over ``values``; returns how many were accepted and refused (a
-    property that only ever saw one side proves little: the callers check both occur)."""
+    property that only ever saw one side proves little: the callers check both occur). With
+    ``children``, what the builders render for every accepted spec must be accepted too."""
     seen: Counter[bool] = Counter()
 
     @EXAMPLES
     @given(value=values)
-    def check(value: str) -> None:
+    def check(value: Any) -> None:
         body = spec(value)
-        accepted = api_accepts(body)
+        created = api_create(body)
+        accepted = not isinstance(created, str)
         seen[accepted] += 1
-        assert accepted == operator_accepts(body), (repr(value), accepted)
+        # the operator is handed what the API server stored; a refused spec never reaches it,
+        # but the model must refuse it as well (an older CRD, a client-side check)
+        handed = body if isinstance(created, str) else created
+        assert accepted == operator_accepts(handed), (repr(value), created)
+        if accepted and children is not None:
+            rendered = children(models.SendGroupSpec.model_validate(handed), "grammar")
+            assert not rendered, (repr(value), rendered)
 
     check()
     return seen
 
 
-def test_durations_agree(api_accepts: DryRun) -> None:
+def test_durations_agree(api_create: DryRun) -> None:
     seen = agree(
-        api_accepts, DURATIONS, lambda v: {**BASE, "reaper": {"idleAfter": v, "dumpAfter": "1m"}}
+        api_create, DURATIONS, lambda v: {**BASE, "reaper": {"idleAfter": v, "dumpAfter": "1m"}}
     )
     assert seen[True] >= 50 and seen[False] >= 50, seen
 
@@ -143,10 +207,170 @@ URLS = st.one_of(
 )
 
 
-def test_redis_urls_agree(api_accepts: DryRun) -> None:
+def test_redis_urls_agree(api_create: DryRun) -> None:
     seen = agree(
-        api_accepts,
+        api_create,
         URLS,
         lambda v: {**BASE, "queue": "{q}", "redis": {"url": v}},
+    )
+    assert seen[True] >= 50 and seen[False] >= 50, seen
+
+
+QUEUES = st.one_of(
+    # strings the grammar itself generates: each one the queue rule must take too
+    st.from_regex(keys.QUEUE_NAME_PATTERN, fullmatch=True),
+    st.text(alphabet="ab09Z.-_{}:/ \n\u00e9", max_size=12),
+    st.text(max_size=20),
+    # lengths near the limit (200), with and without a hash tag
+    st.integers(min_value=195, max_value=205).map(lambda n: "q" * n),
+    st.integers(min_value=193, max_value=203).map(lambda n: "{" + "t" * n + "}"),
+    st.integers(min_value=190, max_value=200).map(lambda n: "team-a." + "q" * n),
+    st.sampled_from(
+        [
+            "mail-1",
+            "{mail-x}",
+            "team-a.mail-1",
+            "team-a.{mail-1}",
+            "{team-a}.mail.1",
+            "mail_1",
+            "a..b",
+            "a.{.b}",
+            "{a}{b}",
+            "{}",
+            "a{}",
+            "a}{b",
+            "{a",
+            "a}",
+            "{{a}}",
+            ".a",
+            "-a",
+            "_a",
+            "a.",
+            "mail-1\n",
+            "mail-1:delayed",
+            "mail/1",
+            "m\u00e4il",
+            "\u0661",
+            "",
+        ]
+    ),
+)
+
+
+def test_queue_names_agree(api_create: DryRun) -> None:
+    seen = agree(api_create, QUEUES, lambda v: {**BASE, "queue": v})
+    assert seen[True] >= 50 and seen[False] >= 50, seen
+
+
+_LABEL = st.from_regex(r"[a-z0-9]([-a-z0-9]{0,20}[a-z0-9])?", fullmatch=True)
+NAMES = st.one_of(
+    st.from_regex(
+        r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*", fullmatch=True
+    ),
+    # DNS subdomains of 240..260 characters: labels joined by dots, cut to length
+    st.tuples(st.lists(_LABEL, min_size=12, max_size=40), st.integers(240, 260)).map(
+        lambda p: ".".join(p[0])[: p[1]]
+    ),
+    st.integers(min_value=55, max_value=260).map(lambda n: "n" * n),
+    st.integers(min_value=55, max_value=70).map(lambda n: "a-" * (n // 2) + "z"),
+    st.integers(min_value=178, max_value=200).map(lambda n: "a" * n + "." + "b" * 40),
+    st.text(alphabet="az09-.A_", min_size=1, max_size=20),
+    st.sampled_from(["a", "a-", "-a", "a..b", "a.-b", "Grammar", "a_b", "n" * 253, "n" * 254]),
+)
+
+
+def test_default_names_fit_every_accepted_name(
+    api_create: DryRun, children_accepted: Children
+) -> None:
+    """No spec.queue: for every metadata.name the API server accepts, the default queue name
+    passes the queue rule, and the worker Deployment and the Jobs (names shortened with a hash)
+    are accepted by the API server too."""
+    seen: Counter[bool] = Counter()
+
+    @EXAMPLES
+    @given(name=NAMES)
+    def check(name: str) -> None:
+        accepted = not isinstance(api_create(BASE, name), str)
+        seen[accepted] += 1
+        if not accepted:
+            return
+        assert operator_accepts(BASE, name), name
+        spec = models.SendGroupSpec.model_validate(BASE)
+        keys.validate_queue_name(spec.queue_name(name))
+        assert not children_accepted(spec, name), name
+
+    check()
+    assert seen[True] >= 50 and seen[False] >= 20, seen
+
+
+QUANTITY_VALUES = st.one_of(
+    st.integers(min_value=-3, max_value=10**4),
+    st.integers(min_value=2**62, max_value=2**64),
+    st.from_regex(models.QUANTITY_PATTERN, fullmatch=True).filter(lambda q: len(q) <= 40),
+    st.text(alphabet="0123456789.+-eEmkKMGiu ", max_size=8),
+    st.floats(allow_nan=False, allow_infinity=False, width=16),
+    st.sampled_from(
+        [
+            "1",
+            "500m",
+            "1Gi",
+            "64Mi",
+            "1e3",
+            "1E3",
+            "1e-3",
+            "0.5",
+            ".5",
+            "1.",
+            "+1",
+            "-1",
+            "0",
+            "1Ki",
+            "1k",
+            "1K",
+            "1KiB",
+            "1.5Gi",
+            "0.1m",
+            "1m",
+            "1e",
+            "e3",
+            "",
+            " 1",
+            "1 ",
+            "1\n",
+            "9" * 30,
+            "9" * 30 + "E",
+            "1e100",
+            True,
+            None,
+            [],
+        ]
+    ),
+)
+WHERE = st.sampled_from(
+    [
+        ("worker", "requests", "cpu"),
+        ("worker", "requests", "memory"),
+        ("worker", "limits", "memory"),
+        ("worker", "limits", "cpu"),
+        ("jobs", "requests", "cpu"),
+        ("jobs", "limits", "memory"),
+        ("jobs", "requests", "ephemeral-storage"),
+    ]
+)
+
+
+def _resources_spec(where_value: tuple[tuple[str, str, str], Any]) -> dict[str, Any]:
+    (section, kind, resource), value = where_value
+    return {**BASE, section: {"resources": {kind: {resource: value}}}}
+
+
+def test_resource_quantities_agree(api_create: DryRun, children_accepted: Children) -> None:
+    """spec.worker.resources and spec.jobs.resources: the API server and the model accept the
+    same quantities, and the Deployment and Job rendered from an accepted one are accepted."""
+    seen = agree(
+        api_create,
+        st.tuples(WHERE, QUANTITY_VALUES),
+        _resources_spec,
+        children=children_accepted,
     )
     assert seen[True] >= 50 and seen[False] >= 50, seen

@@ -107,7 +107,8 @@ def test_right_values_pass_lint_and_reach_the_operator() -> None:
     assert parsed.job_resources is not None
     assert parsed.job_resources.model_dump(by_alias=True, exclude_none=True) == {
         "requests": {"cpu": "50m", "memory": "64Mi"},
-        "limits": {"cpu": 2, "memory": "512Mi"},  # helm merges maps with the chart's defaults
+        # helm merges maps with the chart's defaults; the model holds quantities as strings
+        "limits": {"cpu": "2", "memory": "512Mi"},
     }
 
 

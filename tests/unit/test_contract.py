@@ -52,7 +52,9 @@ def _crd_duration_patterns() -> set[str]:
 
 CRD_DURATION = _as_re2(_crd_duration_patterns().pop())
 CRD_QUEUE = _as_re2(
-    next(n["pattern"] for n in _walk(CRD) if n.get("pattern", "").startswith("^[A-Za-z0-9{}]"))
+    CRD["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"][
+        "queue"
+    ]["pattern"]
 )
 
 
