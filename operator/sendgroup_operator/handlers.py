@@ -179,8 +179,7 @@ async def reaper(
             if result is not None:
                 _events(result, body)
                 if result.write_status:
-                    status = result.status.model_dump(mode="json", by_alias=True)
-                    await rt.kube.patch_group_status(meta["namespace"], meta["name"], status)
+                    await write_status(rt, meta["namespace"], meta["name"], result.status)
                 if result.requeue_after is not None:
                     delay = min(delay, result.requeue_after)
         except Exception as exc:  # never let one failure stop the reaper
@@ -188,6 +187,23 @@ async def reaper(
         finally:
             rt.heartbeat = time.monotonic()
         await _sleep(stopped, wakeup, delay)
+
+
+async def write_status(
+    rt: reconcile.Runtime, namespace: str, name: str, status: models.SendGroupStatus
+) -> None:
+    """Merge-patch the group's status. The pass already recorded it in ``rt.written`` (the
+    base of the next pass); when the patch fails (e.g. 429 while the API server is busy) that
+    record goes, so the next pass plans from the status the API server really holds and writes
+    again, instead of believing a status that never landed (seen after a 429-heavy cold start:
+    groups left without any status)."""
+    try:
+        await rt.kube.patch_group_status(
+            namespace, name, status.model_dump(mode="json", by_alias=True)
+        )
+    except BaseException:
+        rt.written.pop(f"{namespace}/{name}", None)
+        raise
 
 
 async def _sleep(stopped: kopf.DaemonStopped, wakeup: asyncio.Event, delay: float) -> None:
