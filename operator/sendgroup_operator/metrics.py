@@ -121,13 +121,21 @@ class GroupTable:
 
     def __init__(self) -> None:
         self.phases: dict[str, str] = {}
+        #: groups per phase, kept with ``phases`` so :meth:`export` need not count them all
+        self.tally: TallyCounter[str] = TallyCounter()
         self.starved_since: dict[str, datetime] = {}
 
     def update(
         self, key: str, status: models.SendGroupStatus, spec: models.SendGroupSpec, now: datetime
     ) -> None:
         """Record one group's status after a pass."""
-        self.phases[key] = status.phase.value if status.phase else "Pending"
+        phase = status.phase.value if status.phase else "Pending"
+        previous = self.phases.get(key)
+        if previous != phase:
+            if previous is not None:
+                self.tally[previous] -= 1
+            self.tally[phase] += 1
+            self.phases[key] = phase
         starving = (
             status.queue.total > 0
             and not spec.paused
@@ -142,14 +150,16 @@ class GroupTable:
 
     def forget(self, key: str) -> None:
         """The group is gone."""
-        self.phases.pop(key, None)
+        previous = self.phases.pop(key, None)
+        if previous is not None:
+            self.tally[previous] -= 1
         self.starved_since.pop(key, None)
 
     def export(self, now: datetime, grace: float) -> None:
-        """Set ``sendgroup_groups`` and ``sendgroup_orphans``."""
-        tally = TallyCounter(self.phases.values())
+        """Set ``sendgroup_groups`` and ``sendgroup_orphans``: O(phases + starved groups),
+        not O(all groups) (issue 15: this runs after every pass)."""
         for phase in models.Phase:
-            GROUPS.labels(phase.value).set(tally.get(phase.value, 0))
+            GROUPS.labels(phase.value).set(self.tally.get(phase.value, 0))
         starved = sum(
             1 for since in self.starved_since.values() if (now - since).total_seconds() >= grace
         )

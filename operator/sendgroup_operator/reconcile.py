@@ -58,7 +58,10 @@ class Runtime:
     kube: Kube
     queues: RedisQueues = field(default_factory=RedisQueues)
     locks: defaultdict[str, asyncio.Lock] = field(default_factory=lambda: defaultdict(asyncio.Lock))
+    #: Workers each group wants, for the global cap (write through :meth:`set_demand`).
     demands: dict[str, int] = field(default_factory=dict)
+    #: The cap's allocation of ``demands``, None after any change (see :meth:`allowed`).
+    _shares: dict[str, int] | None = field(default=None, init=False, repr=False)
     granted: dict[str, int] = field(default_factory=dict)
     table: metrics.GroupTable = field(default_factory=metrics.GroupTable)
     heartbeat: float = field(default_factory=time.monotonic)
@@ -96,21 +99,33 @@ class Runtime:
         handler continues without waiting for the daemon's own sleep to end)."""
         asyncio.get_running_loop().call_later(after, self.wakeup(key).set)
 
+    def set_demand(self, key: str, demand: int) -> None:
+        """Record the workers ``key`` wants (the global cap's input); a change drops the cached
+        allocation."""
+        if self.demands.get(key) != demand:
+            self.demands[key] = demand
+            self._shares = None
+
     def allowed(self, key: str, demand: int) -> int:
         """Workers the global cap grants ``key`` now: its water-filling share, and never so
         many that the sum of what is granted passes the cap (others shrink on their next
-        pass, then this group grows)."""
-        self.demands[key] = demand
+        pass, then this group grows). Without a cap, the demand itself (no pass over the
+        other groups); with one, the allocation is computed once per change of any demand,
+        not once per pass (issue 15: O(all groups) per check)."""
+        self.set_demand(key, demand)
         cap = self.settings.max_total_workers
-        share = fairshare.allocate(self.demands, cap)[key]
         if cap is None:
-            return share
+            return demand
+        if self._shares is None:
+            self._shares = fairshare.allocate(self.demands, cap)
+        share = self._shares[key]
         others = sum(v for k, v in self.granted.items() if k != key)
         return max(0, min(share, cap - others))
 
     def forget(self, key: str) -> None:
         """The group is gone: release its share."""
-        self.demands.pop(key, None)
+        if self.demands.pop(key, None) is not None:
+            self._shares = None
         self.granted.pop(key, None)
         self.locks.pop(key, None)
         self.written.pop(key, None)
@@ -481,7 +496,7 @@ async def _refused(
     Redis never, ``url`` None)."""
     key = f"{group.namespace}/{group.name}"
     observed = await observe(rt, group, spec, status, deployments)
-    rt.demands[key] = 0
+    rt.set_demand(key, 0)
     now = now or _now()
     result = plan.refused(group, spec, status, observed, refusal, rt.settings, now)
     try:
@@ -563,7 +578,7 @@ async def reconcile(
             result, now = await _pass(
                 rt, group, spec, status, admitted, deployments, logger, now, providers
             )
-            rt.demands[key] = min(result.demand, plan.desired_workers(spec, rt.settings))
+            rt.set_demand(key, min(result.demand, plan.desired_workers(spec, rt.settings)))
     metrics.observe(group.namespace, group.name, result.status, spec.campaign, spec.host)
     rt.table.update(key, result.status, spec, now)
     rt.table.export(now, rt.settings.orphan_grace)
