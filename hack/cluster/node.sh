@@ -259,12 +259,12 @@ node_containerd_up() {
 		log "images: hack/images/build load (into the node's containerd; a cold machine builds them first, minutes)"
 		# Its progress lines (`HH:MM:SS images: ...`) go to the terminal too, everything to the log.
 		SENDGROUP_CONTAINERD_ADDRESS=$(node_containerd_sock) "$REPO/hack/images/build" load 2>&1 |
-			tee "$ilog" | { grep --line-buffered -E '^[0-9:]{8} images: ' || true; } | sed -u 's/^/    /' >&2 ||
+			tee "$ilog" | { grep -a --line-buffered -E '^[0-9:]{8} images: ' || true; } | sed -u 's/^/    /' >&2 ||
 			{ tail -n 30 "$ilog" >&2; die "hack/images/build load failed (log above, $ilog)"; }
 	fi
 	log "images ready ($(elapsed "$t0"))"
 	for img in "${images[@]}"; do
-		node_ctr images ls -q "name==docker.io/library/$img" | grep -q . || missing+=("$img")
+		node_ctr images ls -q "name==docker.io/library/$img" | grep . >/dev/null || missing+=("$img")
 	done
 	((${#missing[@]} == 0)) || die "images missing in containerd k8s.io: ${missing[*]} (hack/images/build load)"
 }
@@ -285,7 +285,7 @@ node_containers_remove() {
 			local i
 			for ((i = 0; i < 50; i++)); do
 				node_ctr tasks delete "$id" >/dev/null 2>&1 && break
-				node_ctr tasks ls -q 2>/dev/null | grep -qx "$id" || break
+				node_ctr tasks ls -q 2>/dev/null | grep -x "$id" >/dev/null || break
 				sleep 0.1
 			done
 			node_ctr containers delete "$id" >/dev/null 2>&1 || log "could not delete container $id"

@@ -481,6 +481,29 @@ def _now() -> datetime:
     return datetime.now(UTC).replace(microsecond=0)
 
 
+async def _apply_plan(
+    rt: Runtime,
+    group: plan.Group,
+    spec: models.SendGroupSpec,
+    status: models.SendGroupStatus,
+    result: plan.Plan,
+    observed: plan.Observed,
+    url: str | None,
+    logger: logging.Logger | logging.LoggerAdapter[Any],
+    now: datetime,
+) -> plan.Plan:
+    """Apply ``result``; the plan as applied, or the planner's ApplyFailed status when an
+    action failed (logged and counted; the old status otherwise kept)."""
+    try:
+        await apply(rt, group, spec, result, observed, url, logger)
+    except ApplyError as exc:
+        metrics.ERRORS.labels(group.namespace).inc()
+        logger.warning("apply failed: %s", exc)
+        return plan.apply_failed(group, status, result, str(exc), now)
+    plan.applied(result)
+    return result
+
+
 async def _refused(
     rt: Runtime,
     group: plan.Group,
@@ -499,14 +522,7 @@ async def _refused(
     rt.set_demand(key, 0)
     now = now or _now()
     result = plan.refused(group, spec, status, observed, refusal, rt.settings, now)
-    try:
-        await apply(rt, group, spec, result, observed, None, logger)
-    except ApplyError as exc:
-        result = plan.apply_failed(group, status, result, str(exc), now)
-        metrics.ERRORS.labels(group.namespace).inc()
-        logger.warning("apply failed: %s", exc)
-    else:
-        plan.applied(result)
+    result = await _apply_plan(rt, group, spec, status, result, observed, None, logger, now)
     if result.write_status:
         rt.written[key] = (group.uid, result.status.model_copy(deep=True))
     granted = plan.granted_after(result, observed)
@@ -632,14 +648,7 @@ async def _pass(
     )
     if provider_plan.record_resolution(result.status, chosen.resolution, now, group.generation):
         result.write_status = True
-    try:
-        await apply(rt, group, spec, result, observed, url, logger)
-    except ApplyError as exc:
-        result = plan.apply_failed(group, status, result, str(exc), now)
-        metrics.ERRORS.labels(group.namespace).inc()
-        logger.warning("apply failed: %s", exc)
-    else:
-        plan.applied(result)
+    result = await _apply_plan(rt, group, spec, status, result, observed, url, logger, now)
     # idle and staying so: the observer answers its next passes without Redis and wakes it
     # when jobs arrive; anything in motion gets a full measurement next pass
     rt.observer.settle(
