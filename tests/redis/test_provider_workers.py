@@ -218,5 +218,8 @@ def test_a_high_group_that_arrives_gets_its_share_within_a_second(
         smtp_sink, t_h + 1.0, t_h + 6.0, "@n2.example"
     )
     print(f"5 s from 1 s after the high group's share was written: high {high}, normal {rest}")
-    assert 47 <= high <= 53, high
-    assert 47 <= rest <= 53, rest
+    # 50 each expected; +-5 in a 5 s window: a burst token or a mail at the window's edge
+    # moves a count by one or two (54 seen on a 2-core runner); a share not applied gives
+    # ~33 or ~100
+    assert 45 <= high <= 55, high
+    assert 45 <= rest <= 55, rest
