@@ -42,8 +42,8 @@ from bench.kubebench import SA_FLOW_SCHEMA, apf_dispatched, proc_stats, redis_ca
 from sendgroup_worker.producer import make_mail_payload
 from sendgroup_worker.queue.keys import QueueKeys
 from tests.support import manifests
-from tests.support.cluster import KubeCluster, start_cluster, stop_cluster
-from tests.support.operator_proc import REPO, SA_NAME, OperatorProcess, install_rbac, rbac_objects
+from tests.support.cluster import KubeCluster, apply_crds, start_cluster, stop_cluster
+from tests.support.operator_proc import SA_NAME, OperatorProcess, install_rbac, rbac_objects
 from tests.support.redis_server import RedisServer
 
 GROUP, VERSION, PLURAL = "sendgroups.io", "v1alpha1", "sendgroups"
@@ -140,20 +140,7 @@ def run(n: int, k: int, rest: float, pushes: int, work: Path) -> dict[str, Any]:
     out: dict[str, Any] = {"groups": n, "namespaces": k, "rest_s": rest}
     op: OperatorProcess | None = None
     try:
-        kube.kubectl(
-            "apply",
-            "-f",
-            str(REPO / "crds" / "sendgroups.yaml"),
-            "-f",
-            str(REPO / "crds" / "sendproviders.yaml"),
-            "-f",
-            str(REPO / "crds" / "clustersendproviders.yaml"),
-            "-f",
-            str(REPO / "crds" / "kopf-peering.yaml"),
-        )
-        kube.kubectl(
-            "wait", "--for=condition=Established", "crd/sendgroups.sendgroups.io", "--timeout=60s"
-        )
+        apply_crds(kube)
         for ns in namespaces:
             kube.kubectl("create", "namespace", ns)
         kubeconfig = _rbac(kube, namespaces[0], namespaces[1:], work / "operator.kubeconfig")

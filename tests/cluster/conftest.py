@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.cluster import KubeCluster
+from tests.support.cluster import KubeCluster, apply_crds
 from tests.support.operator_proc import OperatorProcess, install_rbac
 
 REPO = Path(__file__).resolve().parents[2]
@@ -19,26 +19,7 @@ REPO = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="session")
 def sendgroup_crd(kube_cluster: KubeCluster) -> str:
     """The SendGroup and provider CRDs (and kopf's peering CRDs) applied and Established."""
-    kube_cluster.kubectl(
-        "apply",
-        "-f",
-        str(REPO / "crds" / "sendgroups.yaml"),
-        "-f",
-        str(REPO / "crds" / "sendproviders.yaml"),
-        "-f",
-        str(REPO / "crds" / "clustersendproviders.yaml"),
-        "-f",
-        str(REPO / "crds" / "kopf-peering.yaml"),
-    )
-    kube_cluster.kubectl(
-        "wait",
-        "--for=condition=Established",
-        "crd/sendgroups.sendgroups.io",
-        "crd/sendproviders.sendgroups.io",
-        "crd/clustersendproviders.sendgroups.io",
-        "--timeout=60s",
-        timeout=90,
-    )
+    apply_crds(kube_cluster)
     return "sendgroups.sendgroups.io"
 
 

@@ -297,3 +297,28 @@ def service_account_kubeconfig(
     path.write_text(yaml.safe_dump(config))
     path.chmod(0o600)
     return path
+
+
+#: The project's CRDs: SendGroup, SendProvider, ClusterSendProvider and kopf's peering CRDs.
+CRD_FILES = (
+    "sendgroups.yaml",
+    "sendproviders.yaml",
+    "clustersendproviders.yaml",
+    "kopf-peering.yaml",
+)
+
+
+def apply_crds(kube: KubeCluster) -> None:
+    """``kubectl apply`` the project's CRDs (crds/) and wait until the SendGroup and provider
+    CRDs are Established (60 s)."""
+    files = [arg for name in CRD_FILES for arg in ("-f", str(REPO / "crds" / name))]
+    kube.kubectl("apply", *files)
+    kube.kubectl(
+        "wait",
+        "--for=condition=Established",
+        "crd/sendgroups.sendgroups.io",
+        "crd/sendproviders.sendgroups.io",
+        "crd/clustersendproviders.sendgroups.io",
+        "--timeout=60s",
+        timeout=90,
+    )
