@@ -47,7 +47,10 @@ def setup(request: pytest.FixtureRequest) -> Iterator[RedisCluster | SentinelSet
         yield cluster
         cluster.cleanup()
     else:
-        sentinel = SentinelSetup(down_after=1000).start()
+        # 3 s, not 1 s: Sentinel pings each instance once a second, so with 1 s a freshly
+        # promoted primary was once marked down before its first reply and failed over again
+        # (to the killed node, restarted empty: every job gone). Sentinel's default is 30 s.
+        sentinel = SentinelSetup(down_after=3000).start()
         yield sentinel
         sentinel.cleanup()
 
@@ -104,10 +107,15 @@ def test_primary_killed_mid_run(
         victim.kill()
         # once a replica is promoted, the dead node comes back (as Kubernetes restarts a pod)
         # and rejoins as a replica: without it the new primary has no replica, and each durable
-        # write waits the whole WORKER_REDIS_WAIT_TIMEOUT. Restarting it earlier would bring it
-        # back as an empty primary (no persistence here): that loses everything.
+        # write waits the whole WORKER_REDIS_WAIT_TIMEOUT. A cluster node rejoins by its
+        # nodes.conf; a Sentinel-managed one is started as a replica of the new primary, as the
+        # charts' start scripts do (no persistence here: started bare it would be an empty
+        # primary, which a Sentinel mid-failover may keep: see SentinelSetup.rejoin).
         promoted_at = _wait_promoted(setup, victim, killed_at + 20)
-        victim.start()
+        if isinstance(setup, RedisCluster):
+            victim.start()
+        else:
+            setup.rejoin(victim)
         # in flight at the kill: at most one send per lane may still arrive
         recovered_at = None
         deadline = killed_at + 40

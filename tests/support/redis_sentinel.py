@@ -89,6 +89,19 @@ class SentinelSetup:
         _host, port = self.sentinels[0].client().sentinel_get_master_addr_by_name(MASTER)
         return next(s for s in self.servers if s.port == int(port))
 
+    def rejoin(self, server: RedisServer) -> None:
+        """Start a stopped or killed data server again as a replica of the primary the Sentinels
+        name now, as the common Helm charts' start scripts do (they ask Sentinel first). Started
+        without it, a server without persistence comes back as an empty primary, and a Sentinel
+        that still counts it as the master during the failover may keep it and turn the
+        promoted replica into its replica: every job gone (Redis' replication docs, "Safety of
+        replication when master has persistence turned off")."""
+        primary = self.current_primary()
+        if primary is server:
+            raise RuntimeError(f"the Sentinels still name :{server.port} as the primary")
+        server.config["replicaof"] = f"127.0.0.1 {primary.port}"
+        server.start()
+
     def start(self) -> SentinelSetup:
         try:
             for s in self.servers:
@@ -108,10 +121,17 @@ class SentinelSetup:
         raise RuntimeError(f"Sentinel setup did not form within 30 s:\n{logs}")
 
     def _ready(self) -> bool:
+        """Every replica has finished its initial sync (``master_link_status:up``: the primary's
+        ``connected_slaves`` counts a replica still in ``wait_bgsave``, and with Redis' default
+        ``repl-diskless-sync-delay`` of 5 s that lasts seconds: a primary killed then has an
+        empty replica to promote) and every Sentinel knows every replica."""
         try:
             info = self.primary.client().info("replication")
             if int(info.get("connected_slaves", 0)) < len(self.replicas):
                 return False
+            for replica in self.replicas:
+                if replica.client().info("replication").get("master_link_status") != "up":
+                    return False
             for sentinel in self.sentinels:
                 master = sentinel.client().sentinel_master(MASTER)
                 if int(master.get("num-slaves", 0)) < len(self.replicas):
