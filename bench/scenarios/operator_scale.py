@@ -43,8 +43,8 @@ from bench.report import Context, Plot, Result, Scenario, Table
 from sendgroup_worker.producer import make_mail_payload
 from sendgroup_worker.queue.keys import QueueKeys
 from tests.support import manifests
-from tests.support.cluster import KubeCluster, start_cluster, stop_cluster
-from tests.support.operator_proc import REPO, OperatorProcess, install_rbac
+from tests.support.cluster import KubeCluster, apply_crds, start_cluster, stop_cluster
+from tests.support.operator_proc import OperatorProcess, install_rbac
 from tests.support.redis_server import RedisServer
 
 GROUP, VERSION, PLURAL = "sendgroups.io", "v1alpha1", "sendgroups"
@@ -380,16 +380,7 @@ def run(ctx: Context) -> Result:
     server = RedisServer().start()
     raw: dict[str, Any] = {"groups": n, "rest_window_s": rest, "peer_concurrency": PEER_CONCURRENCY}
     try:
-        kube.kubectl(
-            "apply",
-            "-f",
-            str(REPO / "crds" / "sendgroups.yaml"),
-            "-f",
-            str(REPO / "crds" / "kopf-peering.yaml"),
-        )
-        kube.kubectl(
-            "wait", "--for=condition=Established", "crd/sendgroups.sendgroups.io", "--timeout=60s"
-        )
+        apply_crds(kube)
         for mix in ("idle", "busy"):
             measured = _run_mix(ctx, kube, server, mix, n, rest)
             measured["peer"] = _run_peer(ctx, kube, mix, n, measured)
