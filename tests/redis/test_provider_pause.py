@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import signal
-import threading
 import time
 from collections.abc import Iterator
 
@@ -17,6 +16,7 @@ import redis
 
 from sendgroup_worker.provider import ProviderKeys
 from sendgroup_worker.queue.keys import QueueKeys
+from tests.support.redis_monitor import Monitor
 from tests.support.smtp_sink import SmtpSink
 from tests.support.workers import (
     WorkerProcess,
@@ -35,44 +35,9 @@ PROVIDER = {"id": PROVIDER_ID, "group": "ns/paused", "perMinute": 6000, "concurr
 TAG = "{csp/bigmail}"
 
 
-class Monitor:
-    """Records, with a timestamp, every command the server runs that names a provider key
-    (Redis ``MONITOR`` on its own connection, read by a thread)."""
-
-    def __init__(self, url: str) -> None:
-        self.client = redis.Redis.from_url(url)
-        self.seen: list[tuple[float, str]] = []
-        self._stop = threading.Event()
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-        assert self._ready.wait(5), "MONITOR did not start"
-
-    def _run(self) -> None:
-        with self.client.monitor() as m:
-            self._ready.set()
-            while not self._stop.is_set():
-                try:
-                    cmd = m.next_command()
-                except (redis.ConnectionError, ValueError):
-                    return
-                text = str(cmd.get("command", ""))
-                if TAG in text:  # stamped with the server's time of the command
-                    self.seen.append((float(cmd["time"]), text))
-
-    def since(self, t: float) -> list[str]:
-        return [c for at, c in list(self.seen) if at >= t]
-
-    def close(self) -> None:
-        self._stop.set()
-        self.client.ping()  # one more command wakes the reader
-        self._thread.join(5)
-        self.client.close()
-
-
 @pytest.fixture
 def monitor(redis_url: str) -> Iterator[Monitor]:
-    m = Monitor(redis_url)
+    m = Monitor(redis_url, TAG)
     yield m
     m.close()
 

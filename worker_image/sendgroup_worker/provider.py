@@ -198,6 +198,8 @@ class ProviderPacer:
         self._owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         #: what the last permit call said
         self.last: Permit | None = None
+        #: held by the one lane of this process that polls the budget after a refusal
+        self._turn = asyncio.Lock()
 
     def lane_id(self, lane: int) -> str:
         """Lease member of one lane of this process (unique across pods and restarts)."""
@@ -248,20 +250,59 @@ class ProviderPacer:
         """One permit and the lane's lease now, or a refusal with the time to wait."""
         return await self._call(lane, debt, "take")
 
-    async def take(self, lane: str, stop: asyncio.Event, debt: int = 0) -> bool:
-        """Wait until a permit is granted (True), or ``stop`` is set (False). ``debt`` is
-        charged once, on the first call. Sleeps at most :data:`MAX_WAIT_STEP` at a time."""
-        while not stop.is_set():
-            permit = await self.try_take(lane, debt)
-            debt = 0
-            if permit.granted:
-                return True
-            # jitter: lanes refused together do not all come back at the same instant, so the
-            # same lane does not always win the next cell
-            pause = max(permit.wait, 0.001) * (1.0 + random.random() * 0.25)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), min(pause, MAX_WAIT_STEP))
-        return False
+    async def take(self, lane: str, stop: asyncio.Event, debt: int = 0, wait: float = 0.0) -> bool:
+        """Wait until a permit is granted (True), or ``stop`` is set (False).
+
+        One waiting lane per process polls the budget at a time; the others queue behind it
+        (FIFO) and each tries once as soon as the lane before it got its permit. A refused
+        call is a script call for nothing: with every refused lane polling, a worker of 12
+        lanes sharing a few permits a second made ~17 script calls per mail (bench/providers).
+        ``wait``: seconds the refusal that sent the lane here said to wait (slept before the
+        first try, if the lane gets its turn at once). ``debt`` is charged once, on the first
+        call. Sleeps at most :data:`MAX_WAIT_STEP` at a time, so a new share or rule reaches a
+        waiting lane within that."""
+        if not await self._wait_turn(stop):
+            return False
+        try:
+            while not stop.is_set():
+                if wait > 0:
+                    # jitter: the waiting lanes of several processes do not all come back at
+                    # the same instant, so the same process does not always win the next cell
+                    pause = wait * (1.0 + random.random() * 0.25)
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(stop.wait(), min(pause, MAX_WAIT_STEP))
+                    if stop.is_set():
+                        break
+                permit = await self.try_take(lane, debt)
+                debt = 0
+                if permit.granted:
+                    return True
+                wait = max(permit.wait, 0.001)
+            return False
+        finally:
+            self._turn.release()
+
+    async def _wait_turn(self, stop: asyncio.Event) -> bool:
+        """Wait for this process's polling turn (True), or ``stop`` (False, no turn held)."""
+        if not self._turn.locked():
+            await self._turn.acquire()  # free: taken at once, no suspension point before
+            return True
+        acquire = asyncio.ensure_future(self._turn.acquire())
+        stopped = asyncio.ensure_future(stop.wait())
+        try:
+            await asyncio.wait({acquire, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopped.cancel()
+            if not acquire.done():
+                acquire.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await acquire
+        if acquire.cancelled():
+            return False
+        if stop.is_set():
+            self._turn.release()
+            return False
+        return True
 
     async def give_back(self, lane: str, debt: int = 0) -> None:
         """Return an unused permit (no job was there) and release the lane's lease."""

@@ -431,7 +431,7 @@ class Worker:
             await self._flush(lane)  # do not hold an acknowledgement while waiting
             if permit.why.startswith("suspended:"):
                 log.debug("provider %s: %s", self.pacer.config.id, permit.why)
-            if not await self.pacer.take(lane_id, self.stopping):
+            if not await self.pacer.take(lane_id, self.stopping, wait=permit.wait):
                 await self.pacer.release(lane_id)
                 return 0
         lane.leased = True
