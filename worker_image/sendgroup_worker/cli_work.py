@@ -28,9 +28,11 @@ def work(help_env: bool) -> None:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    from sendgroup_worker.redisclient import quiet_cluster_node_notices
     from sendgroup_worker.worker import build_worker
 
     async def main() -> int:
+        quiet_cluster_node_notices(asyncio.get_running_loop())
         return await build_worker(config).run()
 
     sys.exit(asyncio.run(main()))

@@ -14,7 +14,9 @@ services do, is taken as standalone).
 
 from __future__ import annotations
 
+import asyncio as _asyncio
 import hashlib
+import logging
 from collections.abc import Sequence
 from typing import Any, Final, TypeAlias, cast
 from urllib.parse import quote, urlencode
@@ -30,6 +32,8 @@ import redis.exceptions
 import redis.sentinel
 
 from sendgroup_worker.redisurl import RedisTarget, parse
+
+log = logging.getLogger(__name__)
 
 #: A sync client: ``redis.Redis``, a Sentinel-managed ``redis.Redis`` or a
 #: ``redis.cluster.RedisCluster``. Typed as ``redis.Redis``: the cluster client has the same
@@ -281,7 +285,32 @@ async def aclose(client: AsyncClient) -> None:
     await cast(Any, client).aclose()
 
 
+#: What redis-py's asyncio cluster client reports through the event loop when it drops a node
+#: object after a slot-map refresh (a failover, a resharding) while the node's sockets are still
+#: open; they close with the object. redis-py issue #3572; asyncio's default handler logs it at
+#: ERROR, once or more per failover, with nothing for the user to do.
+CLUSTER_NODE_NOTICE: Final = "Unclosed ClusterNode object"
+
+
+def quiet_cluster_node_notices(loop: _asyncio.AbstractEventLoop) -> None:
+    """Log :data:`CLUSTER_NODE_NOTICE` at DEBUG instead of ERROR on ``loop``; every other
+    exception-handler call goes to the handler installed before (or the loop's default)."""
+    previous = loop.get_exception_handler()
+
+    def handler(loop: _asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        if context.get("message") == CLUSTER_NODE_NOTICE and "exception" not in context:
+            log.debug("redis-py: %s (%r), see redis-py #3572", CLUSTER_NODE_NOTICE, context)
+            return
+        if previous is not None:
+            previous(loop, context)
+        else:
+            loop.default_exception_handler(context)
+
+    loop.set_exception_handler(handler)
+
+
 __all__ = [
+    "CLUSTER_NODE_NOTICE",
     "REDIS_ERRORS",
     "TRANSIENT_ERRORS",
     "AsyncClient",
@@ -295,4 +324,5 @@ __all__ = [
     "detect_async",
     "detect_sync",
     "is_cluster",
+    "quiet_cluster_node_notices",
 ]
