@@ -22,6 +22,7 @@ from sendgroup_operator.kube import Kube
 from sendgroup_operator.queueio import RedisQueues
 from sendgroup_operator.reconcile import Runtime
 from sendgroup_operator.settings import Settings
+from sendgroup_worker.redisclient import quiet_cluster_node_notices
 
 Logger = logging.Logger | logging.LoggerAdapter[Any]
 FINALIZER: Final = f"{models.GROUP}/finalizer"
@@ -112,6 +113,8 @@ async def start(settings: kopf.OperatorSettings, memo: Any, logger: Logger) -> N
     """The ``@kopf.on.startup`` body: settings, clients, metrics server, preflight."""
     ours = Settings.from_env()
     configure_kopf(settings, ours)
+    # the observer's cluster clients: redis-py's node-object notice after a failover is DEBUG
+    quiet_cluster_node_notices(asyncio.get_running_loop())
     kube = Kube(load_kube_config())
     memo.runtime = Runtime(settings=ours, kube=kube, queues=RedisQueues(ours.key_prefix))
     metrics.serve(ours.metrics_port, os.environ.get("SENDGROUP_LISTEN_HOST", "0.0.0.0"))
