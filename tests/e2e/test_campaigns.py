@@ -23,12 +23,11 @@ from tests.support.cluster import wait_for
 from tests.support.e2e import (
     DUMPS_CLAIM,
     InstalledOperator,
-    install_operator,
+    operator_for_test,
     patch_spec,
     push_mails,
     sendgroup_manifest,
     sendgroup_status,
-    uninstall_operator,
     worker_pods,
 )
 from tests.support.node import NodeCluster, get_json
@@ -73,42 +72,16 @@ def env(
     pod_smtp: SmtpSink,
     request: pytest.FixtureRequest,
 ) -> Iterator[Env]:
-    started = time.monotonic()
-    operator = install_operator(
-        node_cluster.kube, e2e_namespace, pod_redis.url, pod_smtp.host, pod_smtp.port
-    )
-    e = Env(node_cluster, e2e_namespace, operator, pod_redis, pod_smtp)
-    e.report.append(f"operator installed and running in {time.monotonic() - started:.1f}s")
-    yield e
-    print(f"operator log (tail):\n{operator.logs()}")  # shown by pytest when the test failed
-    report = request.config.pluginmanager.get_plugin("terminalreporter")
-    capture = request.config.pluginmanager.get_plugin("capturemanager")
-    if report is not None and capture is not None:
-        with capture.global_and_fixture_disabled():
-            for line in e.report:
-                report.write_line(f"e2e report ({request.node.name}): {line}")
-    # The release's cluster-scoped RBAC is named after the namespace; helm uninstall removes it.
-    cluster_rbac = [
-        f"clusterrole.rbac.authorization.k8s.io/sendgroup-operator-{e2e_namespace}",
-        f"clusterrolebinding.rbac.authorization.k8s.io/sendgroup-operator-{e2e_namespace}",
-    ]
-
-    def cluster_rbac_left() -> list[str]:
-        names = node_cluster.kube.kubectl(
-            "get", "clusterrole,clusterrolebinding", "-o", "name"
-        ).stdout.split()
-        return [n for n in cluster_rbac if n in names]
-
-    installed = cluster_rbac_left()
-    # The SendGroups go while the operator runs (their finalizers would otherwise keep the
-    # namespace Terminating once the release is gone).
-    deleted = node_cluster.kube.kubectl(
-        "-n", e2e_namespace, "delete", "sendgroups", "--all", "--timeout=90s", check=False
-    )
-    uninstall_operator(node_cluster.kube, e2e_namespace)
-    assert deleted.returncode == 0, f"SendGroups not deleted in 90 s: {deleted.stderr}"
-    assert installed == cluster_rbac, "the chart did not create its cluster RBAC"
-    assert cluster_rbac_left() == [], "helm uninstall left the release's cluster-scoped RBAC"
+    with operator_for_test(
+        node_cluster,
+        e2e_namespace,
+        pod_redis.url,
+        pod_smtp.host,
+        pod_smtp.port,
+        request,
+        check_cluster_rbac=True,
+    ) as (operator, report):
+        yield Env(node_cluster, e2e_namespace, operator, pod_redis, pod_smtp, report)
 
 
 def _ts(text: str) -> float:

@@ -35,11 +35,10 @@ from tests.support.cluster import wait_for
 from tests.support.e2e import (
     DUMPS_CLAIM,
     InstalledOperator,
-    install_operator,
+    operator_for_test,
     patch_spec,
     sendgroup_manifest,
     sendgroup_status,
-    uninstall_operator,
     worker_pods,
 )
 from tests.support.node import NodeCluster, get_json
@@ -97,34 +96,19 @@ def env(
     pod_smtp: SmtpSink,
     request: pytest.FixtureRequest,
 ) -> Iterator[Env]:
-    started = time.monotonic()
     # The operator's default Redis is the standalone one: the group's spec.redis.url must win.
     # The cluster's nodes are a Redis tenants may name (issue 16: any other is refused).
-    operator = install_operator(
-        node_cluster.kube,
+    # Deletion: deletionPolicy Purge runs a purge Job on the cluster.
+    with operator_for_test(
+        node_cluster,
         e2e_namespace,
         pod_redis.url,
         pod_smtp.host,
         pod_smtp.port,
+        request,
         values={"allowedRedisHosts": [pod_cluster.host]},
-    )
-    e = Env(node_cluster, e2e_namespace, operator, pod_cluster, pod_redis, pod_smtp)
-    e.report.append(f"operator installed and running in {time.monotonic() - started:.1f}s")
-    yield e
-    print(f"operator log (tail):\n{operator.logs()}")  # shown by pytest when the test failed
-    report = request.config.pluginmanager.get_plugin("terminalreporter")
-    capture = request.config.pluginmanager.get_plugin("capturemanager")
-    if report is not None and capture is not None:
-        with capture.global_and_fixture_disabled():
-            for line in e.report:
-                report.write_line(f"e2e report ({request.node.name}): {line}")
-    # Deleted while the operator runs (deletionPolicy Purge: a purge Job on the cluster; the
-    # finalizer would otherwise keep the namespace Terminating).
-    deleted = node_cluster.kube.kubectl(
-        "-n", e2e_namespace, "delete", "sendgroups", "--all", "--timeout=90s", check=False
-    )
-    uninstall_operator(node_cluster.kube, e2e_namespace, check=False)
-    assert deleted.returncode == 0, f"SendGroup not deleted in 90 s: {deleted.stderr}"
+    ) as (operator, report):
+        yield Env(node_cluster, e2e_namespace, operator, pod_cluster, pod_redis, pod_smtp, report)
 
 
 def _ts(text: str) -> float:

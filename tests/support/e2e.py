@@ -7,13 +7,16 @@ own ServiceAccount), released in the test's namespace. Plus helpers the end-to-e
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import pytest
 import redis
 
 from sendgroup_worker.producer import make_mail_payload
@@ -21,7 +24,7 @@ from sendgroup_worker.queue.keys import QueueKeys
 from tests.support import manifests
 from tests.support.cluster import KubeCluster, wait_for
 from tests.support.helm import CHART, helm, values_args
-from tests.support.node import OPERATOR_IMAGE, WORKER_IMAGE, get_json
+from tests.support.node import OPERATOR_IMAGE, WORKER_IMAGE, NodeCluster, get_json
 
 RELEASE = "sendgroup-operator"
 CHART_ENV = "SENDGROUP_E2E_CHART"
@@ -45,8 +48,8 @@ def chart_values(redis_url: str, smtp_host: str, smtp_port: int) -> dict[str, An
         "dumps.size": "1Gi",
         "reaperInterval": 2,
         "rbac.aggregatedRoles": False,
-        # the provider path has its own tests (tests/redis/test_provider_*, test_providers);
-        # the campaigns here keep their own pace (no e2e of providers on the node yet)
+        # the campaigns keep their own pace: no default ClusterSendProviders (gmail.com would
+        # resolve to google's); tests/e2e/test_provider_node.py brings its own SendProvider
         "defaultProviders.enabled": False,
         "extraEnv": [
             {"name": "SENDGROUP_STATUS_REFRESH", "value": "5"},
@@ -196,3 +199,54 @@ def worker_pods(kube: KubeCluster, namespace: str, group: str) -> list[dict[str,
 
 def monotonic_now() -> float:
     return time.monotonic()
+
+
+@contextlib.contextmanager
+def operator_for_test(
+    node: NodeCluster,
+    namespace: str,
+    redis_url: str,
+    smtp_host: str,
+    smtp_port: int,
+    request: pytest.FixtureRequest,
+    values: dict[str, Any] | None = None,
+    check_cluster_rbac: bool = False,
+) -> Iterator[tuple[InstalledOperator, list[str]]]:
+    """An end-to-end test's operator: :func:`install_operator` in ``namespace``; yields it and
+    the test's report lines (the install time is the first). Afterwards: the operator's log
+    tail (pytest shows it when the test failed), the report lines on the terminal, every
+    SendGroup deleted while the operator still runs (their finalizers would keep the namespace
+    Terminating; 90 s), and the release uninstalled. ``check_cluster_rbac``: also assert that
+    the release created its cluster-scoped RBAC and that ``helm uninstall`` removed it."""
+    started = time.monotonic()
+    operator = install_operator(
+        node.kube, namespace, redis_url, smtp_host, smtp_port, values=values
+    )
+    report = [f"operator installed and running in {time.monotonic() - started:.1f}s"]
+    yield operator, report
+    print(f"operator log (tail):\n{operator.logs()}")  # shown by pytest when the test failed
+    terminal = request.config.pluginmanager.get_plugin("terminalreporter")
+    capture = request.config.pluginmanager.get_plugin("capturemanager")
+    if terminal is not None and capture is not None:
+        with capture.global_and_fixture_disabled():
+            for line in report:
+                terminal.write_line(f"e2e report ({request.node.name}): {line}")
+    # The release's cluster-scoped RBAC is named after the namespace; helm uninstall removes it.
+    cluster_rbac = [
+        f"clusterrole.rbac.authorization.k8s.io/sendgroup-operator-{namespace}",
+        f"clusterrolebinding.rbac.authorization.k8s.io/sendgroup-operator-{namespace}",
+    ]
+
+    def cluster_rbac_left() -> list[str]:
+        names = node.kube.kubectl("get", "clusterrole,clusterrolebinding", "-o", "name")
+        return [n for n in cluster_rbac if n in names.stdout.split()]
+
+    installed = cluster_rbac_left() if check_cluster_rbac else cluster_rbac
+    deleted = node.kube.kubectl(
+        "-n", namespace, "delete", "sendgroups", "--all", "--timeout=90s", check=False
+    )
+    uninstall_operator(node.kube, namespace, check=check_cluster_rbac)
+    assert deleted.returncode == 0, f"SendGroups not deleted in 90 s: {deleted.stderr}"
+    if check_cluster_rbac:
+        assert installed == cluster_rbac, "the chart did not create its cluster RBAC"
+        assert cluster_rbac_left() == [], "helm uninstall left the release's cluster-scoped RBAC"
