@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import email
 import email.policy
+import os
 import signal
 import subprocess
+import time
 from collections import Counter
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -24,7 +26,7 @@ from sendgroup_operator.settings import Settings
 from sendgroup_worker.queue.client import Queue
 from sendgroup_worker.queue.keys import QueueKeys
 from tests.support.dumps import run_cli, summary
-from tests.support.php import run_artisan
+from tests.support.php import run_artisan, start_artisan
 from tests.support.smtp_sink import SmtpSink
 from tests.support.workers import WorkerProcess, drained, wait_for, worker_env
 
@@ -40,13 +42,15 @@ def _env(redis_url: str, smtp_port: int) -> dict[str, str]:
     return {"REDIS_PORT": str(port), "MAIL_PORT": str(smtp_port), "REDIS_PREFIX": PREFIX}
 
 
-def _operator_queue_work(
-    redis_url: str, smtp_port: int, storage: Path
-) -> subprocess.CompletedProcess[str]:
+def _operator_command(
+    redis_url: str, smtp_port: int, storage: Path, laravel: dict[str, int], queue: str = Q
+) -> tuple[list[str], dict[str, str]]:
+    """The container command and environment the operator gives a ``runtime: laravel`` group's
+    pods (``laravel``: the spec's worker.laravel), storage paths moved under ``storage``."""
     spec = models.SendGroupSpec.model_validate(
-        {"campaign": "spring-sale", "host": "gmail.com", "queue": Q,
+        {"campaign": "spring-sale", "host": "gmail.com", "queue": queue,
          "worker": {"runtime": "laravel", "image": "shop/app:1", "tries": 3, "timeout": 30,
-                    "retryAfter": 60, "laravel": {"maxTime": 60}}}
+                    "retryAfter": 60, "laravel": laravel}}
     )  # fmt: skip
     settings = Settings(
         default_image="sendgroup-worker:1", default_redis_url=redis_url, key_prefix=PREFIX,
@@ -57,16 +61,25 @@ def _operator_queue_work(
     container = dep["spec"]["template"]["spec"]["containers"][0]
     env = {e["name"]: e["value"] for e in container["env"]}
     assert container["command"][4:6] == ["php", "artisan"]
-    command = [*container["command"], "--stop-when-empty"]
     writable = ("LARAVEL_STORAGE_PATH", "VIEW_COMPILED_PATH", "APP_SERVICES_CACHE",
                 "APP_PACKAGES_CACHE")  # fmt: skip
     for name in writable:
         env[name] = str(storage / Path(env[name]).relative_to("/tmp"))
-    return run_artisan("queue:work", env=env, storage=storage, timeout=120, command=command)
+    return list(container["command"]), env
 
 
-def _push(env: dict[str, str], storage: Path, recipients: list[str]) -> Counter[str]:
-    out = run_artisan("sendgroups:push", Q, *recipients, env=env, storage=storage).stdout
+def _operator_queue_work(
+    redis_url: str, smtp_port: int, storage: Path
+) -> subprocess.CompletedProcess[str]:
+    command, env = _operator_command(redis_url, smtp_port, storage, {"maxTime": 60})
+    return run_artisan("queue:work", env=env, storage=storage, timeout=120,
+                       command=[*command, "--stop-when-empty"])  # fmt: skip
+
+
+def _push(
+    env: dict[str, str], storage: Path, recipients: list[str], queue: str = Q
+) -> Counter[str]:
+    out = run_artisan("sendgroups:push", queue, *recipients, env=env, storage=storage).stdout
     return Counter(line.split()[0] for line in out.splitlines())
 
 
@@ -154,3 +167,65 @@ def test_laravel_push_raw_of_our_envelope_is_sent_once_by_our_worker(
     assert Counter(r.recipient for r in received) == Counter({r: 1 for r in recipients})
     body = email.message_from_bytes(received[0].data, policy=email.policy.default)
     assert "your order is on its way." in body.get_body().get_content()
+
+
+def _calls(client: redis.Redis, command: str) -> int:
+    """How many times the server ran ``command`` (INFO commandstats)."""
+    return int(client.info("commandstats").get(f"cmdstat_{command}", {}).get("calls", 0))
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_a_paused_group_s_queue_work_takes_no_job_until_the_marker_is_gone(
+    tmp_path: Path, redis_url: str, redis_client: redis.Redis, smtp_sink: SmtpSink
+) -> None:
+    """The pause marker the operator sets (``<prefix>queues:<queue>:paused``) stops Laravel's
+    own worker, through the example app's SendGroupPauseServiceProvider: a queue:work started
+    on a paused group's queue (a pod started, or not yet stopped, after the pause) sends
+    nothing and idles (one EXISTS per --sleep, no CPU); once the marker is deleted (resume) it
+    sends every mail once. The queue name carries a hash tag, as on a Redis Cluster."""
+    queue = "{mail-spring-sale-gmail}"
+    env, storage = _env(redis_url, smtp_sink.port), tmp_path / "storage"
+    recipients = [f"p{i}@x.example" for i in range(12)]
+    _push(env, storage, recipients, queue)
+    keys = QueueKeys(queue, prefix=PREFIX)
+    q = Queue(redis_client, keys, retry_after=90)
+    assert q.measure().ready == 12
+    redis_client.set(keys.paused, "1")  # what the operator does while the group is paused
+    assert keys.paused == f"{PREFIX}queues:{{mail-spring-sale-gmail}}:paused"
+
+    command, work_env = _operator_command(redis_url, smtp_sink.port, storage, {"sleep": 1}, queue)
+    redis_client.config_resetstat()
+    log = tmp_path / "queue-work.log"
+    proc = start_artisan(command, env=work_env, storage=storage, output=log)
+    try:
+        # in its loop: the listener's first EXISTS (or, without the listener, a first mail)
+        wait_for(lambda: _calls(redis_client, "exists") > 0 or bool(smtp_sink.snapshot()),
+                 30, "queue:work's first loop")  # fmt: skip
+        cpu0, exists0, t0 = _cpu_seconds(proc.pid), _calls(redis_client, "exists"), time.monotonic()
+        time.sleep(6)
+        cpu = _cpu_seconds(proc.pid) - cpu0
+        checks = _calls(redis_client, "exists") - exists0
+        elapsed = time.monotonic() - t0
+        assert smtp_sink.snapshot() == [], "queue:work sent mail while the group was paused"
+        stats = q.measure()
+        assert (stats.ready, stats.reserved) == (12, 0)
+        assert proc.poll() is None, log.read_text()[-2000:]
+        # idle, not busy-looping: one EXISTS per --sleep=1 loop, a few ms of CPU per second
+        assert 3 <= checks <= elapsed + 1, (checks, elapsed)
+        assert cpu < 0.3, cpu
+
+        redis_client.delete(keys.paused)  # resumed
+        wait_for(lambda: len(smtp_sink.snapshot()) >= 12, 60, "12 mails after the resume")
+        wait_for(drained(q), 10, "the queue drained")
+        time.sleep(1.5)  # a doubled mail would arrive now
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(30)
+    assert code == 0, log.read_text()[-2000:]
+    assert Counter(r.recipient for r in smtp_sink.snapshot()) == Counter({r: 1 for r in recipients})
+    out = log.read_text()
+    assert out.count("Processed:") == 12 and "Failed:" not in out, out[-2000:]

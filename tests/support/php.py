@@ -74,6 +74,26 @@ LARAVEL_APP = EXAMPLES.parent / "laravel-app"
 LARAVEL_AUTOLOAD = Path("/usr/share/php/Illuminate/autoload.php")
 
 
+def _artisan_env(env: dict[str, str], storage: Path) -> dict[str, str]:
+    """The environment of an artisan process: PATH, the storage paths under ``storage`` (its
+    directories created), then ``env``. AssertionError naming the Debian packages when Laravel
+    is not installed."""
+    if not LARAVEL_AUTOLOAD.is_file():
+        raise AssertionError(
+            f"{LARAVEL_AUTOLOAD} missing: run hack/bootstrap "
+            "(apt-get install php-laravel-framework php-swiftmailer)"
+        )
+    for sub in ("framework/views", "framework/cache", "logs", "cache"):
+        (storage / sub).mkdir(parents=True, exist_ok=True)
+    return {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "LARAVEL_STORAGE_PATH": str(storage),
+        "APP_SERVICES_CACHE": str(storage / "cache/services.php"),
+        "APP_PACKAGES_CACHE": str(storage / "cache/packages.php"),
+        **env,
+    }
+
+
 def run_artisan(
     *args: str,
     env: dict[str, str],
@@ -87,20 +107,7 @@ def run_artisan(
     the Debian packages when Laravel is not installed; with ``check``, on an exit code != 0.
     ``command``: run this instead (e.g. a Deployment's container command), in the app's
     directory, as a pod would."""
-    if not LARAVEL_AUTOLOAD.is_file():
-        raise AssertionError(
-            f"{LARAVEL_AUTOLOAD} missing: run hack/bootstrap "
-            "(apt-get install php-laravel-framework php-swiftmailer)"
-        )
-    for sub in ("framework/views", "framework/cache", "logs", "cache"):
-        (storage / sub).mkdir(parents=True, exist_ok=True)
-    full_env = {
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "LARAVEL_STORAGE_PATH": str(storage),
-        "APP_SERVICES_CACHE": str(storage / "cache/services.php"),
-        "APP_PACKAGES_CACHE": str(storage / "cache/packages.php"),
-        **env,
-    }
+    full_env = _artisan_env(env, storage)
     proc = subprocess.run(
         command or [php_bin(), str(LARAVEL_APP / "artisan"), *args],
         capture_output=True,
@@ -114,3 +121,17 @@ def run_artisan(
         what = " ".join((command or list(args))[:6])
         raise AssertionError(f"{what} exited {proc.returncode}: {proc.stderr[-3000:]}")
     return proc
+
+
+def start_artisan(
+    command: list[str], *, env: dict[str, str], storage: Path, output: Path
+) -> subprocess.Popen[bytes]:
+    """Start ``command`` (e.g. a Deployment's container command running ``queue:work``) in
+    :data:`LARAVEL_APP`'s directory, as :func:`run_artisan` runs it, without waiting; stdout and
+    stderr go to the file ``output``. The caller stops it (SIGTERM) and waits."""
+    php_bin()
+    full_env = _artisan_env(env, storage)
+    with output.open("wb") as out:
+        return subprocess.Popen(
+            command, stdout=out, stderr=subprocess.STDOUT, env=full_env, cwd=LARAVEL_APP
+        )

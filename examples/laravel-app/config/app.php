@@ -24,6 +24,8 @@ return [
         Illuminate\Redis\RedisServiceProvider::class,
         Illuminate\Translation\TranslationServiceProvider::class,
         Illuminate\View\ViewServiceProvider::class,
+        // honour the SendGroup's pause marker in queue:work (docs/laravel.md)
+        App\Providers\SendGroupPauseServiceProvider::class,
     ],
     'aliases' => [
         'Mail' => Illuminate\Support\Facades\Mail::class,
