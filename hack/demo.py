@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -29,6 +30,54 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_STATE_DIR = ROOT / ".state" / "demo"
+DEFAULT_TIMEOUT = 900.0
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The demo's options, the one list of them: ``hack/demo`` checks its arguments with this
+    parser (system python3, standard library only) before it installs anything."""
+    parser = argparse.ArgumentParser(
+        prog="hack/demo",
+        description=(__doc__ or "").split("\n\n")[0],
+        epilog="exit code: 0 every recipient got exactly one mail; 1 a step failed (its logs are "
+        "kept in STATE_DIR/logs) or mail is missing or duplicated; 2 bad arguments; "
+        "130 interrupted. Before the demo itself, hack/demo installs what is missing "
+        "(hack/bootstrap, hack/cluster/cluster build, hack/helm/build); see README.md, Quick start",
+    )
+    parser.add_argument(
+        "--keep",
+        action="store_true",
+        help="leave the cluster, Redis and the SMTP sink running until Enter (default: off, "
+        "everything is stopped at the end)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT,
+        metavar="SECONDS",
+        help="seconds to wait for every mail at the SMTP sink (default: %(default).0f)",
+    )
+    parser.add_argument(
+        "--state-dir",
+        type=Path,
+        default=DEFAULT_STATE_DIR,
+        metavar="DIR",
+        help="the demo cluster's state dir, logs in DIR/logs (default: "
+        f"{DEFAULT_STATE_DIR.relative_to(ROOT)} in the checkout)",
+    )
+    return parser.parse_args(argv)
+
+
+if __name__ == "__main__":
+    # Parsed before the imports below (third-party and the project's): `hack/demo` runs this
+    # file with SENDGROUP_DEMO_PARSE_ONLY=1 and the system python3 before installing anything,
+    # so a bad option is refused (exit 2, usage) and --help printed on a machine with nothing
+    # installed yet.
+    ARGS = parse_args()
+    if os.environ.get("SENDGROUP_DEMO_PARSE_ONLY") == "1":
+        sys.exit(0)
+
 sys.path.insert(0, str(ROOT))
 
 import redis  # noqa: E402
@@ -130,21 +179,8 @@ def show_progress(
     return per_domain
 
 
-def main() -> int:
+def main(args: argparse.Namespace) -> int:
     """The demo; returns the exit code (0 every recipient got exactly one mail, 1 otherwise)."""
-    parser = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0],
-        epilog="exit code: 0 every recipient got exactly one mail; 1 a step failed (its logs are "
-        "kept in STATE_DIR/logs) or mail is missing or duplicated; 2 bad arguments; "
-        "130 interrupted",
-    )
-    parser.add_argument("--keep", action="store_true", help="leave everything running")
-    parser.add_argument("--timeout", type=float, default=900, help="seconds to wait for mail")
-    parser.add_argument(
-        "--state-dir", type=Path, default=ROOT / ".state" / "demo", help="cluster state dir"
-    )
-    args = parser.parse_args()
-
     state_dir: Path = args.state_dir
     if (state_dir / "cluster.env").exists():
         say(f"taking down the previous demo cluster in {state_dir}")
@@ -269,7 +305,7 @@ def report_failure(step: str, exc: BaseException) -> None:
 
 if __name__ == "__main__":
     try:
-        sys.exit(main())
+        sys.exit(main(ARGS))
     except KeyboardInterrupt:
         print("demo: interrupted; everything it started was taken down", file=sys.stderr)
         sys.exit(130)
