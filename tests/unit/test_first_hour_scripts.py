@@ -107,3 +107,95 @@ def test_demo_py_parses_its_options_with_the_standard_library_alone() -> None:
         check=False,
     )
     assert (proc.returncode, proc.stdout, proc.stderr) == (0, "", "")
+
+
+# --- the Debian packages the scripts install ------------------------------------------------
+
+
+def fake_bin(tmp_path: Path, tools: tuple[str, ...]) -> Path:
+    """A PATH with only TOOLS (links to the real ones) and an apt-get that records its
+    arguments and fails the install."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in tools:
+        real = shutil.which(tool, path=SYSTEM_PATH)
+        assert real, f"{tool} is needed to run this test"
+        (bin_dir / tool).symlink_to(real)
+    (bin_dir / "apt-get").write_text(
+        f'#!/bin/sh\necho "$*" >>"{tmp_path}/apt-args"\n'
+        'case "$*" in *install*) exit 100 ;; esac\nexit 0\n'
+    )
+    (bin_dir / "apt-get").chmod(0o755)
+    return bin_dir
+
+
+def apt_installs(tmp_path: Path) -> list[list[str]]:
+    """The package names of each `apt-get install` the stub saw."""
+    lines = (tmp_path / "apt-args").read_text().splitlines()
+    return [
+        line.split("--no-install-recommends", 1)[1].split()
+        for line in lines
+        if line.startswith("install ")
+    ]
+
+
+def test_images_build_names_each_missing_package_once(tmp_path: Path) -> None:
+    """On a machine without docker.io, debootstrap, containerd (containerd and ctr), runc and
+    gcc, `hack/images/build` asks apt for each package once."""
+    bin_dir = fake_bin(
+        tmp_path,
+        ("bash", "sh", "dirname", "mkdir", "flock", "date", "find", "id", "tail", "cut", "sleep"),
+    )
+    env = {
+        "PATH": str(bin_dir),
+        "HOME": str(tmp_path),
+        "SENDGROUP_IMAGES_CACHE": str(tmp_path / "cache"),
+        "SENDGROUP_IMAGES_RUN": str(tmp_path / "run"),
+    }
+    proc = subprocess.run(
+        ["bash", str(ROOT / "hack" / "images" / "build"), "base"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode != 0, proc.stderr  # apt-get install failed, as the stub does
+    (packages,) = apt_installs(tmp_path)
+    assert {"docker.io", "debootstrap", "containerd", "runc", "gcc"} <= set(packages), packages
+    assert len(packages) == len(set(packages)), f"a package named twice: {packages}"
+
+
+def test_the_node_names_each_missing_package_once(tmp_path: Path) -> None:
+    """The node (hack/cluster/node.sh, node_require) without containerd and ctr asks apt for
+    containerd once. In a private mount namespace with an empty /usr/sbin: node_require writes
+    /usr/sbin/policy-rc.d when it is missing, which must not happen to this machine."""
+    bin_dir = fake_bin(tmp_path, ("bash", "mkdir", "tail", "chmod", "rm"))
+    script = (
+        f"export PATH={bin_dir} HOME={tmp_path}; STATE_DIR={tmp_path}/state; "
+        'log() { echo "$*" >&2; }; die() { echo "ERROR: $*" >&2; exit 1; }; '
+        f"source {ROOT}/hack/cluster/node.sh; node_require"
+    )
+    proc = subprocess.run(
+        [
+            "unshare",
+            "-m",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            'mount -t tmpfs tmpfs /usr/sbin && exec bash -c "$0"',
+            script,
+        ],
+        capture_output=True,
+        text=True,
+        env={"PATH": SYSTEM_PATH},
+        timeout=60,
+        check=False,
+    )
+    assert "apt-get install" in proc.stderr and proc.returncode != 0, proc.stderr
+    installs = apt_installs(tmp_path)
+    assert installs, proc.stderr
+    for packages in installs:
+        assert {"containerd", "runc", "iptables"} <= set(packages), packages
+        assert len(packages) == len(set(packages)), f"a package named twice: {packages}"
