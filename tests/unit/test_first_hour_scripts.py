@@ -199,3 +199,22 @@ def test_the_node_names_each_missing_package_once(tmp_path: Path) -> None:
     for packages in installs:
         assert {"containerd", "runc", "iptables"} <= set(packages), packages
         assert len(packages) == len(set(packages)), f"a package named twice: {packages}"
+
+
+# --- cold times -----------------------------------------------------------------------------
+
+
+def test_the_cold_times_printed_agree_with_the_readme() -> None:
+    """The README's measured cold Kubernetes build (quiet machine and under load) is what the
+    demo's first line and the build's own message say; no older estimate is left."""
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    quiet = re.search(r"the Kubernetes build took (\d+) min (\d+) s on one", readme)
+    loaded = re.search(r"Kubernetes \+ etcd (\d+) min \(kube-apiserver", readme)
+    assert quiet and loaded, "the README's measured cold times moved: update this test"
+    quiet_min = round(int(quiet[1]) + int(quiet[2]) / 60)
+    for path in ("hack/demo", "hack/cluster/build.sh"):
+        text = (ROOT / path).read_text()
+        assert f"{quiet_min} min" in text and f"{loaded[1]} min" in text, path
+    demo = (ROOT / "hack/demo").read_text()
+    assert "~15 min" not in demo
+    assert "cold build (empty Go caches, modules from the proxy) 8 min" not in readme
