@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -218,3 +219,74 @@ def test_the_cold_times_printed_agree_with_the_readme() -> None:
     demo = (ROOT / "hack/demo").read_text()
     assert "~15 min" not in demo
     assert "cold build (empty Go caches, modules from the proxy) 8 min" not in readme
+
+
+# --- progress lines while the images build ------------------------------------------------
+
+STUB_DOCKER = """#!/bin/sh
+# docker, as far as `hack/images/build base` uses it: a daemon that answers, no base image yet,
+# an import that takes IMPORT_SECONDS.
+case "$1 $2" in
+"version "*) exit 0 ;;
+"image inspect") exit 1 ;;
+"import "*) sleep "$IMPORT_SECONDS"; exit 0 ;;
+esac
+exit 0
+"""
+STUB_DEBOOTSTRAP = """#!/bin/sh
+# debootstrap VARIANT INCLUDE SUITE DIR MIRROR: a tiny root filesystem after SECONDS.
+dir=$4
+mkdir -p "$dir/usr/share/doc/pkg" "$dir/var/log" "$dir/etc" "$dir/usr/bin"
+echo text >"$dir/usr/share/doc/pkg/README"; echo log >"$dir/var/log/x.log"
+echo "I: Retrieving packages"; sleep "$DEBOOTSTRAP_SECONDS"; echo "I: Base system installed"
+"""
+
+
+def test_base_build_prints_a_progress_line_at_least_every_interval(tmp_path: Path) -> None:
+    """`hack/images/build base` with a debootstrap and a docker import that each take longer
+    than the progress interval (3 s here, SENDGROUP_PROGRESS_EVERY; 20 s by default): no gap
+    between two lines on stderr is longer than the interval plus the watcher's 1 s tick. The
+    packing and `docker import` after debootstrap had no progress line (46 s under load)."""
+    every, slow = 3, 9
+    stubs = tmp_path / "stubs"
+    stubs.mkdir()
+    for name, text in (("docker", STUB_DOCKER), ("debootstrap", STUB_DEBOOTSTRAP)):
+        (stubs / name).write_text(text)
+    for name in ("dockerd", "containerd", "ctr", "runc", "gcc"):
+        (stubs / name).write_text("#!/bin/sh\nexit 0\n")
+    for path in stubs.iterdir():
+        path.chmod(0o755)
+    env = {
+        "PATH": f"{stubs}:{SYSTEM_PATH}",
+        "HOME": str(tmp_path),
+        "SENDGROUP_IMAGES_CACHE": str(tmp_path / "cache"),
+        "SENDGROUP_IMAGES_RUN": str(tmp_path / "run"),
+        "SENDGROUP_DEBIAN_MIRROR": "http://deb.invalid/debian",
+        "SENDGROUP_DOCKER": str(stubs / "docker"),
+        "SENDGROUP_PROGRESS_EVERY": str(every),
+        "DEBOOTSTRAP_SECONDS": str(slow),
+        "IMPORT_SECONDS": str(slow),
+    }
+    libc = Path("/usr/lib/x86_64-linux-gnu/libc.a")
+    assert libc.exists() or list(Path("/usr/lib").rglob("libc.a")), "needs libc6-dev"
+    proc = subprocess.Popen(
+        ["bash", str(ROOT / "hack" / "images" / "build"), "base"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    assert proc.stderr is not None
+    started = time.monotonic()
+    lines: list[tuple[float, str]] = []
+    for line in proc.stderr:
+        lines.append((time.monotonic(), line.rstrip()))
+    rc = proc.wait(timeout=60)
+    text = "\n".join(line for _, line in lines)
+    assert rc == 0, text
+    assert "built in" in text, text
+    times = [started, *(t for t, _ in lines)]
+    gaps = [(b - a, line) for a, (b, line) in zip(times, lines, strict=False)]
+    longest = max(gaps)
+    assert longest[0] <= every + 1.8, f"{longest[0]:.1f}s without a line before: {longest[1]}"
+    assert any("still working" in line for _, line in lines), text
