@@ -28,6 +28,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_STATE_DIR = ROOT / ".state" / "demo"
@@ -163,11 +164,72 @@ def push_jobs(client: redis.Redis, group: DemoGroup) -> None:
     producer.push_recipients(queue, group.payloads, batch_size=100, progress=False)
 
 
+#: printed under the first table: why WORKERS can say 0/3 while mail already flows
+WORKERS_LEGEND = (
+    "(WORKERS = ready/desired worker pods from the group's status, which the operator refreshes "
+    "every few seconds; a worker sends as soon as it runs and is counted ready only after its "
+    "readiness probe passed (every 10 s), so WORKERS can lag the mail. The line under the table "
+    "counts the pods themselves.)"
+)
+
+
+def worker_pods(pods: list[dict[str, Any]]) -> dict[str, tuple[int, int]]:
+    """Per group: its worker pods (``kubectl get pods -o json`` items) that run and that are
+    ready, from the pods' own phase and Ready condition; pods being deleted do not count."""
+    counts: dict[str, tuple[int, int]] = {}
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        labels = meta.get("labels") or {}
+        group = labels.get("sendgroups.io/group")
+        if labels.get("app.kubernetes.io/component") != "worker" or group is None:
+            continue
+        if meta.get("deletionTimestamp"):
+            continue
+        status = pod.get("status") or {}
+        running = status.get("phase") == "Running"
+        ready = any(
+            c.get("type") == "Ready" and c.get("status") == "True"
+            for c in status.get("conditions") or []
+        )
+        n_running, n_ready = counts.get(group, (0, 0))
+        counts[group] = (n_running + running, n_ready + (running and ready))
+    return counts
+
+
+def pods_line(groups: dict[str, DemoGroup], counts: dict[str, tuple[int, int]]) -> str:
+    """``worker pods now: <group> <running> running (<ready> ready), ...``"""
+    parts = []
+    for name in groups:
+        running, ready = counts.get(name, (0, 0))
+        parts.append(f"{name} {running} running ({ready} ready)")
+    return "worker pods now: " + ", ".join(parts)
+
+
 def show_progress(
-    node: NodeCluster, sink: SmtpSink, started: float, groups: dict[str, DemoGroup]
+    node: NodeCluster,
+    sink: SmtpSink,
+    started: float,
+    groups: dict[str, DemoGroup],
+    legend: bool = False,
 ) -> Counter[str]:
-    """Print ``kubectl get sg`` and the sink's counts; return mails per recipient domain."""
+    """Print ``kubectl get sg``, the worker pods' own counts and the sink's counts (with
+    ``legend``: what the WORKERS column counts); return mails per recipient domain."""
     table = node.kube.kubectl("-n", NAMESPACE, "get", "sendgroups", check=False).stdout
+    pods = node.kube.kubectl(
+        "-n",
+        NAMESPACE,
+        "get",
+        "pods",
+        "-l",
+        "app.kubernetes.io/component=worker",
+        "-o",
+        "json",
+        check=False,
+    )
+    try:
+        counts = worker_pods(json.loads(pods.stdout).get("items") or [])
+    except ValueError:
+        counts = {}
     per_domain: Counter[str] = Counter()
     for rcpt, n in sink.per_recipient().items():
         per_domain[rcpt.rsplit("@", 1)[-1]] += n
@@ -175,7 +237,11 @@ def show_progress(
         f"{g.host} {per_domain[g.host]}/{len(g.payloads)}" for g in groups.values()
     )
     print(f"\n--- {time.monotonic() - started:5.0f}s  mails at the SMTP sink: {received}")
-    print(table.rstrip(), flush=True)
+    print(table.rstrip())
+    print(pods_line(groups, counts))
+    if legend:
+        print(WORKERS_LEGEND)
+    sys.stdout.flush()
     return per_domain
 
 
@@ -228,8 +294,10 @@ def main(args: argparse.Namespace) -> int:
         step = "wait for every mail at the SMTP sink"
         done_at: dict[str, float] = {}
         deadline = started + args.timeout
+        first = True
         while True:
-            per_domain = show_progress(node, sink, started, groups)
+            per_domain = show_progress(node, sink, started, groups, legend=first)
+            first = False
             for g in groups.values():
                 if per_domain[g.host] >= len(g.payloads) and g.name not in done_at:
                     done_at[g.name] = time.monotonic() - started
