@@ -86,6 +86,29 @@ def test_help_shows_every_default_and_installs_nothing(checkout: Path, flag: str
     assert tree(checkout) == before, "an install step ran or something was created"
 
 
+def test_help_without_python3_installs_nothing(checkout: Path, tmp_path: Path) -> None:
+    """A minimal Debian has no python3 yet (hack/bootstrap would install it): --help says so
+    instead of running the install steps first."""
+    bin_dir = tmp_path / "bin-no-python"
+    bin_dir.mkdir()
+    for tool in ("dirname", "date"):
+        real = shutil.which(tool, path=SYSTEM_PATH)
+        assert real, f"{tool} is needed to run this test"
+        (bin_dir / tool).symlink_to(real)
+    before = tree(checkout)
+    proc = subprocess.run(
+        ["/bin/bash", str(checkout / "hack" / "demo"), "--help"],
+        capture_output=True,
+        text=True,
+        env={"PATH": str(bin_dir), "HOME": str(checkout)},
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "--help needs python3" in proc.stdout
+    assert tree(checkout) == before, "an install step ran or something was created"
+
+
 def test_good_options_go_on_to_the_install_steps(checkout: Path) -> None:
     """The control: with valid options the same checkout runs its install steps (then fails at
     the missing .venv), so the tests above would see an install that came first."""
