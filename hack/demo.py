@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -27,8 +28,57 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_STATE_DIR = ROOT / ".state" / "demo"
+DEFAULT_TIMEOUT = 900.0
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The demo's options, the one list of them: ``hack/demo`` checks its arguments with this
+    parser (system python3, standard library only) before it installs anything."""
+    parser = argparse.ArgumentParser(
+        prog="hack/demo",
+        description=(__doc__ or "").split("\n\n")[0],
+        epilog="exit code: 0 every recipient got exactly one mail; 1 a step failed (its logs are "
+        "kept in STATE_DIR/logs) or mail is missing or duplicated; 2 bad arguments; "
+        "130 interrupted. Before the demo itself, hack/demo installs what is missing "
+        "(hack/bootstrap, hack/cluster/cluster build, hack/helm/build); see README.md, Quick start",
+    )
+    parser.add_argument(
+        "--keep",
+        action="store_true",
+        help="leave the cluster, Redis and the SMTP sink running until Enter (default: off, "
+        "everything is stopped at the end)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT,
+        metavar="SECONDS",
+        help="seconds to wait for every mail at the SMTP sink (default: %(default).0f)",
+    )
+    parser.add_argument(
+        "--state-dir",
+        type=Path,
+        default=DEFAULT_STATE_DIR,
+        metavar="DIR",
+        help="the demo cluster's state dir, logs in DIR/logs (default: "
+        f"{DEFAULT_STATE_DIR.relative_to(ROOT)} in the checkout)",
+    )
+    return parser.parse_args(argv)
+
+
+if __name__ == "__main__":
+    # Parsed before the imports below (third-party and the project's): `hack/demo` runs this
+    # file with SENDGROUP_DEMO_PARSE_ONLY=1 and the system python3 before installing anything,
+    # so a bad option is refused (exit 2, usage) and --help printed on a machine with nothing
+    # installed yet.
+    ARGS = parse_args()
+    if os.environ.get("SENDGROUP_DEMO_PARSE_ONLY") == "1":
+        sys.exit(0)
+
 sys.path.insert(0, str(ROOT))
 
 import redis  # noqa: E402
@@ -114,11 +164,72 @@ def push_jobs(client: redis.Redis, group: DemoGroup) -> None:
     producer.push_recipients(queue, group.payloads, batch_size=100, progress=False)
 
 
+#: printed under the first table: why WORKERS can say 0/3 while mail already flows
+WORKERS_LEGEND = (
+    "(WORKERS = ready/desired worker pods from the group's status, which the operator refreshes "
+    "every few seconds; a worker sends as soon as it runs and is counted ready only after its "
+    "readiness probe passed (every 10 s), so WORKERS can lag the mail. The line under the table "
+    "counts the pods themselves.)"
+)
+
+
+def worker_pods(pods: list[dict[str, Any]]) -> dict[str, tuple[int, int]]:
+    """Per group: its worker pods (``kubectl get pods -o json`` items) that run and that are
+    ready, from the pods' own phase and Ready condition; pods being deleted do not count."""
+    counts: dict[str, tuple[int, int]] = {}
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        labels = meta.get("labels") or {}
+        group = labels.get("sendgroups.io/group")
+        if labels.get("app.kubernetes.io/component") != "worker" or group is None:
+            continue
+        if meta.get("deletionTimestamp"):
+            continue
+        status = pod.get("status") or {}
+        running = status.get("phase") == "Running"
+        ready = any(
+            c.get("type") == "Ready" and c.get("status") == "True"
+            for c in status.get("conditions") or []
+        )
+        n_running, n_ready = counts.get(group, (0, 0))
+        counts[group] = (n_running + running, n_ready + (running and ready))
+    return counts
+
+
+def pods_line(groups: dict[str, DemoGroup], counts: dict[str, tuple[int, int]]) -> str:
+    """``worker pods now: <group> <running> running (<ready> ready), ...``"""
+    parts = []
+    for name in groups:
+        running, ready = counts.get(name, (0, 0))
+        parts.append(f"{name} {running} running ({ready} ready)")
+    return "worker pods now: " + ", ".join(parts)
+
+
 def show_progress(
-    node: NodeCluster, sink: SmtpSink, started: float, groups: dict[str, DemoGroup]
+    node: NodeCluster,
+    sink: SmtpSink,
+    started: float,
+    groups: dict[str, DemoGroup],
+    legend: bool = False,
 ) -> Counter[str]:
-    """Print ``kubectl get sg`` and the sink's counts; return mails per recipient domain."""
+    """Print ``kubectl get sg``, the worker pods' own counts and the sink's counts (with
+    ``legend``: what the WORKERS column counts); return mails per recipient domain."""
     table = node.kube.kubectl("-n", NAMESPACE, "get", "sendgroups", check=False).stdout
+    pods = node.kube.kubectl(
+        "-n",
+        NAMESPACE,
+        "get",
+        "pods",
+        "-l",
+        "app.kubernetes.io/component=worker",
+        "-o",
+        "json",
+        check=False,
+    )
+    try:
+        counts = worker_pods(json.loads(pods.stdout).get("items") or [])
+    except ValueError:
+        counts = {}
     per_domain: Counter[str] = Counter()
     for rcpt, n in sink.per_recipient().items():
         per_domain[rcpt.rsplit("@", 1)[-1]] += n
@@ -126,25 +237,16 @@ def show_progress(
         f"{g.host} {per_domain[g.host]}/{len(g.payloads)}" for g in groups.values()
     )
     print(f"\n--- {time.monotonic() - started:5.0f}s  mails at the SMTP sink: {received}")
-    print(table.rstrip(), flush=True)
+    print(table.rstrip())
+    print(pods_line(groups, counts))
+    if legend:
+        print(WORKERS_LEGEND)
+    sys.stdout.flush()
     return per_domain
 
 
-def main() -> int:
+def main(args: argparse.Namespace) -> int:
     """The demo; returns the exit code (0 every recipient got exactly one mail, 1 otherwise)."""
-    parser = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0],
-        epilog="exit code: 0 every recipient got exactly one mail; 1 a step failed (its logs are "
-        "kept in STATE_DIR/logs) or mail is missing or duplicated; 2 bad arguments; "
-        "130 interrupted",
-    )
-    parser.add_argument("--keep", action="store_true", help="leave everything running")
-    parser.add_argument("--timeout", type=float, default=900, help="seconds to wait for mail")
-    parser.add_argument(
-        "--state-dir", type=Path, default=ROOT / ".state" / "demo", help="cluster state dir"
-    )
-    args = parser.parse_args()
-
     state_dir: Path = args.state_dir
     if (state_dir / "cluster.env").exists():
         say(f"taking down the previous demo cluster in {state_dir}")
@@ -192,8 +294,10 @@ def main() -> int:
         step = "wait for every mail at the SMTP sink"
         done_at: dict[str, float] = {}
         deadline = started + args.timeout
+        first = True
         while True:
-            per_domain = show_progress(node, sink, started, groups)
+            per_domain = show_progress(node, sink, started, groups, legend=first)
+            first = False
             for g in groups.values():
                 if per_domain[g.host] >= len(g.payloads) and g.name not in done_at:
                     done_at[g.name] = time.monotonic() - started
@@ -269,7 +373,7 @@ def report_failure(step: str, exc: BaseException) -> None:
 
 if __name__ == "__main__":
     try:
-        sys.exit(main())
+        sys.exit(main(ARGS))
     except KeyboardInterrupt:
         print("demo: interrupted; everything it started was taken down", file=sys.stderr)
         sys.exit(130)

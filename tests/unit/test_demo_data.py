@@ -10,7 +10,10 @@ import sys
 from collections import Counter
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
+from sendgroup_operator import builders, models
+from sendgroup_operator.settings import Settings
 from sendgroup_worker.smtp import build_message
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,3 +47,41 @@ def test_every_recipient_routes_to_its_provider_group_and_renders() -> None:
             assert b"$" not in mail.body.split(b"\r\n\r\n", 1)[1]  # no unfilled placeholder
             recipients.update(mail.recipients)
     assert max(recipients.values()) == 1, "a recipient appears twice in the sample files"
+
+
+def _worker_pod(group: str, phase: str, ready: bool, deleting: bool = False) -> dict[str, Any]:
+    """A pod as the API returns it for the operator's worker Deployment of GROUP: the labels of
+    the Deployment's pod template (builders.deployment), a phase and a Ready condition."""
+    spec = models.SendGroupSpec.model_validate(
+        {"campaign": "spring-sale", "host": "gmail.com", "workers": 3}
+    )
+    ref = builders.GroupRef("sendgroups-demo", group, "uid-1", "spring-sale", "gmail.com")
+    settings = Settings(default_image="img:1", default_redis_url="redis://r:6379/0")
+    template = builders.deployment(ref, spec, settings, replicas=3)["spec"]["template"]
+    meta: dict[str, Any] = {"name": f"sg-{group}-abc", "labels": template["metadata"]["labels"]}
+    if deleting:
+        meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    condition = {"type": "Ready", "status": "True" if ready else "False"}
+    return {"metadata": meta, "status": {"phase": phase, "conditions": [condition]}}
+
+
+def test_the_progress_counts_worker_pods_running_and_ready() -> None:
+    """Beside `kubectl get sg` (WORKERS = ready/desired, from the status, lagging), the demo
+    prints the worker pods it sees now: three running pods whose probe did not pass yet read
+    "3 running (0 ready)", not a contradictory 0/3 alone."""
+    demo = _demo()
+    groups = demo.load_groups()
+    pods = [
+        *(_worker_pod("spring-sale-gmail", "Running", ready=False) for _ in range(3)),
+        _worker_pod("spring-sale-outlook", "Running", ready=True),
+        _worker_pod("spring-sale-outlook", "Pending", ready=False),
+        _worker_pod("spring-sale-outlook", "Running", ready=True, deleting=True),
+        {"metadata": {"labels": {"app.kubernetes.io/component": "dump"}}},
+    ]
+    counts = demo.worker_pods(pods)
+    assert counts == {"spring-sale-gmail": (3, 0), "spring-sale-outlook": (1, 1)}
+    assert demo.pods_line(groups, counts) == (
+        "worker pods now: spring-sale-gmail 3 running (0 ready), "
+        "spring-sale-outlook 1 running (1 ready), password-reset-urgent 0 running (0 ready)"
+    )
+    assert "ready/desired" in demo.WORKERS_LEGEND
