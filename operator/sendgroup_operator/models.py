@@ -292,16 +292,18 @@ class RedisSpec(_Model):
 
 
 class ResourceRequirements(_Model):
-    """core/v1 ResourceRequirements (limits and requests only). Every request is at most the
-    limit of the same resource, compared as quantities (``1500m`` < ``2``), as the API server
-    checks a container's resources: refused here rather than at the Deployment or Job."""
+    """core/v1 ResourceRequirements (limits and requests only) of cpu, memory and
+    ephemeral-storage. Every request is at most the limit of the same resource, compared as
+    quantities (``1500m`` < ``2``), as the API server checks a container's resources: refused
+    here rather than at the Deployment or Job."""
 
     model_config = ConfigDict(
         json_schema_extra=_validations(
+            _cel(quantities.RESOURCE_NAMES_RULE, quantities.RESOURCE_NAMES_MESSAGE),
             _cel(
                 quantities.REQUESTS_WITHIN_LIMITS_RULE,
                 quantities.REQUESTS_WITHIN_LIMITS_MESSAGE,
-            )
+            ),
         )
     )
 
@@ -311,8 +313,11 @@ class ResourceRequirements(_Model):
     """Resources reserved for the worker container (cpu, memory)."""
 
     @model_validator(mode="after")
-    def _requests_within_limits(self) -> ResourceRequirements:
+    def _names_and_requests_within_limits(self) -> ResourceRequirements:
         requests, limits = self.requests or {}, self.limits or {}
+        unknown = quantities.unknown_resources(requests, limits)
+        if unknown:
+            raise ValueError(f"{quantities.RESOURCE_NAMES_MESSAGE}: not {', '.join(unknown)}")
         over = quantities.requests_over_limits(requests, limits)
         if over:
             detail = ", ".join(f"requests.{r} {requests[r]} > limits.{r} {limits[r]}" for r in over)

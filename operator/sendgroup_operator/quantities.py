@@ -56,6 +56,23 @@ REQUESTS_WITHIN_LIMITS_MESSAGE: Final = (
     "server would refuse the group's Deployment or Job)"
 )
 
+#: The resources a worker or Job container may name. The API server refuses any other plain
+#: name ("must be a standard resource for containers"), and extended resources
+#: (``example.com/gpu``) and huge pages each carry rules of their own (integer, request equal
+#: to the limit, a limit required): none is of use to a mail worker, so the CRD and the model
+#: take these three only, rather than a spec whose Deployment the API server would refuse.
+RESOURCE_NAMES: Final = ("cpu", "memory", "ephemeral-storage")
+_NAMES_CEL: Final = "[" + ", ".join(f"'{n}'" for n in RESOURCE_NAMES) + "]"
+RESOURCE_NAMES_RULE: Final = (
+    f"(!has(self.requests) || self.requests.all(r, r in {_NAMES_CEL})) && "
+    f"(!has(self.limits) || self.limits.all(r, r in {_NAMES_CEL}))"
+)
+RESOURCE_NAMES_MESSAGE: Final = (
+    "resources: requests and limits name only cpu, memory and ephemeral-storage (rule: "
+    "resource names; the API server refuses other names, extended resources and huge pages "
+    "in the worker and Job containers as this operator builds them)"
+)
+
 #: Suffix -> (base, exponent), apimachinery's ``suffixer``.
 _SUFFIXES: Final[dict[str, tuple[int, int]]] = {
     "": (10, 0),
@@ -129,3 +146,11 @@ def requests_over_limits(
         for name, request in requests.items()
         if name in limits and quantity_value(request) > quantity_value(limits[name])
     )
+
+
+def unknown_resources(
+    requests: Mapping[str, object] | None, limits: Mapping[str, object] | None
+) -> list[str]:
+    """Names in ``requests`` or ``limits`` outside :data:`RESOURCE_NAMES` (what
+    :data:`RESOURCE_NAMES_RULE` refuses), sorted, each once."""
+    return sorted({*(requests or {}), *(limits or {})} - set(RESOURCE_NAMES))

@@ -7,7 +7,8 @@ spec.queue (the default queue name, the Deployment and Job names), and the resou
 of spec.worker and spec.jobs, whose rendered Deployment and Job the API server must accept too,
 alone and as request/limit pairs (a request above its limit: the CRD's CEL ``quantity()``
 rule and the model's own reading of a quantity must agree, down to ParseQuantity's rounding to
-1n and its cap at 2^63-1).
+1n and its cap at 2^63-1), and resource names (cpu, memory, ephemeral-storage only: the API
+server's rules for other names, extended resources and huge pages are not the model's).
 Deterministic (``derandomize``), a few hundred examples per field, one API request each."""
 
 from __future__ import annotations
@@ -449,3 +450,53 @@ def test_requests_within_limits_agree(api_create: DryRun, children_accepted: Chi
         children=children_accepted,
     )
     assert seen[True] >= 50 and seen[False] >= 50, seen
+
+
+RESOURCE_NAMES = st.one_of(
+    st.sampled_from(["cpu", "memory", "ephemeral-storage"]),
+    st.sampled_from(
+        [
+            "cpu",
+            "memory",
+            "ephemeral-storage",
+            "CPU",
+            "gpu",
+            "storage",
+            "pods",
+            "hugepages-2Mi",
+            "hugepages-1Gi",
+            "example.com/foo",
+            "nvidia.com/gpu",
+            "kubernetes.io/cpu",
+            "requests.cpu",
+            "",
+            "cpu ",
+        ]
+    ),
+    st.text(alphabet="abcpumemory-./", max_size=12),
+)
+NAMED_VALUES = st.sampled_from(["1", "2", "1Gi", "500m", 1])
+
+
+def test_resource_names_agree(api_create: DryRun, children_accepted: Children) -> None:
+    """Resource names in requests and limits (a request alone, a limit alone, or both with the
+    same value): the CRD and the model accept cpu, memory and ephemeral-storage only, and the
+    Deployment and Job rendered from every accepted spec are accepted."""
+
+    def spec(p: tuple[str, str, Any, str]) -> dict[str, Any]:
+        section, name, value, where = p
+        kinds = ["requests", "limits"] if where == "both" else [where]
+        return {**BASE, section: {"resources": {kind: {name: value} for kind in kinds}}}
+
+    seen = agree(
+        api_create,
+        st.tuples(
+            st.sampled_from(["worker", "jobs"]),
+            RESOURCE_NAMES,
+            NAMED_VALUES,
+            st.sampled_from(["requests", "limits", "both"]),
+        ),
+        spec,
+        children=children_accepted,
+    )
+    assert seen[True] >= 30 and seen[False] >= 50, seen

@@ -117,5 +117,28 @@ def test_the_crd_carries_the_rule_on_every_resources_block() -> None:
     spec = crdgen.spec_schema()["properties"]
     for block in (spec["worker"], spec["jobs"]):
         rules = block["properties"]["resources"]["x-kubernetes-validations"]
-        assert [r["rule"] for r in rules] == [quantities.REQUESTS_WITHIN_LIMITS_RULE]
-        assert rules[0]["message"] == quantities.REQUESTS_WITHIN_LIMITS_MESSAGE
+        assert [(r["rule"], r["message"]) for r in rules] == [
+            (quantities.RESOURCE_NAMES_RULE, quantities.RESOURCE_NAMES_MESSAGE),
+            (quantities.REQUESTS_WITHIN_LIMITS_RULE, quantities.REQUESTS_WITHIN_LIMITS_MESSAGE),
+        ]
+
+
+@pytest.mark.parametrize(
+    "resources",
+    [
+        {"requests": {"gpu": "1"}},  # "must be a standard resource for containers"
+        {"requests": {"example.com/foo": "1"}, "limits": {"example.com/foo": "1"}},
+        {"limits": {"hugepages-2Mi": "4Mi", "memory": "1Gi"}},
+        {"requests": {"CPU": "1"}},
+        {"limits": {"": "1"}},
+    ],
+)
+def test_only_cpu_memory_and_ephemeral_storage_are_named(resources: dict[str, Any]) -> None:
+    """Each of these passed the CRD and the model, then the API server refused the Deployment
+    (a non-standard name; an extended resource or huge pages: integer, request == limit, a limit
+    required)."""
+    spec = {"campaign": "c", "host": "gmail.com", "worker": {"resources": resources}}
+    with pytest.raises(pydantic.ValidationError, match="name only cpu, memory and ephemeral"):
+        models.SendGroupSpec.model_validate(spec)
+    ok = {"requests": {"cpu": "1", "memory": "1Gi", "ephemeral-storage": "1Gi"}}
+    models.SendGroupSpec.model_validate({**spec, "worker": {"resources": ok}})
