@@ -13,7 +13,6 @@ other time is integer seconds; counts are jobs.
 from __future__ import annotations
 
 import hashlib
-import re
 from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, Final, Literal
@@ -27,6 +26,7 @@ from pydantic import (
     StrictStr,
     WithJsonSchema,
     field_validator,
+    model_validator,
 )
 from pydantic.alias_generators import to_camel
 
@@ -35,6 +35,9 @@ from sendgroup_contract.durations import DURATION_PATTERN as DURATION_PATTERN
 from sendgroup_contract.keys import QUEUE_NAME_MAX
 from sendgroup_contract.keys import QUEUE_NAME_PATTERN as QUEUE_NAME_PATTERN
 from sendgroup_contract.tls import SmtpTls as SmtpTls
+from sendgroup_operator import quantities
+from sendgroup_operator.quantities import QUANTITY_INT_MAX as QUANTITY_INT_MAX
+from sendgroup_operator.quantities import QUANTITY_PATTERN as QUANTITY_PATTERN
 from sendgroup_worker import redisurl
 from sendgroup_worker.patterns import PatternError, compile_pattern
 from sendgroup_worker.redisurl import PASSWORD_PATTERNS, SPEC_URL_PATTERN, URL_SCHEME_PATTERN
@@ -71,48 +74,18 @@ def _duration_rule(field: str) -> dict[str, Any]:
     )
 
 
-#: The quantity grammar of core/v1 as its parser reads it (apimachinery
-#: ``resource/quantity.go``, ``ParseQuantity``: an exponent is an integer, so ``1e.5``, which
-#: the pattern core/v1's OpenAPI publishes allows, is refused at the Deployment) less the minus
-#: sign (every quantity a SendGroup carries is a container's request or limit, which the API
-#: server refuses below zero) and with an exponent of at most two digits: ``1E571510852``
-#: passes core/v1's grammar, but a Deployment carrying it kept the API server busy past its
-#: 60 s request timeout (504) in tests/cluster/test_spec_grammar_agreement.py. The CRD's
-#: pattern and :func:`_check_quantity` use this one text.
-QUANTITY_PATTERN: Final = (
-    r"^[+]?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]"
-    r"|([eE][+-]?[0-9]{1,2}))?$"
-)
-_QUANTITY_RE: Final = re.compile(QUANTITY_PATTERN)
-#: Largest integer quantity: the API server reads an integer into an int64.
-QUANTITY_INT_MAX: Final = 2**63 - 1
-
-
-def _check_quantity(value: int | str) -> str:
-    """A quantity as the string the builders render (``1`` -> ``"1"``); refuses what the CRD
-    refuses: a negative or over-int64 integer, a string outside :data:`QUANTITY_PATTERN`."""
-    if isinstance(value, int):
-        if not 0 <= value <= QUANTITY_INT_MAX:
-            raise ValueError(f"quantity {value} out of range 0..{QUANTITY_INT_MAX}")
-        return str(value)
-    if not _QUANTITY_RE.fullmatch(value):
-        raise ValueError(
-            f"quantity {value!r} is not a non-negative Kubernetes quantity (100m, 64Mi, 1, 1e3)"
-        )
-    return value
-
-
 #: A Kubernetes quantity (``100m``, ``64Mi``, ``1``): int or string in the manifest, as core/v1
 #: declares it; held (and rendered) as the string, since the Kubernetes client's models take
 #: only strings.
 Quantity = Annotated[
     StrictInt | StrictStr,
-    AfterValidator(_check_quantity),
+    AfterValidator(quantities.check_quantity),
     WithJsonSchema(
         {
             "anyOf": [{"type": "integer"}, {"type": "string"}],
             "x-kubernetes-int-or-string": True,
             "pattern": QUANTITY_PATTERN,
+            "maxLength": quantities.QUANTITY_MAX_LENGTH,
             "minimum": 0,
         }
     ),
@@ -319,12 +292,37 @@ class RedisSpec(_Model):
 
 
 class ResourceRequirements(_Model):
-    """core/v1 ResourceRequirements (limits and requests only)."""
+    """core/v1 ResourceRequirements (limits and requests only) of cpu, memory and
+    ephemeral-storage. Every request is at most the limit of the same resource, compared as
+    quantities (``1500m`` < ``2``), as the API server checks a container's resources: refused
+    here rather than at the Deployment or Job."""
 
-    limits: dict[str, Quantity] | None = None
+    model_config = ConfigDict(
+        json_schema_extra=_validations(
+            _cel(quantities.RESOURCE_NAMES_RULE, quantities.RESOURCE_NAMES_MESSAGE),
+            _cel(
+                quantities.REQUESTS_WITHIN_LIMITS_RULE,
+                quantities.REQUESTS_WITHIN_LIMITS_MESSAGE,
+            ),
+        )
+    )
+
+    limits: dict[str, Quantity] | None = Field(default=None, max_length=quantities.RESOURCES_MAX)
     """Maximum resources of the worker container (cpu, memory)."""
-    requests: dict[str, Quantity] | None = None
+    requests: dict[str, Quantity] | None = Field(default=None, max_length=quantities.RESOURCES_MAX)
     """Resources reserved for the worker container (cpu, memory)."""
+
+    @model_validator(mode="after")
+    def _names_and_requests_within_limits(self) -> ResourceRequirements:
+        requests, limits = self.requests or {}, self.limits or {}
+        unknown = quantities.unknown_resources(requests, limits)
+        if unknown:
+            raise ValueError(f"{quantities.RESOURCE_NAMES_MESSAGE}: not {', '.join(unknown)}")
+        over = quantities.requests_over_limits(requests, limits)
+        if over:
+            detail = ", ".join(f"requests.{r} {requests[r]} > limits.{r} {limits[r]}" for r in over)
+            raise ValueError(f"{quantities.REQUESTS_WITHIN_LIMITS_MESSAGE}: {detail}")
+        return self
 
 
 class WorkerRuntime(StrEnum):

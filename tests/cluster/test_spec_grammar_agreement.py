@@ -4,7 +4,11 @@ create, the CRD from crds/, its OpenAPI schema and CEL rules) and to the operato
 (``models.SendGroupSpec`` plus the parser the planner uses); both must accept, or both refuse.
 Fields: reaper durations, redis.url, spec.queue (the queue rule), metadata.name without
 spec.queue (the default queue name, the Deployment and Job names), and the resource quantities
-of spec.worker and spec.jobs, whose rendered Deployment and Job the API server must accept too.
+of spec.worker and spec.jobs, whose rendered Deployment and Job the API server must accept too,
+alone and as request/limit pairs (a request above its limit: the CRD's CEL ``quantity()``
+rule and the model's own reading of a quantity must agree, down to ParseQuantity's rounding to
+1n and its cap at 2^63-1), and resource names (cpu, memory, ephemeral-storage only: the API
+server's rules for other names, extended resources and huge pages are not the model's).
 Deterministic (``derandomize``), a few hundred examples per field, one API request each."""
 
 from __future__ import annotations
@@ -374,3 +378,125 @@ def test_resource_quantities_agree(api_create: DryRun, children_accepted: Childr
         children=children_accepted,
     )
     assert seen[True] >= 50 and seen[False] >= 50, seen
+
+
+#: Quantities that compare in interesting ways: one number under many suffixes (``1500m`` vs
+#: ``2``, ``1Gi`` vs ``1G``), values past int64 (capped by ParseQuantity's slow path, not by
+#: its fast path: ``1e99`` stays 1e99), values finer than 1n (rounded up), integers.
+_SCALED = st.tuples(
+    st.integers(min_value=0, max_value=3000),
+    st.sampled_from(["", "m", "u", "n", "k", "M", "G", "Ki", "Mi", "Gi", "Ei", "E", "e3", "e-3"]),
+).map(lambda p: f"{p[0]}{p[1]}")
+PAIR_QUANTITIES = st.one_of(
+    _SCALED,
+    _SCALED,
+    st.integers(min_value=0, max_value=3000),
+    st.tuples(st.integers(0, 99), st.integers(0, 30)).map(lambda p: f"0.{'0' * p[1]}{p[0]}"),
+    st.sampled_from(
+        [
+            "1",
+            "1000m",
+            "1.5",
+            "1500m",
+            "2",
+            "1Gi",
+            "1G",
+            "1024Mi",
+            "0.1n",
+            "0.2n",
+            "1n",
+            "1e99",
+            "1e98",
+            "8Ei",
+            "7Ei",
+            "9" * 18,
+            "9" * 19,
+            "9" * 20,
+            "9223372036854775807",
+            "9223372036854775806",
+            "10E",
+            "9.223372036854775807E",
+            "1.",
+            ".5",
+            "x",
+            "-1",
+        ]
+    ),
+)
+PAIR_WHERE = st.tuples(
+    st.sampled_from(["worker", "jobs"]), st.sampled_from(["cpu", "memory", "ephemeral-storage"])
+)
+
+
+def _pair_spec(p: tuple[tuple[str, str], Any, Any, bool]) -> dict[str, Any]:
+    (section, resource), request, limit, other = p
+    resources: dict[str, Any] = {"requests": {resource: request}, "limits": {resource: limit}}
+    if other:  # a second resource that fits, so the rule is checked key by key
+        spare = "memory" if resource != "memory" else "cpu"
+        resources["requests"][spare] = "1"
+        resources["limits"][spare] = "2"
+    return {**BASE, section: {"resources": resources}}
+
+
+def test_requests_within_limits_agree(api_create: DryRun, children_accepted: Children) -> None:
+    """A request above the limit of the same resource (requests.cpu 2, limits.cpu 1) passed the
+    CRD and the model, then the API server refused the Deployment (or Job) and the group was
+    stuck. Now the CRD refuses it, the model refuses the same specs, and every accepted pair
+    renders a Deployment and a Job the API server accepts."""
+    seen = agree(
+        api_create,
+        st.tuples(PAIR_WHERE, PAIR_QUANTITIES, PAIR_QUANTITIES, st.booleans()),
+        _pair_spec,
+        children=children_accepted,
+    )
+    assert seen[True] >= 50 and seen[False] >= 50, seen
+
+
+RESOURCE_NAMES = st.one_of(
+    st.sampled_from(["cpu", "memory", "ephemeral-storage"]),
+    st.sampled_from(
+        [
+            "cpu",
+            "memory",
+            "ephemeral-storage",
+            "CPU",
+            "gpu",
+            "storage",
+            "pods",
+            "hugepages-2Mi",
+            "hugepages-1Gi",
+            "example.com/foo",
+            "nvidia.com/gpu",
+            "kubernetes.io/cpu",
+            "requests.cpu",
+            "",
+            "cpu ",
+        ]
+    ),
+    st.text(alphabet="abcpumemory-./", max_size=12),
+)
+NAMED_VALUES = st.sampled_from(["1", "2", "1Gi", "500m", 1])
+
+
+def test_resource_names_agree(api_create: DryRun, children_accepted: Children) -> None:
+    """Resource names in requests and limits (a request alone, a limit alone, or both with the
+    same value): the CRD and the model accept cpu, memory and ephemeral-storage only, and the
+    Deployment and Job rendered from every accepted spec are accepted."""
+
+    def spec(p: tuple[str, str, Any, str]) -> dict[str, Any]:
+        section, name, value, where = p
+        kinds = ["requests", "limits"] if where == "both" else [where]
+        return {**BASE, section: {"resources": {kind: {name: value} for kind in kinds}}}
+
+    seen = agree(
+        api_create,
+        st.tuples(
+            st.sampled_from(["worker", "jobs"]),
+            RESOURCE_NAMES,
+            NAMED_VALUES,
+            st.sampled_from(["requests", "limits", "both"]),
+        ),
+        spec,
+        children=children_accepted,
+    )
+    assert seen[True] >= 30 and seen[False] >= 50, seen

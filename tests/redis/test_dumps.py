@@ -30,6 +30,7 @@ from tests.support.dumps import (
     run_cli,
     snapshot,
     summary,
+    wait_stopped,
 )
 from tests.support.redis_server import RedisServer
 
@@ -323,17 +324,6 @@ def test_several_dumps_are_segments_restored_oldest_first(
     assert list((tmp_path / "mail-seg").iterdir()) == []
 
 
-def _wait_stopped(proc: subprocess.Popen[str], deadline_s: float = 60) -> None:
-    deadline = time.monotonic() + deadline_s
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, f"process ended early: {proc.communicate()}"
-        state = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        if state == "T":
-            return
-        time.sleep(0.02)
-    raise AssertionError("process did not reach its stop point")
-
-
 def test_concurrent_dumps_of_one_queue_are_serialized_by_the_lock(
     redis_client: redis.Redis[bytes], redis_url: str, tmp_path: Path
 ) -> None:
@@ -353,7 +343,7 @@ def test_concurrent_dumps_of_one_queue_are_serialized_by_the_lock(
         text=True,
     )
     try:
-        _wait_stopped(first)
+        wait_stopped(first)
         for cmd in (
             ["dump", "--dumps-dir", str(tmp_path)],
             ["restore", "--dumps-dir", str(tmp_path)],

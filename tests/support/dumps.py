@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
@@ -164,3 +165,15 @@ def summary(proc: subprocess.CompletedProcess[str]) -> dict[str, Any]:
 def live_keys(client: redis.Redis[bytes]) -> set[bytes]:
     """Every key of a (test) database."""
     return set(client.scan_iter(count=1000))
+
+
+def wait_stopped(proc: subprocess.Popen[str], deadline_s: float = 60) -> None:
+    """Wait until ``proc`` stopped itself (``SENDGROUP_DUMPS_STOP_AT``: state ``T``)."""
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, f"process ended early: {proc.communicate()}"
+        state = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        if state == "T":
+            return
+        time.sleep(0.02)
+    raise AssertionError("process did not reach its stop point")

@@ -173,3 +173,24 @@ def test_password_is_redacted_and_url_sources(tmp_path: Path) -> None:
         resolve_url(None, str(tmp_path / "missing"))
     with pytest.raises(ConfigError, match="scheme"):
         resolve_url("http://x", None)
+
+
+def test_verified_chunks_are_the_bytes_that_were_verified(tmp_path: Path) -> None:
+    """A restore merges only what it verified (issue 16, item 5): a segment rewritten after
+    verify_segment, with valid checksums, is refused at its first changed chunk; chunks before
+    it are handed out (each matched its verified digest); an unverified info is refused."""
+    path = tmp_path / "s.sgdump"
+    info = _write(path, CHUNKS)
+    assert len(info.digests) == 1 + len(CHUNKS)  # the header, then each chunk
+    assert [(c.kind, c.records) for c in fmt.iter_verified_chunks(path, info)] == CHUNKS
+    altered = [*CHUNKS[:2], ("D", [(1.0, b"injected")]), *CHUNKS[3:]]
+    _write(path, altered)  # valid checksums, third chunk changed
+    got = fmt.iter_verified_chunks(path, info)
+    assert [next(got).records, next(got).records] == [CHUNKS[0][1], CHUNKS[1][1]]
+    with pytest.raises(fmt.SegmentError, match=r"chunk 2 \(byte \d+\) changed since"):
+        next(got)
+    _write(path, CHUNKS[:3])  # shorter: the verified chunk count is not met
+    with pytest.raises(fmt.SegmentError, match="changed since"):
+        list(fmt.iter_verified_chunks(path, info))
+    with pytest.raises(ValueError, match="not verified"):
+        list(fmt.iter_verified_chunks(path, fmt.read_info(path)))

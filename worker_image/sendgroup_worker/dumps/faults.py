@@ -34,7 +34,7 @@ STEPS: Final = (
     "restore:mid-merge",  # after the n-th chunk was merged
     "restore:after-merge",  # segment fully merged, file still on disk
     "restore:after-unlink",  # file deleted, progress record still in Redis
-    "restore:before-merge",  # lock taken, interrupted dump undone, nothing merged
+    "restore:before-merge",  # lock held, interrupted dump undone, all verified, nothing merged
     "purge:before-delete",  # lock taken, nothing deleted
 )
 

@@ -318,6 +318,10 @@ def decode_body(kind: str, count: int, body: bytes, where: str) -> list[Any]:
     return out
 
 
+#: A SHA-256 digest (a name of its own: :class:`SegmentInfo` has a field called ``bytes``).
+Digest = bytes
+
+
 @dataclass(slots=True)
 class SegmentInfo:
     """Header, trailer counts and size of a segment, read without scanning the body."""
@@ -330,6 +334,10 @@ class SegmentInfo:
     trailer_offset: int
     #: the trailer as written (for the signature check)
     trailer: dict[str, Any] = field(default_factory=dict)
+    #: filled by :func:`verify_segment` only: the SHA-256 of the header's bytes, then of each
+    #: data chunk's frame, as verified (32 bytes a chunk: 320 KB for ten million jobs in
+    #: 1000-job chunks), so that :func:`iter_verified_chunks` hands out nothing else
+    digests: list[Digest] = field(default_factory=list)
 
 
 def _open_segment(path: str | os.PathLike[str]) -> IO[bytes]:
@@ -424,20 +432,47 @@ def iter_chunks(path: str | os.PathLike[str], info: SegmentInfo | None = None) -
     Does not check the SHA-256 or the counts (that is :func:`verify_segment`); raises
     :class:`SegmentError` on any malformed chunk.
     """
+    return _chunks(path, info or read_info(path), None)
+
+
+def iter_verified_chunks(path: str | os.PathLike[str], info: SegmentInfo) -> Iterator[Chunk]:
+    """Like :func:`iter_chunks`, but ``info`` comes from :func:`verify_segment` and every chunk
+    (and the header) must be byte for byte what was verified: a file swapped or altered
+    between the verification and this read raises :class:`SegmentError` *before* the first
+    changed chunk is handed out. Raises ``ValueError`` when ``info`` was not verified."""
+    if not info.digests:
+        raise ValueError(f"{info.path}: not verified (use verify_segment's info)")
+    return _chunks(path, info, info.digests)
+
+
+def _changed(where: str, what: str) -> SegmentError:
+    return SegmentError(f"{where}: {what} changed since the segment was verified; left in place")
+
+
+def _chunks(
+    path: str | os.PathLike[str], info: SegmentInfo, digests: list[bytes] | None
+) -> Iterator[Chunk]:
     where = str(path)
-    info = info or read_info(path)
     with _open_segment(path) as fh:
-        _read_header(fh, where)
+        _, raw = _read_header(fh, where)
+        if digests is not None and hashlib.sha256(raw).digest() != digests[0]:
+            raise _changed(where, "header")
         index = 0
         while fh.tell() < info.trailer_offset:
             offset = fh.tell()
-            kind, count, body, _ = _read_frame(fh, where, offset)
+            kind, count, body, frame = _read_frame(fh, where, offset)
+            if digests is not None and (
+                index + 1 >= len(digests) or hashlib.sha256(frame).digest() != digests[index + 1]
+            ):
+                raise _changed(where, f"chunk {index} (byte {offset})")
             if kind not in KIND_NAMES:
                 raise SegmentError(f"{where}: unknown chunk kind {kind!r} at byte {offset}")
             yield Chunk(index, kind, decode_body(kind, count, body, where), len(body))
             index += 1
         if fh.tell() != info.trailer_offset:
             raise SegmentError(f"{where}: chunks overrun the trailer (corrupted)")
+        if digests is not None and index + 1 != len(digests):
+            raise _changed(where, f"chunk count ({index}, verified {len(digests) - 1})")
 
 
 def verify_segment(path: str | os.PathLike[str], key: bytes | None = None) -> SegmentInfo:
@@ -461,9 +496,11 @@ def verify_segment(path: str | os.PathLike[str], key: bytes | None = None) -> Se
             )
     sha = hashlib.sha256()
     seen = Counts()
+    digests: list[bytes] = []
     with _open_segment(path) as fh:
         _, raw = _read_header(fh, where)
         sha.update(raw)
+        digests.append(hashlib.sha256(raw).digest())
         while fh.tell() < info.trailer_offset:
             offset = fh.tell()
             kind, count, body, frame = _read_frame(fh, where, offset)
@@ -471,6 +508,7 @@ def verify_segment(path: str | os.PathLike[str], key: bytes | None = None) -> Se
                 raise SegmentError(f"{where}: unknown chunk kind {kind!r} at byte {offset}")
             decode_body(kind, count, body, where)
             sha.update(frame)
+            digests.append(hashlib.sha256(frame).digest())
             seen.add(kind, count)
         if fh.tell() != info.trailer_offset:
             raise SegmentError(f"{where}: chunks overrun the trailer (corrupted)")
@@ -481,4 +519,5 @@ def verify_segment(path: str | os.PathLike[str], key: bytes | None = None) -> Se
             f"{where}: counts {seen.as_dict()} disagree with the trailer "
             f"{info.counts.as_dict()} (corrupted)"
         )
+    info.digests = digests
     return info

@@ -2,13 +2,19 @@
 
 An interrupted dump (staging keys still in Redis) is undone first: its segment file, if any,
 is deleted and the staged records move straight back into the live keys
-(:func:`sendgroup_worker.dumps.dump.unstage`). Then, for each segment (oldest first, by id =
-creation time):
+(:func:`sendgroup_worker.dumps.dump.unstage`). Then:
 
-1. verify the whole file (header, every chunk CRC, counts, SHA-256) and that it belongs to
-   this queue and key prefix; a bad file stops the restore with :class:`SegmentError` and is
-   left in place (segments after it are not applied, so order is kept);
-2. merge chunk by chunk; each chunk is one script that applies the records *and* advances the
+1. verify every segment before merging any (header, every chunk CRC, counts, SHA-256, the
+   signature when a key is set, and that it belongs to this queue and key prefix): one bad
+   file stops the restore with :class:`SegmentError` naming every bad file, nothing of any
+   segment merged, every file left in place. The pass streams each file and keeps only a
+   SHA-256 per chunk (:attr:`SegmentInfo.digests`), not the records.
+
+Then, for each segment (oldest first, by id = creation time):
+
+2. merge chunk by chunk, each chunk checked against the digest the first pass verified
+   (:func:`iter_verified_chunks`: a file swapped or altered since is refused before its first
+   changed chunk is merged); each chunk is one script that applies the records *and* advances the
    segment's progress (``restored`` hash: segment id -> chunks merged) atomically, so a crash
    mid-merge never applies a chunk twice and a re-run continues where it stopped;
 3. delete the file, fsync the directory, then drop the progress record (records whose file
@@ -30,6 +36,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, cast
 
 import redis
@@ -41,7 +48,8 @@ from sendgroup_worker.dumps.format import (
     Chunk,
     FailedEntry,
     SegmentError,
-    iter_chunks,
+    SegmentInfo,
+    iter_verified_chunks,
     verify_segment,
 )
 from sendgroup_worker.dumps.lock import QueueLock
@@ -134,24 +142,16 @@ def restore_queue(
     # Pipelining overlaps encoding the next chunks with Redis merging the previous ones; each
     # chunk is still its own atomic, idempotent script. Cluster pipelines are not used.
     depth = 1 if is_cluster(client) else PIPELINE_CHUNKS
-    faults.checkpoint("restore:before-merge")  # after the unstage, before any segment
-    for path in paths.list_segments(directory):
-        info = verify_segment(path)
-        h = info.header
-        if h.queue != keys.queue or h.prefix != keys.prefix:
-            raise SegmentError(
-                f"{path}: belongs to queue {h.queue!r} (prefix {h.prefix!r}), not "
-                f"{keys.queue!r} (prefix {keys.prefix!r}); left in place"
-            )
+    verified = verify_all(paths.list_segments(directory), keys)
+    faults.checkpoint("restore:before-merge")  # unstaged, all verified, nothing merged
+    for path, info in verified:
         segment = path.name[: -len(".sgdump")]
-        if h.segment != segment:
-            raise SegmentError(f"{path}: header names segment {h.segment!r}; left in place")
         raw = client.hget(keys.restored, segment)
         progress = int(raw) if raw is not None else 0
         if progress < info.counts.chunks:
             batch: list[Chunk] = []
             batch_bytes = 0
-            for chunk in iter_chunks(path, info):
+            for chunk in iter_verified_chunks(path, info):
                 if chunk.index < progress:
                     continue
                 batch.append(chunk)
@@ -180,6 +180,34 @@ def restore_queue(
     result.notify_fixed = reconcile_notify(client, keys)
     result.seconds = time.monotonic() - started
     return result
+
+
+def verify_all(segments: list[Path], keys: QueueKeys) -> list[tuple[Path, SegmentInfo]]:
+    """Verify every segment of ``segments`` (:func:`verify_segment`, and that its header names
+    ``keys``' queue and prefix and its own file name). Returns ``(path, verified info)`` in the
+    given order; raises :class:`SegmentError` naming every bad segment when any is bad."""
+    verified: list[tuple[Path, SegmentInfo]] = []
+    bad: list[str] = []
+    for path in segments:
+        try:
+            info = verify_segment(path)
+            h = info.header
+            if h.queue != keys.queue or h.prefix != keys.prefix:
+                raise SegmentError(
+                    f"{path}: belongs to queue {h.queue!r} (prefix {h.prefix!r}), not "
+                    f"{keys.queue!r} (prefix {keys.prefix!r}); left in place"
+                )
+            if h.segment != path.name[: -len(".sgdump")]:
+                raise SegmentError(f"{path}: header names segment {h.segment!r}; left in place")
+        except SegmentError as e:
+            bad.append(str(e))
+            continue
+        verified.append((path, info))
+    if bad:
+        raise SegmentError(
+            f"{len(bad)} of {len(segments)} segments refused, nothing merged: " + "; ".join(bad)
+        )
+    return verified
 
 
 def _merge_batch(
