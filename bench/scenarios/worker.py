@@ -647,8 +647,8 @@ def findings_for(
                 if our_cpu_rate < redis_1
                 else "Redis's CPU for one job per call: batching the reserve lifts it"
             )
-            + f"; the rest of the measured time ({1 - ours.rate / our_cpu_rate:.0%}) is waiting "
-            "for a CPU on this shared machine"
+            + f"; the rest of the measured time ({1 - ours.rate / our_cpu_rate:.0%}) the worker "
+            "was not running: waiting for Redis's replies and for a CPU on this shared machine"
         )
     out.append(text + f"{load}.")
     return out
