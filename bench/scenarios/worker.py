@@ -418,6 +418,7 @@ def run(ctx: Context) -> Result:
     ours = ran.get("ours")
     labels = {k: label for k, label, _ in PEERS}
     rows: list[list[object]] = []
+    pairs: dict[str, list[float]] = {}
     for key, label, _ in PEERS:
         res = ran.get(key)
         if res is None:
@@ -429,6 +430,8 @@ def run(ctx: Context) -> Result:
             if ours and key != "ours"
             else []
         )
+        if paired:
+            pairs[key] = paired
         rows.append(
             [
                 label,
@@ -502,7 +505,7 @@ def run(ctx: Context) -> Result:
         + ", ".join("/".join(x) for x in loads)
         + ")"
     )
-    findings = findings_for(drains, rtt, load, ceil)
+    findings = findings_for(drains, rtt, load, ceil, pairs)
     peers_only = {
         k: v for k, v in drains.items() if k not in ("ours", "ours16", "laravel", "laravel-loop")
     }
@@ -553,10 +556,16 @@ def run(ctx: Context) -> Result:
 
 
 def findings_for(
-    drains: dict[str, db.Drain], rtt: float, load: str = "", ceil: Ceilings | None = None
+    drains: dict[str, db.Drain],
+    rtt: float,
+    load: str = "",
+    ceil: Ceilings | None = None,
+    paired: dict[str, list[float]] | None = None,
 ) -> list[str]:
     """Where we win or lose, from the measured figures (medians over the rounds: rate, round
-    trips, CPU per job) and the measured ceilings."""
+    trips, CPU per job), the rate ratios paired by round (``paired``: peer / ours per round;
+    without it the ratio of the medians) and the measured ceilings. A ratio whose range over the
+    rounds includes 1 is called level."""
     ours = drains.get("ours")
     if ours is None:
         return ["our worker failed: no comparison"]
@@ -566,19 +575,22 @@ def findings_for(
         d = drains.get(key)
         if d is None:
             continue
-        ratio = d.rate / ours.rate
+        rounds = (paired or {}).get(key) or [d.rate / ours.rate]
+        ratio = statistics.median(rounds)
+        lo, hi = min(rounds), max(rounds)
+        span = f", {lo:.2f}-{hi:.2f} over the rounds" if len(rounds) > 1 else ""
         peer_redis = d.redis_cpu_per_1000 or 0.0
         why = (
             f"{d.trips_per_job:.2f} vs our {ours.trips_per_job:.2f} round trips/job, "
             f"worker CPU {d.cpu_per_1000 * 1000:.0f} vs our {ours.cpu_per_1000 * 1000:.0f} us/job, "
             f"Redis CPU {peer_redis * 1000:.0f} vs our {our_redis * 1000:.0f} us/job"
         )
-        if ratio > 1.05:
-            out.append(f"{label} is {ratio:.2f}x our rate: {why}.")
-        elif ratio < 0.95:
-            out.append(f"We are {1 / ratio:.2f}x {label}: {why}.")
+        if lo <= 1 <= hi or 0.95 <= ratio <= 1.05:
+            out.append(f"{label} is level with us ({ratio:.2f}x our rate{span}): {why}.")
+        elif ratio > 1:
+            out.append(f"{label} is {ratio:.2f}x our rate{span}: {why}.")
         else:
-            out.append(f"{label} is level with us ({ratio:.2f}x): {why}.")
+            out.append(f"We are {1 / ratio:.2f}x {label} ({ratio:.2f}x our rate{span}): {why}.")
         fixes = []
         ahead = []
         if d.cpu_per_1000 < ours.cpu_per_1000 * 0.95:
