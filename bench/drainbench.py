@@ -4,7 +4,8 @@ A worker is started with one end of a pipe (``--stamp-fd``); its task body write
 ``time.time()`` stamp there per job (``bench.peer_workers``, ``bench.our_worker``). This module
 reads the stamps and, at the first and the last stamp, snapshots:
 
-* the worker process's CPU seconds (user + system, psutil), and redis-server's (INFO cpu);
+* the worker's CPU seconds (user + system of the process, its live descendants and its reaped
+  children: :func:`tree_cpu`, psutil), and redis-server's (INFO cpu);
 * Redis's ``total_commands_processed`` (INFO stats: counts commands run inside Lua scripts too);
 * the request segments Redis received: the sum of ``data_segs_in`` over Redis's established
   TCP sockets (``ss -ti``). With TCP_NODELAY on loopback every client write is one segment, so
@@ -64,12 +65,28 @@ class Snapshot:
     redis_cpu: float
 
 
+def tree_cpu(proc: psutil.Process) -> float:
+    """CPU seconds (user + system) of ``proc``, of the children it reaped, and of its live
+    descendants: a worker that forks or runs a pool is charged for all of it."""
+    import psutil
+
+    t = proc.cpu_times()
+    total = t.user + t.system + t.children_user + t.children_system
+    for child in proc.children(recursive=True):
+        try:
+            c = child.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += c.user + c.system
+    return float(total)
+
+
 def snapshot(proc: psutil.Process, client: redis.Redis, port: int) -> Snapshot:
-    times = proc.cpu_times()
+    cpu = tree_cpu(proc)
     info = client.info()  # one command: stats and cpu sections
     redis_cpu = float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
     commands = int(info["total_commands_processed"])
-    return Snapshot(times.user + times.system, commands, redis_segments_in(port), redis_cpu)
+    return Snapshot(cpu, commands, redis_segments_in(port), redis_cpu)
 
 
 @dataclass
@@ -189,11 +206,11 @@ def measure(
     first = worker.stamps(1, timeout, lazy=True)[0]
     t0 = time.time()
     start = snapshot(worker.ps, client, port) if client is not None else None
-    cpu0 = start.cpu if start else sum(worker.ps.cpu_times()[:2])
+    cpu0 = start.cpu if start else tree_cpu(worker.ps)
     rest = worker.stamps(jobs - 1, cap if cap else timeout, partial=cap is not None, lazy=True)
     t1 = time.time()
     end = snapshot(worker.ps, client, port) if client is not None else None
-    cpu1 = end.cpu if end else sum(worker.ps.cpu_times()[:2])
+    cpu1 = end.cpu if end else tree_cpu(worker.ps)
     if len(rest) < jobs - 1:  # capped: the jobs stamped before the end snapshot count too
         rest += worker.stamps(jobs - 1 - len(rest), 0.05, partial=True)
     if not rest:

@@ -15,10 +15,14 @@ timed window, N-th stamp = end, each stamp's time = that job's pickup (for the i
 No Redis traffic of our own inside the workers: the round trips counted are the library's.
 
 Peers ("loop-*" send mails from memory, no queue, as the SMTP baselines):
-``laravel`` (Laravel 11's LuaScripts pop/migrate + ZREM per job, EVALSHA, BLPOP on notify when
-empty, as ``--block-for``), ``rq`` (SimpleWorker), ``arq``, ``saq``, ``dramatiq`` (RedisBroker,
-in-process Worker), ``celery`` (Redis broker, solo pool), ``loop-smtplib-new``,
-``loop-smtplib-reused``, ``loop-aiosmtplib-reused``.
+``laravel-loop`` (a Python loop of Laravel 11's LuaScripts pop/migrate + ZREM per job, EVALSHA,
+BLPOP on notify when empty: not Laravel), ``rq`` (SimpleWorker), ``arq``, ``saq``, ``dramatiq``
+(RedisBroker, in-process Worker; ``dramatiq_queue_prefetch`` from the environment), ``celery``
+(Redis broker, solo pool), ``loop-smtplib-new``, ``loop-smtplib-reused``,
+``loop-aiosmtplib-reused``.
+Laravel's own worker (``php artisan queue:work``, bench/laravel/artisan) is run by the scenario
+directly; here only its jobs are enqueued (``enqueue laravel``: Laravel's layout, as ours, the
+job class ``Bench\\Stamp@fire``).
 """
 
 from __future__ import annotations
@@ -40,6 +44,10 @@ from typing import Any
 from sendgroup_contract import jobs
 
 QUEUE = "bench"
+#: the Laravel peer's no-op job (bench/laravel/Bench/Stamp.php), named as Laravel names a raw job
+LARAVEL_JOB = "Bench\\Stamp@fire"
+#: Celery's prefetch multiplier (its optimizing guide: "64, or 128" for many short tasks)
+CELERY_PREFETCH = 128
 STAMP = struct.Struct("d")
 
 _stamp_fd = -1
@@ -47,8 +55,9 @@ _smtp: tuple[str, int] | None = None
 _local = threading.local()
 
 
-def payload(i: int, size: int) -> str:
-    """A Laravel-shaped mail job of ``size`` bytes (JSON, the text padded to reach it)."""
+def payload(i: int, size: int, job: str = jobs.MAIL_JOB) -> str:
+    """A Laravel-shaped mail job of ``size`` bytes (JSON, the text padded to reach it); ``job``
+    names the handler (Laravel's worker: :data:`LARAVEL_JOB`)."""
     job_id = str(uuid.UUID(int=i + 1))
     data = {
         "to": f"user{i}@bench.example",
@@ -56,7 +65,7 @@ def payload(i: int, size: int) -> str:
         "subject": f"Hello {i}",
         "text": "",
     }
-    body = jobs.envelope(data, uuid=job_id, job_id=job_id.replace("-", ""))
+    body = jobs.envelope(data, job=job, uuid=job_id, job_id=job_id.replace("-", ""))
     base = len(json.dumps(body, separators=(",", ":")))
     body["data"]["text"] = "x" * max(0, size - base)
     return json.dumps(body, separators=(",", ":"))
@@ -178,7 +187,7 @@ def celery_app(url: str) -> Any:
         app = Celery("bench", broker=url)
         app.conf.update(
             task_ignore_result=True,
-            worker_prefetch_multiplier=100,
+            worker_prefetch_multiplier=CELERY_PREFETCH,
             task_default_queue=QUEUE,
             broker_connection_retry_on_startup=True,
             worker_hijack_root_logger=False,
@@ -193,6 +202,10 @@ def celery_app(url: str) -> Any:
 
 
 # --- enqueue ----------------------------------------------------------------------------------
+#: peers whose jobs are pushed in Laravel's layout (RPUSH queues:<q> + RPUSH queues:<q>:notify)
+LARAVEL_LAYOUT = ("ours", "laravel", "laravel-loop")
+
+
 class Enqueuer:
     """Pushes jobs with the peer's own API: :meth:`many` (batched where the API allows) and
     :meth:`one`."""
@@ -202,7 +215,7 @@ class Enqueuer:
         self.url = url
         self.loop = asyncio.new_event_loop()
         self.handle: Any = None
-        if peer in ("laravel", "ours"):
+        if peer in LARAVEL_LAYOUT:
             import redis
 
             self.handle = redis.Redis.from_url(url)
@@ -230,7 +243,7 @@ class Enqueuer:
 
     def many(self, items: list[str]) -> None:
         peer, h = self.peer, self.handle
-        if peer in ("laravel", "ours"):
+        if peer in LARAVEL_LAYOUT:
             # Laravel's RedisQueue::pushRaw (RPUSH ready + RPUSH notify), batched
             for start in range(0, len(items), 1000):
                 chunk = items[start : start + 1000]
@@ -271,7 +284,7 @@ class Enqueuer:
 
     def one(self, job: str) -> None:
         peer, h = self.peer, self.handle
-        if peer in ("laravel", "ours"):
+        if peer in LARAVEL_LAYOUT:
             pipe = h.pipeline(transaction=False)
             pipe.rpush(f"queues:{QUEUE}", job)
             pipe.rpush(f"queues:{QUEUE}:notify", 1)
@@ -286,16 +299,21 @@ class Enqueuer:
             h.send_task("bench.noop", args=(job,))
 
 
-def enqueue(peer: str, url: str, jobs: int, size: int) -> None:
-    """Push ``jobs`` payloads of ``size`` bytes, then exit."""
-    Enqueuer(peer, url).many([payload(i, size) for i in range(jobs)])
+def job_name(peer: str) -> str:
+    """The handler the payloads name for ``peer``'s worker."""
+    return LARAVEL_JOB if peer == "laravel" else jobs.MAIL_JOB
+
+
+def enqueue(peer: str, url: str, count: int, size: int) -> None:
+    """Push ``count`` payloads of ``size`` bytes, then exit."""
+    Enqueuer(peer, url).many([payload(i, size, job_name(peer)) for i in range(count)])
 
 
 def push_on_request(peer: str, url: str, size: int) -> None:
     """For the idle pickup latency: on each stdin line push one job and print the
     ``time.time()`` taken just before the push call; exit at EOF."""
     enq = Enqueuer(peer, url)
-    job = payload(0, size)
+    job = payload(0, size, job_name(peer))
     for _ in sys.stdin:
         started = time.time()
         enq.one(job)
@@ -348,7 +366,7 @@ def work(peer: str, url: str, concurrency: int, jobs: int, size: int) -> None:
     logging.basicConfig(level=logging.WARNING)
     if peer.startswith("loop-"):
         work_loop(peer, jobs, size)
-    elif peer == "laravel":
+    elif peer == "laravel-loop":
         work_laravel(url, block_for=5)
     elif peer == "rq":
         import redis
@@ -397,7 +415,7 @@ def work(peer: str, url: str, concurrency: int, jobs: int, size: int) -> None:
                 "worker",
                 "--pool=solo",
                 "--concurrency=1",
-                "--prefetch-multiplier=100",
+                f"--prefetch-multiplier={CELERY_PREFETCH}",
                 "--without-heartbeat",
                 "--without-mingle",
                 "--without-gossip",
