@@ -13,13 +13,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any, cast
 
 import redis.asyncio as aioredis
-from redis.exceptions import RedisError
 
 from sendgroup_operator.provider_plan import RuleState, share_fields
 from sendgroup_operator.queueio import safe_host
 from sendgroup_worker.provider import ProviderKeys
+from sendgroup_worker.redisclient import REDIS_ERRORS, is_cluster
 
 
 class ProviderStateUnavailable(Exception):
@@ -54,23 +55,35 @@ async def write_shares(
             if fields:
                 pipe.hset(keys.shares, mapping=fields)  # type: ignore[arg-type]
             await pipe.execute()
-    except (RedisError, OSError) as exc:
+    except (*REDIS_ERRORS, OSError) as exc:
         raise ProviderStateUnavailable(
             f"provider state at {safe_host(url)}: {type(exc).__name__}"
         ) from None
 
 
 async def read_state(client: aioredis.Redis[bytes], url: str, provider_id: str) -> ProviderState:
-    """The provider's rules and recent firings, one MULTI/EXEC round trip."""
+    """The provider's rules and recent firings, one MULTI/EXEC round trip. On Redis Cluster
+    (whose pipelines refuse keyless commands such as TIME) the three reads go in a plain
+    pipeline (redis-py 7.4's cluster MULTI fails on HGETALL's reply callback) and the clock is
+    read by a second call, on the node that owns the provider's hash tag: the clock the
+    workers' scripts use."""
     keys = ProviderKeys(provider_id)
+    cluster = is_cluster(client)
     try:
-        async with client.pipeline(transaction=True) as pipe:
+        async with client.pipeline(transaction=not cluster) as pipe:
             pipe.hgetall(keys.rules)
             pipe.lrange(keys.fired, 0, 99)
-            pipe.time()
+            if not cluster:
+                pipe.time()
             pipe.exists(keys.shares)
-            raw_rules, fired, now, present = await pipe.execute()
-    except (RedisError, OSError) as exc:
+            results = await pipe.execute()
+        if cluster:
+            raw_rules, fired, present = results
+            c = cast(Any, client)
+            now = await c.time(target_nodes=c.get_node_from_key(keys.rules))
+        else:
+            raw_rules, fired, now, present = results
+    except (*REDIS_ERRORS, OSError) as exc:
         raise ProviderStateUnavailable(
             f"provider state at {safe_host(url)}: {type(exc).__name__}"
         ) from None
