@@ -3,7 +3,8 @@
 One language, one parser: :data:`DURATION_PATTERN` is written into the CRD's CEL rules
 (``sendgroup_operator.models``), and :func:`parse_seconds` accepts exactly the strings that
 pattern accepts, read the way the API server's RE2 reads it (whole string, no trailing newline).
-A property test (``tests/unit/test_contract_durations.py``) checks the two agree.
+Property tests (``tests/unit/test_contract.py``; against the API server,
+``tests/cluster/test_spec_grammar_agreement.py``) check the two agree.
 
 The worker's environment also takes a plain number of seconds (``90``, ``1.5``): see
 :func:`parse_env_seconds`, which the operator relies on when it writes whole seconds.
@@ -18,6 +19,11 @@ from typing import Final
 #: Well-formed duration: one or more ``<digits><unit>`` with unit s, m, h or d (``1h30m``).
 #: Units may repeat and come in any order (``1m1m`` = 120 s), as the pattern allows.
 DURATION_PATTERN: Final = r"^([0-9]+(s|m|h|d))+$"
+
+#: A well-formed duration that adds up to nothing (``0s``, ``00m0s``): refused where a
+#: duration must be longer than zero (a provider rule's duration, window and recovery step:
+#: the worker refuses 0 there, so the API server must too).
+ZERO_DURATION_PATTERN: Final = r"^(0+(s|m|h|d))+$"
 
 #: Seconds per unit letter.
 UNIT_SECONDS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86400}

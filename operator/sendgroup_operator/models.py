@@ -32,6 +32,7 @@ from pydantic.alias_generators import to_camel
 
 # Defined by the contract, re-exported (``X as X``) for the CRD generator and the operator.
 from sendgroup_contract.durations import DURATION_PATTERN as DURATION_PATTERN
+from sendgroup_contract.durations import ZERO_DURATION_PATTERN as ZERO_DURATION_PATTERN
 from sendgroup_contract.keys import QUEUE_NAME_MAX
 from sendgroup_contract.keys import QUEUE_NAME_PATTERN as QUEUE_NAME_PATTERN
 from sendgroup_contract.tls import SmtpTls as SmtpTls
@@ -64,14 +65,24 @@ def _validations(*rules: dict[str, str]) -> dict[str, Any]:
     return {"x-kubernetes-validations": list(rules)}
 
 
-def _duration_rule(field: str) -> dict[str, Any]:
-    return _validations(
+def _duration_rule(field: str, positive: bool = False) -> dict[str, Any]:
+    """CEL rules of a duration field: well-formed (:data:`DURATION_PATTERN`), and with
+    ``positive`` also longer than zero (:data:`ZERO_DURATION_PATTERN` refused)."""
+    rules = [
         _cel(
             f"self.matches('{DURATION_PATTERN}')",
             f"{field} must be a duration like 90s, 30m, 1h30m or 2d "
             f"(rule: duration well-formed, {DURATION_PATTERN})",
         )
-    )
+    ]
+    if positive:
+        rules.append(
+            _cel(
+                f"!self.matches('{ZERO_DURATION_PATTERN}')",
+                f"{field} must be longer than 0s (rule: duration above zero)",
+            )
+        )
+    return _validations(*rules)
 
 
 #: A Kubernetes quantity (``100m``, ``64Mi``, ``1``): int or string in the manifest, as core/v1

@@ -15,6 +15,7 @@ workers together; durations are strings like ``10m``/``1h30m`` (:mod:`durations`
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import Annotated, Any, Final, Literal
 
@@ -26,6 +27,7 @@ from sendgroup_operator.models import (
     GROUP,
     PROVIDER_KIND,
     VERSION,
+    ZERO_DURATION_PATTERN,
     Condition,
     Priority,
     ProviderKind,
@@ -56,6 +58,13 @@ DOMAIN_PATTERN: Final = (
 MX_SUFFIX_PATTERN: Final = r"^(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)+$"
 #: A rule name: a DNS label (it appears in conditions, events and status).
 RULE_NAME_PATTERN: Final = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"
+
+
+def _above_zero(value: str | None) -> str | None:
+    """The model's side of ``_duration_rule(..., positive=True)``: ``0s`` refused alike."""
+    if value is not None and re.fullmatch(ZERO_DURATION_PATTERN, value):
+        raise ValueError("must be longer than 0s (rule: duration above zero)")
+    return value
 
 
 def check_pattern(pattern: str) -> str | None:
@@ -119,9 +128,13 @@ class PushbackTrigger(_Model):
     count: int | None = Field(default=None, ge=1, le=100_000)
     """Matching replies within window that fire the rule (all workers of all groups)."""
     window: str | None = Field(
-        default=None, max_length=32, json_schema_extra=_duration_rule("trigger.window")
+        default=None,
+        max_length=32,
+        json_schema_extra=_duration_rule("trigger.window", positive=True),
     )
     """Sliding window the count is taken over (duration)."""
+
+    _window_above_zero = field_validator("window")(_above_zero)
 
 
 class PushbackAction(_Model):
@@ -160,8 +173,12 @@ class PushbackRecovery(_Model):
 
     step_percent: int = Field(default=10, ge=1, le=100)
     """Percent of spec.rate.perMinute added at every step."""
-    every: str = Field(default="1m", max_length=32, json_schema_extra=_duration_rule("every"))
+    every: str = Field(
+        default="1m", max_length=32, json_schema_extra=_duration_rule("every", positive=True)
+    )
     """Time between two steps (duration)."""
+
+    _every_above_zero = field_validator("every")(_above_zero)
 
 
 class PushbackRule(_Model):
@@ -188,10 +205,14 @@ class PushbackRule(_Model):
     """Fire at once, or after count matching replies within window."""
     action: PushbackAction
     """Suspend, ScaleRate or CapConcurrency."""
-    duration: str = Field(max_length=32, json_schema_extra=_duration_rule("rule.duration"))
+    duration: str = Field(
+        max_length=32, json_schema_extra=_duration_rule("rule.duration", positive=True)
+    )
     """How long the action holds (duration); it ends on its own."""
     recovery: PushbackRecovery = Field(default_factory=PushbackRecovery)
     """How a scaled rate climbs back once duration has passed."""
+
+    _duration_above_zero = field_validator("duration")(_above_zero)
 
     @field_validator("pattern")
     @classmethod

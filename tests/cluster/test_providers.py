@@ -77,6 +77,18 @@ RULE = {
             {"pushback": {"rules": [{**RULE, "duration": "soon"}]}},
             "rule.duration must be a duration",
         ),
+        (
+            {"pushback": {"rules": [{**RULE, "duration": "0s"}]}},
+            "rule.duration must be longer than 0s",
+        ),
+        (
+            {"pushback": {"rules": [{**RULE, "recovery": {"every": "00m"}}]}},
+            "every must be longer than 0s",
+        ),
+        (
+            {"pushback": {"rules": [{**RULE, "trigger": {"count": 3, "window": "0s"}}]}},
+            "trigger.window must be longer than 0s",
+        ),
         ({"match": {"mxSuffixes": ["google.com"]}}, "spec.match.mxSuffixes[0]"),
         ({"rate": {"perMinute": 0}}, "spec.rate.perMinute"),
         ({"pushback": {"rules": [RULE, RULE]}}, "Duplicate value"),

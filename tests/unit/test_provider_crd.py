@@ -115,3 +115,33 @@ def test_a_pattern_re2_refuses_is_refused_by_the_model_with_re2s_reason() -> Non
     assert provider_models.check_pattern("(?=lookahead)") is not None
     action = provider_models.PushbackAction.model_validate({"scaleRate": 20})
     assert action.describe() == "ScaleRate(20%)"
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"duration": "0s"}, "duration"),
+        ({"duration": "00m0h"}, "duration"),
+        ({"recovery": {"every": "0m"}}, "every"),
+        ({"trigger": {"count": 3, "window": "0s"}}, "window"),
+    ],
+)
+def test_a_zero_duration_is_refused_by_the_model_as_by_the_crd(
+    change: dict[str, Any], field: str
+) -> None:
+    """Review finding: `0s` passed the CRD and the model, the worker refused it (gt 0) and every
+    worker of the provider's groups exited. The CRD now refuses it (CEL, checked against the
+    API server in tests/cluster/test_providers.py) and the model the same way."""
+    base = {
+        "name": "r",
+        "codes": [421],
+        "trigger": {"immediate": True},
+        "action": {"suspend": True},
+        "duration": "10m",
+    }
+    with pytest.raises(pydantic.ValidationError, match=r"must be longer than 0s") as info:
+        provider_models.PushbackRule.model_validate({**base, **change})
+    assert field in str(info.value)
+    kept = provider_models.PushbackRule.model_validate({**base, "duration": "0s1m"})
+    assert kept.duration == "0s1m"  # a zero part is fine when the whole is not zero
+    assert "(rule: duration above zero)" in _crd("sendproviders").__repr__()
