@@ -307,3 +307,25 @@ def test_the_operator_writes_shares_and_reads_the_rules_the_workers_fired(redis_
     assert [(r.name, r.action) for r in state.rules] == [("blocked", "suspend")]
     assert 59 <= state.rules[0].until - state.now <= 60
     assert state.replies == {"blocked": "421 4.7.0 [TSS04] Messages temporarily deferred"}
+
+
+def test_a_short_lease_does_not_cut_a_long_ones_life(redis_url: str) -> None:
+    """Review finding: every permit set the whole leases key to expire at the caller's lease
+    lifetime, so a group with a 1 s lease deleted, 2 s later, the lease of a group whose jobs
+    may run 30 s: concurrency 2 then let a third transaction in."""
+
+    async def body(make: Callable[..., ProviderPacer]) -> tuple[bool, bool, tuple[bool, str]]:
+        cfg = _provider(concurrency=2)
+        slow = make(cfg, lease=30.0)
+        quick = make(_provider(concurrency=2, group="ns/b"), lease=1.0)
+        first = (await slow.try_take("s1")).granted
+        second = (await quick.try_take("q1")).granted
+        await asyncio.sleep(2.5)  # past the quick lease's key expiry (1 s + 1 s)
+        await quick.release("q1")
+        third = await quick.try_take("q2")  # slow's lease still counts: one of two free
+        fourth = await quick.try_take("q3")
+        return first, second and third.granted, (fourth.granted, fourth.why)
+
+    first, second, fourth = _run(redis_url, body)
+    assert first and second
+    assert fourth == (False, "concurrency")

@@ -180,7 +180,11 @@ if lane ~= '' then
     end
   end
   redis.call('ZADD', KEYS[3], now_ms + lease_ms, lane)
-  redis.call('PEXPIRE', KEYS[3], lease_ms + 1000)
+  -- the key outlives its longest lease: groups of one provider may have different timeouts,
+  -- and a short lease must not cut a long one's life (each member expires by its own score)
+  if redis.call('PTTL', KEYS[3]) < lease_ms + 1000 then
+    redis.call('PEXPIRE', KEYS[3], lease_ms + 1000)
+  end
 end
 for i, l in ipairs(levels) do store(l[1], tats[i] + l[2]) end
 return {1, 0, rate_milli, cap_out, ''}
