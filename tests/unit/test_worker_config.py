@@ -177,3 +177,30 @@ def test_backpressure_patterns_match_in_linear_time() -> None:
     assert compiled[2].search("421 4.7.0 deferred, try later")  # case-insensitive
     with pytest.raises(ConfigError, match="RE2"):
         WorkerConfig.from_env({"SENDGROUP_QUEUE": "q", "BACKPRESSURE_PATTERNS": "(a)\\1"})
+
+
+def test_a_pattern_is_searched_in_one_reply_lines_length_only() -> None:
+    """Review finding (issue 14): RE2 is linear in the reply, but a heavy pattern such as
+    ``(\\w+\\s?){1,999}$`` costs ~0.3 ms per character, and a server controls its replies'
+    length (8.5 s on 64 KB, in the event loop). Patterns see the first 512 characters (one
+    SMTP reply line, RFC 5321 4.5.3.1.5), for the group's and the provider's patterns alike."""
+    from sendgroup_worker.patterns import MAX_REPLY_SEARCHED, compile_pattern, search
+    from sendgroup_worker.provider import ProviderConfig, ProviderPacer
+    from sendgroup_worker.ratelimit import RatePolicy
+
+    marker = compile_pattern("tail-marker")
+    padded = "421 4.7.0 " + "x" * MAX_REPLY_SEARCHED + " tail-marker"
+    assert not search(marker, padded)
+    assert search(marker, "421 4.7.0 tail-marker, try later")
+    cfg = WorkerConfig.from_env({"SENDGROUP_QUEUE": "q", "BACKPRESSURE_PATTERNS": "tail-marker"})
+    assert not any(search(p, padded) for p in cfg.patterns())
+    provider = ProviderConfig.model_validate(
+        {
+            "id": "csp/x",
+            "group": "ns/a",
+            "rules": [{"name": "r", "pattern": "tail-marker", "action": "suspend", "duration": 60}],
+        }
+    )
+    pacer = ProviderPacer(None, provider, RatePolicy(per_minute=None), 30)  # type: ignore[arg-type]
+    assert pacer.matching_rule(padded) is None
+    assert pacer.matching_rule("421 tail-marker") is not None

@@ -16,7 +16,7 @@ import time
 from collections.abc import Sequence
 from typing import Final
 
-from sendgroup_worker.patterns import Pattern
+from sendgroup_worker.patterns import Pattern, search
 from sendgroup_worker.ratelimit import load_script
 from sendgroup_worker.redisclient import AsyncClient, AsyncScript
 
@@ -56,7 +56,7 @@ class Backpressure:
 
     def matches(self, reply_text: str) -> bool:
         """True when a temporary reply's text matches a deferral pattern."""
-        return any(p.search(reply_text) for p in self.patterns)
+        return any(search(p, reply_text) for p in self.patterns)
 
     async def suspended_for(self) -> float:
         """Seconds the group stays suspended (0 = may send). Cached for CACHE_SECONDS."""

@@ -41,6 +41,7 @@ from typing import Final, Literal
 import re2
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from sendgroup_worker.patterns import search
 from sendgroup_worker.ratelimit import RatePolicy, load_script
 from sendgroup_worker.redisclient import AsyncClient, AsyncScript
 
@@ -313,12 +314,14 @@ class ProviderPacer:
         await self._call(lane, debt, "release")
 
     def matching_rule(self, reply: str) -> PushbackRuleConfig | None:
-        """The first rule whose codes and pattern both match ``reply`` (code and text)."""
+        """The first rule whose codes and pattern both match ``reply`` (code and text; the
+        pattern is searched in its first :data:`~sendgroup_worker.patterns.MAX_REPLY_SEARCHED`
+        characters)."""
         code = reply_code(reply)
         for rule, pattern in self._rules:
             if rule.codes and code not in rule.codes:
                 continue
-            if pattern is not None and not pattern.search(reply):
+            if pattern is not None and not search(pattern, reply):
                 continue
             return rule
         return None
