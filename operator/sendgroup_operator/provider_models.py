@@ -73,10 +73,15 @@ def check_pattern(pattern: str) -> str | None:
     lookaround) are refused here with RE2's own message."""
     import re2  # google-re2; imported here so that the pure modules stay import-light
 
+    options = re2.Options()
+    options.log_errors = False  # RE2 would also print the error to stderr (the operator's log)
     try:
-        re2.compile(pattern)
+        re2.compile(pattern, options)
     except re2.error as exc:
-        return str(exc) or "invalid RE2 pattern"
+        reason = exc.args[0] if exc.args else ""
+        if isinstance(reason, bytes):  # google-re2 gives RE2's message as bytes
+            reason = reason.decode("utf-8", "replace")
+        return str(reason) or "invalid RE2 pattern"
     return None
 
 

@@ -78,10 +78,15 @@ class PushbackRuleConfig(BaseModel):
     @classmethod
     def _re2(cls, value: str | None) -> str | None:
         if value is not None:
+            options = re2.Options()
+            options.log_errors = False  # else RE2 also prints the error to stderr
             try:
-                re2.compile(value)
+                re2.compile(value, options)
             except re2.error as exc:
-                raise ValueError(f"pattern {value!r} is not RE2 syntax: {exc}") from None
+                reason = exc.args[0] if exc.args else exc
+                if isinstance(reason, bytes):
+                    reason = reason.decode("utf-8", "replace")
+                raise ValueError(f"pattern {value!r} is not RE2 syntax: {reason}") from None
         return value
 
 
