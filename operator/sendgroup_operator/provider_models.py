@@ -68,21 +68,12 @@ def _above_zero(value: str | None) -> str | None:
 
 
 def check_pattern(pattern: str) -> str | None:
-    """Why ``pattern`` is not a usable RE2 pattern (None when it compiles). RE2 matches in
-    linear time, so no pattern can stall a worker; constructs RE2 refuses (backreferences,
-    lookaround) are refused here with RE2's own message."""
-    import re2  # google-re2; imported here so that the pure modules stay import-light
+    """Why ``pattern`` is not a usable RE2 pattern (None when it is): RE2's own message for
+    what it refuses (backreferences, lookaround), or a compiled program too large to match
+    quickly (:func:`sendgroup_worker.patterns.re2_problem`, which the worker asks too)."""
+    from sendgroup_worker.patterns import re2_problem  # imports re2: kept out of import time
 
-    options = re2.Options()
-    options.log_errors = False  # RE2 would also print the error to stderr (the operator's log)
-    try:
-        re2.compile(pattern, options)
-    except re2.error as exc:
-        reason = exc.args[0] if exc.args else ""
-        if isinstance(reason, bytes):  # google-re2 gives RE2's message as bytes
-            reason = reason.decode("utf-8", "replace")
-        return str(reason) or "invalid RE2 pattern"
-    return None
+    return re2_problem(pattern)
 
 
 class ProviderMatch(_Model):
@@ -225,7 +216,7 @@ class PushbackRule(_Model):
         if value is not None:
             problem = check_pattern(value)
             if problem is not None:
-                raise ValueError(f"pattern {value!r} is not RE2 syntax: {problem}")
+                raise ValueError(f"pattern {value!r} {problem}")
         return value
 
 

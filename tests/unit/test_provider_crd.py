@@ -110,7 +110,7 @@ def test_a_pattern_re2_refuses_is_refused_by_the_model_with_re2s_reason() -> Non
     }
     ok = provider_models.PushbackRule.model_validate({**base, "pattern": "(?i)unusual rate"})
     assert ok.pattern == "(?i)unusual rate"
-    with pytest.raises(pydantic.ValidationError, match=r"is not RE2 syntax") as refused:
+    with pytest.raises(pydantic.ValidationError, match=r"is not an RE2 regular") as refused:
         provider_models.PushbackRule.model_validate({**base, "pattern": r"(a)\1"})
     assert "invalid escape sequence: \\1" in str(refused.value)  # RE2's text, not b'...'
     assert "b'" not in str(refused.value)

@@ -204,3 +204,38 @@ def test_a_pattern_is_searched_in_one_reply_lines_length_only() -> None:
     pacer = ProviderPacer(None, provider, RatePolicy(per_minute=None), 30)  # type: ignore[arg-type]
     assert pacer.matching_rule(padded) is None
     assert pacer.matching_rule("421 tail-marker") is not None
+
+
+def test_a_pattern_too_heavy_to_match_quickly_is_refused_everywhere() -> None:
+    """Review finding (issue 14): linear time is not quick time: ``(\\w+\\s?){1,999}$``
+    compiles to ~16,000 RE2 instructions and cost ~146 ms per 512-character reply. Patterns over
+    MAX_PROGRAM_SIZE are refused by the group's backpressure settings (worker and operator
+    model), the worker's provider rules and the operator's provider model; ordinary ones and
+    the chart's default providers' pass."""
+    import pydantic
+
+    from sendgroup_operator import models, provider_models
+    from sendgroup_worker.patterns import MAX_PROGRAM_SIZE, re2_problem
+    from sendgroup_worker.provider import PushbackRuleConfig
+
+    heavy = r"(?i)(\w+\s?){1,999}$"
+    problem = re2_problem(heavy)
+    assert problem is not None and f"more than {MAX_PROGRAM_SIZE}" in problem
+    assert re2_problem("(?i)unusual rate") is None
+    assert re2_problem("[a-z0-9._%+-]{1,64}@[a-z0-9.-]{1,255}") is None
+    with pytest.raises(ConfigError, match="RE2 instructions"):
+        WorkerConfig.from_env({"SENDGROUP_QUEUE": "q", "BACKPRESSURE_PATTERNS": heavy})
+    with pytest.raises(pydantic.ValidationError, match="RE2 instructions"):
+        PushbackRuleConfig(name="r", pattern=heavy, action="suspend", duration=60)
+    with pytest.raises(pydantic.ValidationError, match="RE2 instructions"):
+        provider_models.PushbackRule.model_validate(
+            {
+                "name": "r",
+                "pattern": heavy,
+                "trigger": {"immediate": True},
+                "action": {"suspend": True},
+                "duration": "10m",
+            }
+        )
+    with pytest.raises(pydantic.ValidationError, match="RE2 instructions"):
+        models.BackpressureSpec.model_validate({"patterns": [heavy]})

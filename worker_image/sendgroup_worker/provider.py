@@ -41,7 +41,7 @@ from typing import Final, Literal
 import re2
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from sendgroup_worker.patterns import search
+from sendgroup_worker.patterns import re2_problem, search
 from sendgroup_worker.ratelimit import RatePolicy, load_script
 from sendgroup_worker.redisclient import AsyncClient, AsyncScript
 
@@ -78,15 +78,9 @@ class PushbackRuleConfig(BaseModel):
     @classmethod
     def _re2(cls, value: str | None) -> str | None:
         if value is not None:
-            options = re2.Options()
-            options.log_errors = False  # else RE2 also prints the error to stderr
-            try:
-                re2.compile(value, options)
-            except re2.error as exc:
-                reason = exc.args[0] if exc.args else exc
-                if isinstance(reason, bytes):
-                    reason = reason.decode("utf-8", "replace")
-                raise ValueError(f"pattern {value!r} is not RE2 syntax: {reason}") from None
+            problem = re2_problem(value)
+            if problem is not None:
+                raise ValueError(f"pattern {value!r} {problem}")
         return value
 
 
