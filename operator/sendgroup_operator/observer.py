@@ -226,25 +226,43 @@ class Observer:
         while red.pending:
             chunk, red.pending = red.pending[: self.batch], red.pending[self.batch :]
             try:
-                client = await self.queues.client(red.url)
-                replies = await self._measure_batch(client, red.url, [p.keys for p in chunk])
-            except QueueUnavailable as exc:
-                for p in chunk:
-                    if not p.future.done():
-                        p.future.set_exception(QueueUnavailable(str(exc)))
-                continue
-            except (*REDIS_ERRORS, OSError) as exc:
+                await self._answer(red, chunk)
+            except Exception as exc:
+                # Anything unexpected (a client library's own bug, e.g. redis-py's cluster
+                # pipeline raising TypeError) must still answer every waiting group: a future
+                # left unresolved hangs that group's daemon (seen once on the node: a Redis
+                # Cluster group stuck in Dumping, its status never refreshed again).
+                log.exception("measuring %d group(s) at %s failed", len(chunk), safe_host(red.url))
                 for p in chunk:
                     if not p.future.done():
                         p.future.set_exception(self._unavailable(red.url, exc))
+            finally:
+                for p in chunk:  # cancelled (operator stopping) or not answered
+                    if not p.future.done():
+                        p.future.set_exception(QueueUnavailable("measurement not answered"))
+
+    async def _answer(self, red: _Redis, chunk: list[_Pending]) -> None:
+        """Measure one chunk of waiting requests and resolve each one's future."""
+        try:
+            client = await self.queues.client(red.url)
+            replies = await self._measure_batch(client, red.url, [p.keys for p in chunk])
+        except QueueUnavailable as exc:
+            for p in chunk:
+                if not p.future.done():
+                    p.future.set_exception(QueueUnavailable(str(exc)))
+            return
+        except (*REDIS_ERRORS, OSError) as exc:
+            for p in chunk:
+                if not p.future.done():
+                    p.future.set_exception(self._unavailable(red.url, exc))
+            return
+        for p, reply in zip(chunk, replies, strict=True):
+            if p.future.done():
                 continue
-            for p, reply in zip(chunk, replies, strict=True):
-                if p.future.done():
-                    continue
-                if isinstance(reply, BaseException):
-                    p.future.set_exception(reply)
-                else:
-                    p.future.set_result(reply)
+            if isinstance(reply, BaseException):
+                p.future.set_exception(reply)
+            else:
+                p.future.set_result(reply)
 
     async def _measure_batch(
         self, client: AsyncClient, url: str, batch: list[QueueKeys]

@@ -154,3 +154,41 @@ def test_an_idle_check_that_fails_sends_the_groups_back_to_full_measurements() -
         asyncio.run(go())
     finally:
         server.cleanup()
+
+
+def test_an_unexpected_error_still_answers_every_waiting_group(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A measurement batch that fails with an error no Redis client should raise (a client
+    library's bug: redis-py's cluster pipeline raised TypeError on a reply callback) answers
+    every waiting group with QueueUnavailable instead of leaving its daemon waiting forever;
+    the next batch measures normally."""
+
+    async def go() -> None:
+        queues = RedisQueues()
+        observer = Observer(queues, wake=lambda key: None)
+        real = observer._measure_batch
+        calls = 0
+
+        async def flaky(*args: object) -> object:
+            nonlocal calls
+            calls += 1
+            if calls == 1:
+                raise TypeError("<lambda>() got an unexpected keyword argument 'keys'")
+            return await real(*args)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(observer, "_measure_batch", flaky)
+        first = await asyncio.wait_for(
+            asyncio.gather(
+                *(observer.measure(f"ns/g{i}", redis_url, f"mail-u{i}") for i in range(3)),
+                return_exceptions=True,
+            ),
+            10,
+        )
+        assert all(isinstance(r, QueueUnavailable) for r in first), first
+        again = await asyncio.wait_for(observer.measure("ns/g0", redis_url, "mail-u0"), 10)
+        assert again.total == 0
+        await observer.close()
+        await queues.close()
+
+    asyncio.run(go())
