@@ -189,6 +189,16 @@ def image(spec: models.SendGroupSpec, settings: Settings) -> str:
     return settings.default_image
 
 
+def job_image(spec: models.SendGroupSpec, settings: Settings) -> str:
+    """The dump/restore/purge Job's image: the worker image of a Python-runtime group (an
+    overriding image is a build of our worker, with its CLI), the operator's own image for
+    ``runtime: laravel`` (the shop's app image has no ``sendgroup-worker``; the Job works on
+    the queue's keys whatever worker kind drains them)."""
+    if spec.worker.runtime is models.WorkerRuntime.LARAVEL:
+        return settings.default_image
+    return image(spec, settings)
+
+
 def _value(setting: ws.WorkerSetting, value: object) -> dict[str, Any]:
     return {"name": setting.env, "value": str(value)}
 
@@ -600,7 +610,7 @@ def job(
         )
     container = {
         "name": kind,
-        "image": image(spec, settings),
+        "image": job_image(spec, settings),
         "imagePullPolicy": settings.image_pull_policy,
         "command": job_command(ref, spec, kind),
         "env": env,

@@ -40,12 +40,18 @@ REASON_INVALID_SPEC: Final = "InvalidSpec"
 REASON_QUEUE_CONFLICT: Final = "QueueConflict"
 REASON_REDIS_NOT_ALLOWED: Final = "RedisNotAllowed"
 REASON_QUEUE_NAME_NOT_ALLOWED: Final = "QueueNameNotAllowed"
+#: Ready reason of a group whose workers the operator cannot run: ``runtime: laravel`` while
+#: image overrides are not allowed (the operator's own image has no ``php``). Unlike the
+#: refusals above, the rest of its lifecycle goes on (pause, dump, restore, cancel and purge
+#: run the operator's image on the queue's keys); also phase Pending.
+REASON_RUNTIME_NOT_ALLOWED: Final = "RuntimeNotAllowed"
 REFUSED_REASONS: Final = frozenset(
     {
         REASON_INVALID_SPEC,
         REASON_QUEUE_CONFLICT,
         REASON_REDIS_NOT_ALLOWED,
         REASON_QUEUE_NAME_NOT_ALLOWED,
+        REASON_RUNTIME_NOT_ALLOWED,
     }
 )
 #: Reasons of the Dumped condition.

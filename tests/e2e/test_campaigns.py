@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 
 from sendgroup_worker.queue.keys import QueueKeys
+from tests.support import e2e
 from tests.support.cluster import wait_for
 from tests.support.e2e import (
-    DUMPS_CLAIM,
     InstalledOperator,
     operator_for_test,
     patch_spec,
@@ -142,11 +142,7 @@ def node_overhead(node: NodeCluster) -> dict[str, tuple[float, float]]:
 
 def dump_files(e: Env, group: str) -> list[Path]:
     """Segment files of ``group`` on the dumps volume, read on the host (local node only)."""
-    kube = e.node.kube
-    pvc = get_json(kube, "-n", e.namespace, "pvc", DUMPS_CLAIM)
-    pv = get_json(kube, "pv", pvc["spec"]["volumeName"])
-    root = Path(pv["spec"]["hostPath"]["path"]) / e.namespace / group
-    return sorted(p for p in root.rglob("*") if p.is_file()) if root.exists() else []
+    return e2e.dump_files(e.node, e.namespace, group)
 
 
 BIG, OUTLOOK, URGENT = "spring-gmail", "spring-outlook", "alert-urgent"

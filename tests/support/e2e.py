@@ -14,6 +14,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -195,6 +196,14 @@ def worker_pods(kube: KubeCluster, namespace: str, group: str) -> list[dict[str,
         f"sendgroups.io/group={group},app.kubernetes.io/component=worker",
     )["items"]
     return items
+
+
+def dump_files(node: NodeCluster, namespace: str, group: str) -> list[Path]:
+    """Segment files of ``group`` on the dumps volume, read on the host (local node only)."""
+    pvc = get_json(node.kube, "-n", namespace, "pvc", DUMPS_CLAIM)
+    pv = get_json(node.kube, "pv", pvc["spec"]["volumeName"])
+    root = Path(pv["spec"]["hostPath"]["path"]) / namespace / group
+    return sorted(p for p in root.rglob("*") if p.is_file()) if root.exists() else []
 
 
 def monotonic_now() -> float:

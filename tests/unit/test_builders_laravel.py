@@ -131,3 +131,19 @@ def test_runtime_laravel_without_an_image_is_refused_by_the_schema() -> None:
     no_override = dataclasses.replace(SETTINGS, allow_image_override=False)
     c = _container(_spec({"runtime": "laravel", "image": "shop/app:1"}), no_override)
     assert c["image"] == "sendgroup-worker:1"  # the operator's rule wins: see docs/laravel.md
+
+
+def test_dump_restore_and_purge_jobs_run_the_operator_s_image_not_the_app_s() -> None:
+    """The Jobs run ``sendgroup-worker dump|restore|purge``: the shop's app image has no such
+    command (before, a laravel group's dump Job ran the app image and failed), so they run the
+    operator's image; a Python-runtime group's overriding image (a build of our worker) keeps
+    running its Jobs."""
+    spec = _spec({"runtime": "laravel", "image": "shop/app:1"})
+    python = _spec({"image": "shop/worker:2"})
+    for kind in ("dump", "restore", "purge"):
+        job = builders.job(REF, spec, SETTINGS, kind, 1)
+        containers = job["spec"]["template"]["spec"]["containers"]
+        assert [c["image"] for c in containers] == ["sendgroup-worker:1"], kind
+        assert containers[0]["command"][0] == "sendgroup-worker"
+        other = builders.job(REF, python, SETTINGS, kind, 1)["spec"]["template"]["spec"]
+        assert [c["image"] for c in other["containers"]] == ["shop/worker:2"], kind

@@ -29,6 +29,7 @@ from sendgroup_operator.plan.lifecycle import (
     demand,
     desired_workers,
     plan,
+    runtime_refusal,
 )
 from sendgroup_operator.plan.refusal import refused
 from sendgroup_operator.plan.status import SIGNIFICANT_FRACTION, meaningful_change
@@ -90,5 +91,6 @@ __all__ = [
     "needs_children",
     "plan",
     "refused",
+    "runtime_refusal",
     "skips_observation",
 ]

@@ -69,8 +69,30 @@ BUSY_REQUEUE: Final = 2.0
 
 
 def desired_workers(spec: models.SendGroupSpec, settings: Settings) -> int:
-    """Workers the spec asks for, clamped to ``maxWorkersPerGroup``."""
+    """Workers the spec asks for, clamped to ``maxWorkersPerGroup``; 0 when the operator cannot
+    run them (:func:`runtime_refusal`: nothing is asked of the global cap either)."""
+    if runtime_refusal(spec, settings) is not None:
+        return 0
     return max(0, min(spec.workers, settings.max_workers_per_group))
+
+
+def runtime_refusal(spec: models.SendGroupSpec, settings: Settings) -> str | None:
+    """Why the operator cannot run the group's workers (the Ready message), or None.
+
+    ``runtime: laravel`` runs the shop's app image; without ``allowImageOverride`` the worker
+    image is the operator's own, which has no ``php``: each pod would exit at once (127, ``php:
+    not found``) and restart in CrashLoopBackOff while the group read ``Scaling`` and held its
+    share of ``maxTotalWorkers``. Such a group gets no worker Deployment (one left from before
+    the setting changed is deleted); its pause, dump, restore and cancel still run (their Jobs
+    run the operator's image)."""
+    if spec.worker.runtime is models.WorkerRuntime.LARAVEL and not settings.allow_image_override:
+        return (
+            "spec.worker.runtime laravel runs spec.worker.image (the app's image), but this "
+            "operator does not allow worker images (Helm value allowImageOverride is false): "
+            "no workers are started and the jobs stay queued; allow it, or use the Python "
+            "runtime"
+        )
+    return None
 
 
 def demand(
@@ -167,7 +189,9 @@ def plan(
     if b.plan.write_status:
         st.last_refresh = now
     b.plan.status = st
-    b.plan.demand = demand(spec, st, measure, group.deleting, _keeps_workers(b, observed))
+    b.plan.demand = min(
+        demand(spec, st, measure, group.deleting, _keeps_workers(b, observed)), desired
+    )
     if b.busy:
         b.plan.requeue_after = BUSY_REQUEUE
     return b.plan
@@ -337,6 +361,10 @@ def _serve(
         if st.finished_at is None:
             st.finished_at = now
         return
+    refusal = runtime_refusal(spec, settings)
+    if refusal is not None:
+        _cannot_run(b, dep, refusal)
+        return
     idle = total == 0 and measured and elapsed(st.idle_since, now, spec.reaper.idle_after)
     if idle and dep is not None:
         b.act(DeleteDeployment())
@@ -370,6 +398,18 @@ def _serve(
         b.cond(conditions.READY, "False", conditions.REASON_IDLE, "queue empty, no workers")
     else:
         b.cond(conditions.READY, "False", conditions.REASON_NO_WORK, "no jobs yet")
+
+
+def _cannot_run(b: Decisions, dep: DeploymentObs | None, message: str) -> None:
+    """Workers the operator cannot run (:func:`runtime_refusal`): no Deployment (one still
+    there is deleted), ``Ready=False`` with reason ``RuntimeNotAllowed`` and one Warning event
+    when that reason appears."""
+    if dep is not None:
+        b.act(DeleteDeployment())
+    before = conditions.find(b.old.conditions, conditions.READY)
+    b.cond(conditions.READY, "False", conditions.REASON_RUNTIME_NOT_ALLOWED, message)
+    if before is None or before.reason != conditions.REASON_RUNTIME_NOT_ALLOWED:
+        b.event("Warning", conditions.REASON_RUNTIME_NOT_ALLOWED, message)
 
 
 def _throttled(b: Decisions, active: bool, allowed: int) -> None:
