@@ -12,7 +12,6 @@ import json
 import os
 import shutil
 import signal
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -22,13 +21,12 @@ from sendgroup_worker.dumps import format as fmt
 from sendgroup_worker.dumps import paths
 from sendgroup_worker.queue.keys import QueueKeys
 from tests.support.dumps import (
-    SGW,
     fill_queue,
     payload,
     run_cli,
     snapshot,
+    start_stopped_at,
     summary,
-    wait_stopped,
 )
 
 pytestmark = pytest.mark.redis
@@ -206,17 +204,11 @@ def test_a_segment_swapped_after_the_check_is_not_merged(
     root, queue = tmp_path / "dumps", "mail-swap"
     first = _dump(redis_client, redis_url, root, queue, tag="one")
     second = _dump(redis_client, redis_url, root, queue, tag="two")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SENDGROUP_")}
-    env |= {"REDIS_URL": redis_url, "SENDGROUP_DUMPS_STOP_AT": "restore:before-merge"}
-    proc = subprocess.Popen(
-        [SGW, "restore", "-q", queue, "--dumps-dir", str(root)],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = start_stopped_at(
+        "restore:before-merge", "restore", "-q", queue, "--dumps-dir", str(root),
+        redis_url=redis_url,
+    )  # fmt: skip
     try:
-        wait_stopped(proc)
         # same name and header, one job more, checksums recomputed: valid without a key
         swapped = _forge(second, second.with_name("swap.tmp"), second.name[: -len(".sgdump")])
         os.replace(swapped, second)

@@ -7,7 +7,6 @@ with raw Redis commands (Laravel's push: RPUSH payload + RPUSH notify token).
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import threading
@@ -22,15 +21,15 @@ import redis
 from sendgroup_worker.queue.client import Queue
 from sendgroup_worker.queue.keys import QueueKeys
 from tests.support.dumps import (
-    SGW,
     assert_merged,
     fill_queue,
     payload,
     push,
     run_cli,
     snapshot,
+    start_cli,
+    start_stopped_at,
     summary,
-    wait_stopped,
 )
 from tests.support.redis_server import RedisServer
 
@@ -333,17 +332,11 @@ def test_concurrent_dumps_of_one_queue_are_serialized_by_the_lock(
     keys = QueueKeys("mail-lock")
     fill_queue(redis_client, keys, ready=3_000, delayed=10, size=300)
     before = snapshot(redis_client, keys)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SENDGROUP_")}
-    env |= {"REDIS_URL": redis_url, "SENDGROUP_DUMPS_STOP_AT": "dump:after-stage"}
-    first = subprocess.Popen(
-        [SGW, "dump", "-q", keys.queue, "--dumps-dir", str(tmp_path)],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    first = start_stopped_at(
+        "dump:after-stage", "dump", "-q", keys.queue, "--dumps-dir", str(tmp_path),
+        redis_url=redis_url,
+    )  # fmt: skip
     try:
-        wait_stopped(first)
         for cmd in (
             ["dump", "--dumps-dir", str(tmp_path)],
             ["restore", "--dumps-dir", str(tmp_path)],
@@ -595,26 +588,11 @@ def test_lock_is_renewed_while_a_long_dump_runs(
     left, and the dump completes (a lost lock would stop it with exit 1)."""
     keys = QueueKeys("mail-renew")
     fill_queue(redis_client, keys, ready=3_000, size=60)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SENDGROUP_")}
-    env |= {"REDIS_URL": redis_url, "SENDGROUP_DUMPS_SLOW": "dump:read-chunk=0.1"}
-    proc = subprocess.Popen(
-        [
-            SGW,
-            "dump",
-            "-q",
-            keys.queue,
-            "--dumps-dir",
-            str(tmp_path),
-            "--lock-ttl",
-            "1",
-            "--chunk-jobs",
-            "100",
-        ],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = start_cli(
+        "dump", "-q", keys.queue, "--dumps-dir", str(tmp_path), "--lock-ttl", "1",
+        "--chunk-jobs", "100",
+        redis_url=redis_url, env={"SENDGROUP_DUMPS_SLOW": "dump:read-chunk=0.1"},
+    )  # fmt: skip
     holders: set[bytes] = set()
     first = last = 0.0
     while proc.poll() is None:

@@ -135,6 +135,18 @@ def assert_merged(final: QueueState, original: QueueState, *pushed: list[bytes])
     assert final.notify == len(final.ready), "notify tokens != ready jobs"
 
 
+def _cli_env(redis_url: str | None, env: dict[str, str] | None) -> dict[str, str]:
+    """This process's environment without SENDGROUP_* and Redis settings, then ``redis_url``
+    as REDIS_URL and ``env``."""
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("SENDGROUP_")}
+    full_env.pop("REDIS_URL", None)
+    full_env.pop("REDIS_URL_FILE", None)
+    if redis_url:
+        full_env["REDIS_URL"] = redis_url
+    full_env.update(env or {})
+    return full_env
+
+
 def run_cli(
     *args: str,
     redis_url: str | None = None,
@@ -142,15 +154,35 @@ def run_cli(
     timeout: float = 300,
 ) -> subprocess.CompletedProcess[str]:
     """Run ``sendgroup-worker <args>`` as a real process; returns the finished process."""
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith("SENDGROUP_")}
-    full_env.pop("REDIS_URL", None)
-    full_env.pop("REDIS_URL_FILE", None)
-    if redis_url:
-        full_env["REDIS_URL"] = redis_url
-    full_env.update(env or {})
     return subprocess.run(
-        [SGW, *args], capture_output=True, text=True, env=full_env, timeout=timeout
+        [SGW, *args], capture_output=True, text=True, env=_cli_env(redis_url, env), timeout=timeout
     )
+
+
+def start_cli(
+    *args: str, redis_url: str | None = None, env: dict[str, str] | None = None
+) -> subprocess.Popen[str]:
+    """Start ``sendgroup-worker <args>`` as a real process (stdout and stderr piped, text)."""
+    return subprocess.Popen(
+        [SGW, *args],
+        env=_cli_env(redis_url, env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def start_stopped_at(point: str, *args: str, redis_url: str) -> subprocess.Popen[str]:
+    """Start ``sendgroup-worker <args>`` with ``SENDGROUP_DUMPS_STOP_AT=<point>`` and return it
+    once it has stopped itself there (:func:`wait_stopped`); SIGCONT lets it go on."""
+    proc = start_cli(*args, redis_url=redis_url, env={"SENDGROUP_DUMPS_STOP_AT": point})
+    try:
+        wait_stopped(proc)
+    except BaseException:
+        proc.kill()
+        proc.communicate()
+        raise
+    return proc
 
 
 def summary(proc: subprocess.CompletedProcess[str]) -> dict[str, Any]:
