@@ -227,19 +227,18 @@ class Observer:
             chunk, red.pending = red.pending[: self.batch], red.pending[self.batch :]
             try:
                 await self._answer(red, chunk)
-            except Exception as exc:
-                # Anything unexpected (a client library's own bug, e.g. redis-py's cluster
-                # pipeline raising TypeError) must still answer every waiting group: a future
-                # left unresolved hangs that group's daemon (seen once on the node: a Redis
-                # Cluster group stuck in Dumping, its status never refreshed again).
+            except Exception:
                 log.exception("measuring %d group(s) at %s failed", len(chunk), safe_host(red.url))
+            finally:
+                # Whatever happened (a client library's own bug, e.g. redis-py's cluster
+                # pipeline raising TypeError; the operator stopping), every waiting group gets
+                # an answer: a future left unresolved hangs that group's daemon (seen once on
+                # the node: a Redis Cluster group stuck in Dumping, its status never refreshed).
                 for p in chunk:
                     if not p.future.done():
-                        p.future.set_exception(self._unavailable(red.url, exc))
-            finally:
-                for p in chunk:  # cancelled (operator stopping) or not answered
-                    if not p.future.done():
-                        p.future.set_exception(QueueUnavailable("measurement not answered"))
+                        p.future.set_exception(
+                            QueueUnavailable(f"Redis at {safe_host(red.url)}: not measured")
+                        )
 
     async def _answer(self, red: _Redis, chunk: list[_Pending]) -> None:
         """Measure one chunk of waiting requests and resolve each one's future."""
