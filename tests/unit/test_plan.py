@@ -451,3 +451,17 @@ def test_failed_jobs_raise_an_event_once_and_a_condition() -> None:
 def test_resume_clears_the_pause_marker_before_asking_for_workers() -> None:
     result = run(spec(), obs=dep(0), measure=q(10, paused=True))
     assert result.actions == [p.SetPauseMarker(False), p.EnsureDeployment(3)]
+
+
+def test_passes_close_together_do_not_call_a_trickle_idle() -> None:
+    """A change handler's pass and the daemon pass it wakes can run milliseconds apart: a
+    trickle finishes nothing between them, and that is not idleness (seen in CI)."""
+    s = spec(reaper={"idleAfter": "60s"})
+    st = run(s, run(s, measure=q(1)).status, dep(3), q(0, delivered=5), at(10)).status
+    assert st.idle_since is None
+    soon = run(s, st, dep(3), q(0, delivered=5), at(10.3))
+    assert soon.status.idle_since is None
+    later = run(s, st, dep(3), q(0, delivered=5), at(10 + p.QUIET_WINDOW))
+    assert later.status.idle_since == at(10 + p.QUIET_WINDOW)
+    busy = run(s, later.status, dep(3), q(0, delivered=6), at(12.1))
+    assert busy.status.idle_since is None

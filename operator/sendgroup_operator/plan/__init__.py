@@ -32,7 +32,7 @@ from sendgroup_operator.plan.lifecycle import (
     runtime_refusal,
 )
 from sendgroup_operator.plan.refusal import refused
-from sendgroup_operator.plan.status import SIGNIFICANT_FRACTION, meaningful_change
+from sendgroup_operator.plan.status import QUIET_WINDOW, SIGNIFICANT_FRACTION, meaningful_change
 from sendgroup_operator.plan.types import (
     Action,
     CreateJob,
@@ -60,6 +60,7 @@ from sendgroup_operator.plan.types import (
 __all__ = [
     "BUSY_REQUEUE",
     "MAX_OPERATION_ATTEMPTS",
+    "QUIET_WINDOW",
     "SIGNIFICANT_FRACTION",
     "Action",
     "CreateJob",

@@ -12,6 +12,12 @@ from sendgroup_operator.plan.types import QueueMeasure
 
 #: Relative change of the queue's total that is worth a status write (besides zero-crossing).
 SIGNIFICANT_FRACTION: Final = 0.10
+#: Seconds the workers' counters must have stood still (since the measurement of the last
+#: written status) before an empty queue counts as idle. Two passes can run milliseconds apart
+#: (a change handler's pass, then the daemon's it woke): between them a steady trickle (one job
+#: per second, drained in milliseconds) finishes nothing, and ``idleSince`` was set on a busy
+#: group (seen in CI: set 2 s after a spec change, cleared again by the next pass).
+QUIET_WINDOW: Final = 2.0
 
 
 def _ts(value: float | None) -> datetime | None:
@@ -85,13 +91,18 @@ def record_measure(b: Decisions, m: QueueMeasure) -> None:
         max(0, int((now - pushed).total_seconds())) if pushed is not None else None
     )
     # idleSince: the first pass that saw nothing queued and nothing delivered or failed since
-    # the previous pass (a trickle drained in milliseconds always samples empty: the counters,
-    # read in the same atomic call, tell that work went through). Cleared by any activity.
+    # the measurement of the last written status, at least QUIET_WINDOW seconds earlier (a
+    # trickle drained in milliseconds always samples empty: the counters, read in the same
+    # atomic call, tell that work went through). Cleared by any activity.
+    # A window shorter than QUIET_WINDOW (or no earlier measurement) proves nothing either way
+    # when it saw no activity: idleSince is left as it was.
     activity = m.delivered != b.old.progress.delivered or m.failed_total != b.old.progress.failed
+    since = b.old.queue.measured_at
+    quiet_long_enough = since is not None and (now - since).total_seconds() >= QUIET_WINDOW
     st.progress.delivered = m.delivered
     st.progress.failed = m.failed_total
     if m.total == 0 and not activity:
-        if st.idle_since is None:
+        if st.idle_since is None and quiet_long_enough:
             st.idle_since = now
     else:
         st.idle_since = None
