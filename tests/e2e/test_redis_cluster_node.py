@@ -86,6 +86,26 @@ class Env:
     def status(self) -> dict[str, Any]:
         return sendgroup_status(self.node.kube, self.namespace, GROUP)
 
+    def children(self) -> str:
+        """The namespace's Jobs and pods, its recent events and the Job pods' log tails: what
+        a stuck dump or restore needs to be understood from a CI log."""
+        kube = self.node.kube
+        out = [
+            kube.kubectl(
+                "-n", self.namespace, "get", "jobs,pods", "-o", "wide", check=False
+            ).stdout,
+            kube.kubectl(
+                "-n", self.namespace, "get", "events", "--sort-by=.lastTimestamp", check=False
+            ).stdout[-4000:],
+        ]
+        for component in ("dump", "restore"):
+            for pod in _pods(self, component):
+                out.append(f"--- log of {pod}")
+                out.append(
+                    kube.kubectl("-n", self.namespace, "logs", pod, "--tail=30", check=False).stdout
+                )
+        return "\n".join(out)
+
 
 @pytest.fixture
 def env(
@@ -226,7 +246,7 @@ def test_group_on_a_redis_cluster_sends_pauses_dumps_restores_and_sends_each_mai
         120,
         "the group Dumped",
         interval=0.5,
-        describe=lambda: (env.status(), env.operator.logs()[-3000:]),
+        describe=lambda: (env.status(), env.operator.logs()[-3000:], env.children()),
     )
     dumped_at = time.time()
     assert dump_pods, "no dump Job pod was seen"
@@ -252,7 +272,12 @@ def test_group_on_a_redis_cluster_sends_pauses_dumps_restores_and_sends_each_mai
         restore_pods.update(_pods(env, "restore"))
         return worker_pods(kube, ns, GROUP) or None
 
-    wait_for(workers_back, 120, "workers back after the resume", describe=env.operator.logs)
+    wait_for(
+        workers_back,
+        120,
+        "workers back after the resume",
+        describe=lambda: (env.operator.logs()[-3000:], env.children()),
+    )
     assert restore_pods, "no restore Job pod was seen"
     events = get_json(kube, "-n", ns, "events", "--field-selector", f"involvedObject.name={GROUP}")
     restored = [e["message"] for e in events["items"] if e.get("reason") == "Restored"]
