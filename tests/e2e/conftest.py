@@ -39,6 +39,10 @@ def e2e_namespace(node_cluster: NodeCluster, request: pytest.FixtureRequest) -> 
     """A fresh namespace for one test, deleted afterwards (without waiting)."""
     base = re.sub(r"[^a-z0-9-]+", "-", request.node.name.lower()).strip("-")[:40].strip("-")
     name = f"e2e-{base}-{secrets.token_hex(3)}"
+    # The volumes earlier tests' (deleted) namespaces released: free again for this one.
+    recycled = node_cluster.recycle_released_volumes()
+    if recycled:
+        print(f"\nrecycled volumes released by deleted test namespaces: {', '.join(recycled)}")
     node_cluster.kube.kubectl("create", "namespace", name)
     node_cluster.kube.kubectl("label", "namespace", name, "sendgroup.test/temporary=true")
     yield name

@@ -58,6 +58,45 @@ class NodeCluster:
     def managed(self) -> bool:
         return self.state_dir is not None
 
+    def recycle_released_volumes(self, namespace_prefix: str = "e2e-") -> list[str]:
+        """Make the local node's hostPath PersistentVolumes that claims of deleted test
+        namespaces (``namespace_prefix``) left ``Released`` available again, the way
+        Kubernetes' old ``Recycle`` policy did: empty the directory, then drop ``claimRef``.
+        Returns the recycled volumes' names. The node has a fixed set of volumes with the
+        ``Retain`` policy (hack/cluster/node.sh), so without this the node tier's later
+        tests found none left: their dumps claim stayed Pending and the dump Job never
+        started (CI: a Redis Cluster group stuck in Dumping). Nothing on an unmanaged
+        cluster."""
+        if not self.managed:
+            return []
+        out = self.kube.kubectl(
+            "get", "pv", "-l", "sendgroups.io/local-node=true", "-o", "json"
+        ).stdout
+        recycled: list[str] = []
+        for pv in json.loads(out)["items"]:
+            claim = pv["spec"].get("claimRef") or {}
+            if (pv.get("status") or {}).get("phase") != "Released":
+                continue
+            if not str(claim.get("namespace", "")).startswith(namespace_prefix):
+                continue
+            root = Path(pv["spec"]["hostPath"]["path"])
+            for child in root.iterdir() if root.is_dir() else []:
+                if child.is_dir() and not child.is_symlink():
+                    shutil.rmtree(child)
+                else:
+                    child.unlink()
+            name = pv["metadata"]["name"]
+            self.kube.kubectl(
+                "patch",
+                "pv",
+                name,
+                "--type=json",
+                "-p",
+                '[{"op":"remove","path":"/spec/claimRef"}]',
+            )
+            recycled.append(name)
+        return recycled
+
     def pids(self) -> dict[str, int]:
         """Component name -> pid of the local cluster's processes (empty when not managed)."""
         out: dict[str, int] = {}
