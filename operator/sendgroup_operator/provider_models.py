@@ -34,6 +34,7 @@ from sendgroup_operator.models import (
     RedisSpec,
     _cel,
     _duration_rule,
+    _duration_value,
     _Model,
     _validations,
 )
@@ -61,10 +62,11 @@ RULE_NAME_PATTERN: Final = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"
 
 
 def _above_zero(value: str | None) -> str | None:
-    """The model's side of ``_duration_rule(..., positive=True)``: ``0s`` refused alike."""
+    """The model's side of ``_duration_rule(..., positive=True)``: well-formed, at most 365
+    days (:func:`_duration_value`) and ``0s`` refused alike."""
     if value is not None and re.fullmatch(ZERO_DURATION_PATTERN, value):
         raise ValueError("must be longer than 0s (rule: duration above zero)")
-    return value
+    return _duration_value(value)
 
 
 def check_pattern(pattern: str) -> str | None:
