@@ -33,6 +33,7 @@ from sendgroup_operator.provider_models import (
     SendProvider,
     SendProviderStatus,
 )
+from sendgroup_operator.settings import Settings
 from sendgroup_worker.ratelimit import RatePolicy
 
 #: Seconds between two passes of one provider: a group that starts or pauses gets its share,
@@ -257,7 +258,9 @@ async def _resolution(
 
 async def _redis_url(memo: Any, provider: SendProvider, namespace: str | None) -> str:
     """The provider's Redis: ``spec.redis.url``, its Secret (in the provider's namespace, the
-    operator's first watched namespace for a ClusterSendProvider), or the operator's default."""
+    operator's first watched namespace for a ClusterSendProvider), or the operator's default
+    (``defaultRedisUrl``, whatever Redis its groups use: the workers get the same one in
+    ``PROVIDER_REDIS_URL``, see :func:`provider_plan.provider_redis_env`)."""
     rt = memo.runtime
     redis = provider.spec.redis
     if redis is not None and redis.url:
@@ -286,12 +289,16 @@ class GroupProvider:
 
 
 async def group_provider(
-    namespace: str, name: str, spec: models.SendGroupSpec, indexes: Mapping[str, Any]
+    namespace: str,
+    name: str,
+    spec: models.SendGroupSpec,
+    indexes: Mapping[str, Any],
+    settings: Settings,
 ) -> GroupProvider:
     """Resolve one group from kopf's provider indexes (``indexes``: the handler's kwargs, which
     kopf fills with every index: ``namespaced_providers`` and ``cluster_providers``), with the
     provider's rules in force from its status there. MX lookups run in a thread (cached by
-    TTL)."""
+    TTL). ``settings``: the operator's default Redis, the provider's when it names none."""
     namespaced = _parse_providers(_values(indexes.get("namespaced_providers"), namespace))
     cluster = _parse_providers(_values(indexes.get("cluster_providers"), ""))
     r = await asyncio.to_thread(resolve_group, spec, namespace, namespaced, cluster)
@@ -300,7 +307,7 @@ async def group_provider(
     if r.provider is not None and r.spec is not None:
         own_ns = namespace if r.provider.kind == models.PROVIDER_KIND else None
         env = provider_plan.worker_provider_env(
-            r.provider.kind, r.provider.name, own_ns, r.spec, f"{namespace}/{name}"
+            r.provider.kind, r.provider.name, own_ns, r.spec, f"{namespace}/{name}", settings
         )
         pool = namespaced if r.provider.kind == models.PROVIDER_KIND else cluster
         found = next((p for p in pool if p.metadata.get("name") == r.provider.name), None)

@@ -34,6 +34,7 @@ from sendgroup_operator.provider_models import (
     SendProviderSpec,
     SendProviderStatus,
 )
+from sendgroup_operator.settings import Settings
 
 #: Condition type on a SendGroup: which provider applies and why, or that none matched.
 PROVIDER_RESOLVED: Final = "ProviderResolved"
@@ -286,39 +287,48 @@ def worker_provider_config(
     return out
 
 
+def provider_redis_env(spec: SendProviderSpec, settings: Settings) -> dict[str, Any]:
+    """The worker's ``PROVIDER_REDIS_URL`` entry: the provider's ``redis`` (a value, or a
+    ``secretKeyRef``: the kubelet reads that Secret in the worker pod's namespace, so a
+    ClusterSendProvider's Secret must exist in every namespace of its groups), else the
+    operator's default Redis, the one the operator writes the provider's shares to and reads
+    its rules from (``defaultRedisSecretRef`` as a ``secretKeyRef`` when set, as the group's
+    own ``REDIS_URL`` takes it, else ``defaultRedisUrl``). Always set: a worker left to its
+    own default would keep the provider's state on its group's Redis, and groups on
+    different Redis servers would each get the whole budget."""
+    redis = spec.redis
+    if redis is not None and redis.url:
+        return {"name": "PROVIDER_REDIS_URL", "value": redis.url}
+    if redis is not None and redis.secret_ref is not None:
+        ref = {"name": redis.secret_ref.name, "key": redis.secret_ref.key}
+        return {"name": "PROVIDER_REDIS_URL", "valueFrom": {"secretKeyRef": ref}}
+    default_secret = settings.default_redis_secret_ref
+    if default_secret is not None:
+        ref = {"name": default_secret[0], "key": default_secret[1]}
+        return {"name": "PROVIDER_REDIS_URL", "valueFrom": {"secretKeyRef": ref}}
+    return {"name": "PROVIDER_REDIS_URL", "value": settings.default_redis_url}
+
+
 def worker_provider_env(
     kind: str,
     name: str,
     namespace: str | None,
     spec: SendProviderSpec,
     group_key: str,
+    settings: Settings,
 ) -> list[dict[str, Any]]:
-    """Env entries of the worker container for its provider: ``SENDGROUP_PROVIDER`` (JSON) and,
-    when the provider names its own Redis, ``PROVIDER_REDIS_URL`` (a value, or a
-    ``secretKeyRef``: the kubelet reads that Secret in the worker pod's namespace, so a
-    ClusterSendProvider's Secret must exist in every namespace of its groups)."""
-    env: list[dict[str, Any]] = [
+    """Env entries of the worker container for its provider: ``SENDGROUP_PROVIDER`` (JSON) and
+    ``PROVIDER_REDIS_URL`` (:func:`provider_redis_env`)."""
+    return [
         {
             "name": "SENDGROUP_PROVIDER",
             "value": json.dumps(
                 worker_provider_config(kind, name, namespace, spec, group_key),
                 separators=(",", ":"),
             ),
-        }
+        },
+        provider_redis_env(spec, settings),
     ]
-    redis = spec.redis
-    if redis is not None and redis.url:
-        env.append({"name": "PROVIDER_REDIS_URL", "value": redis.url})
-    elif redis is not None and redis.secret_ref is not None:
-        env.append(
-            {
-                "name": "PROVIDER_REDIS_URL",
-                "valueFrom": {
-                    "secretKeyRef": {"name": redis.secret_ref.name, "key": redis.secret_ref.key}
-                },
-            }
-        )
-    return env
 
 
 def share_fields(allocation: Mapping[str, float]) -> dict[str, str]:

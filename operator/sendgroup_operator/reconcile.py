@@ -631,7 +631,7 @@ async def _pass(
     allowed = rt.allowed(key, min(want, plan.desired_workers(spec, rt.settings)))
     now = now or _now()
     chosen = await provider_handlers.group_provider(
-        group.namespace, group.name, spec, providers or {}
+        group.namespace, group.name, spec, providers or {}, rt.settings
     )
     rt.provider_env[key] = chosen.env
     result = plan.plan(
