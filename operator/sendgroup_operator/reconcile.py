@@ -645,6 +645,7 @@ async def _pass(
         now,
         chosen.env,
         chosen.rules,
+        chosen.held,
     )
     if provider_plan.record_resolution(result.status, chosen.resolution, now, group.generation):
         result.write_status = True
