@@ -272,7 +272,9 @@ PROVIDER_REDIS_URL: Final = WorkerSetting(
     "PROVIDER_REDIS_URL",
     "str",
     "REDIS_URL",
-    "Redis of the provider's shared state (default: the group's)",
+    "Redis of the provider's shared state, the same for every group of the provider (the "
+    "operator always sets it: the provider's spec.redis, else the operator's defaultRedisUrl; "
+    "unset, by hand: REDIS_URL)",
     secret=True,
 )
 METRICS_PORT: Final = WorkerSetting(

@@ -45,6 +45,11 @@ REASON_QUEUE_NAME_NOT_ALLOWED: Final = "QueueNameNotAllowed"
 #: refusals above, the rest of its lifecycle goes on (pause, dump, restore, cancel and purge
 #: run the operator's image on the queue's keys); also phase Pending.
 REASON_RUNTIME_NOT_ALLOWED: Final = "RuntimeNotAllowed"
+#: Ready reason (and ``ProviderResolved`` reason) of a group whose provider has a spec the
+#: operator cannot use (a pattern RE2 refuses, an object stored before the CRD's rules): the
+#: group is held, no workers, instead of sending without the provider's limits; the rest of
+#: its lifecycle goes on as for :data:`REASON_RUNTIME_NOT_ALLOWED`; phase Pending.
+REASON_PROVIDER_INVALID: Final = "ProviderInvalid"
 REFUSED_REASONS: Final = frozenset(
     {
         REASON_INVALID_SPEC,
@@ -52,6 +57,7 @@ REFUSED_REASONS: Final = frozenset(
         REASON_REDIS_NOT_ALLOWED,
         REASON_QUEUE_NAME_NOT_ALLOWED,
         REASON_RUNTIME_NOT_ALLOWED,
+        REASON_PROVIDER_INVALID,
     }
 )
 #: Reasons of the Dumped condition.

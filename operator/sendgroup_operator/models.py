@@ -31,6 +31,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 # Defined by the contract, re-exported (``X as X``) for the CRD generator and the operator.
+from sendgroup_contract import durations as _durations
 from sendgroup_contract.durations import DURATION_PATTERN as DURATION_PATTERN
 from sendgroup_contract.durations import ZERO_DURATION_PATTERN as ZERO_DURATION_PATTERN
 from sendgroup_contract.keys import QUEUE_NAME_MAX
@@ -66,14 +67,20 @@ def _validations(*rules: dict[str, str]) -> dict[str, Any]:
 
 
 def _duration_rule(field: str, positive: bool = False) -> dict[str, Any]:
-    """CEL rules of a duration field: well-formed (:data:`DURATION_PATTERN`), and with
-    ``positive`` also longer than zero (:data:`ZERO_DURATION_PATTERN` refused)."""
+    """CEL rules of a duration field: well-formed (:data:`DURATION_PATTERN`), at most 365
+    days (the contract's ``CAP_CEL``), and with ``positive`` also longer than zero
+    (:data:`ZERO_DURATION_PATTERN` refused). The model's side: :func:`_duration_value`."""
     rules = [
         _cel(
             f"self.matches('{DURATION_PATTERN}')",
             f"{field} must be a duration like 90s, 30m, 1h30m or 2d "
             f"(rule: duration well-formed, {DURATION_PATTERN})",
-        )
+        ),
+        _cel(
+            _durations.CAP_CEL,
+            f"{field} must be at most {_durations.MAX_DAYS}d "
+            f"(rule: duration at most {_durations.MAX_DAYS}d)",
+        ),
     ]
     if positive:
         rules.append(
@@ -83,6 +90,18 @@ def _duration_rule(field: str, positive: bool = False) -> dict[str, Any]:
             )
         )
     return _validations(*rules)
+
+
+def _duration_value(value: str | None) -> str | None:
+    """The model's side of :func:`_duration_rule`'s first two rules: the contract's parser
+    (well-formed, at most 365 days), so an object stored before the cap is refused by the
+    operator's parse (InvalidSpec) instead of failing later on a date out of range."""
+    if value is not None:
+        try:
+            _durations.parse_seconds(value)
+        except _durations.InvalidDuration as exc:
+            raise ValueError(str(exc)) from None
+    return value
 
 
 #: A Kubernetes quantity (``100m``, ``64Mi``, ``1``): int or string in the manifest, as core/v1
@@ -601,6 +620,8 @@ class BackpressureSpec(_Model):
                 raise ValueError(f"backpressure.patterns[{i}]: {exc}") from None
         return value
 
+    _suspend_for_value = field_validator("suspend_for")(_duration_value)
+
 
 class SmtpSecretRef(_Model):
     """A Secret in the SendGroup's namespace with the relay's username and password."""
@@ -640,6 +661,8 @@ class ReaperSpec(_Model):
     )
     """Paused and queue unchanged this long: a dump Job moves the queue to the dumps volume and
     removes its Redis keys (duration)."""
+
+    _durations_value = field_validator("idle_after", "dump_after")(_duration_value)
 
 
 _QUEUE_RULES = _validations(

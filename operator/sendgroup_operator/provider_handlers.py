@@ -25,14 +25,14 @@ import kopf
 import pydantic
 
 from sendgroup_operator import models, plan, provider_io, provider_plan
-from sendgroup_operator.conditions import set_condition
 from sendgroup_operator.provider_dns import MxCache
 from sendgroup_operator.provider_models import (
     CLUSTER_PLURAL,
     PLURAL,
     SendProvider,
-    SendProviderStatus,
+    parse_provider,
 )
+from sendgroup_operator.settings import Settings
 from sendgroup_worker.ratelimit import RatePolicy
 
 #: Seconds between two passes of one provider: a group that starts or pauses gets its share,
@@ -94,13 +94,10 @@ def _plain(body: kopf.Body) -> dict[str, Any]:
 
 
 def _parse_providers(items: Iterable[Mapping[str, Any]]) -> list[SendProvider]:
-    out = []
-    for item in items:
-        try:
-            out.append(SendProvider.model_validate(item))
-        except pydantic.ValidationError:
-            continue  # reported on that provider's own pass
-    return out
+    """Every provider, usable or not: one the operator cannot use keeps its name and ``match``
+    with ``invalid`` set, so that its groups resolve to it and are held (reported on the
+    provider by its own pass)."""
+    return [parse_provider(item) for item in items]
 
 
 def _values(index: Any, key: str) -> list[Mapping[str, Any]]:
@@ -168,21 +165,7 @@ async def _pass(
     kind = str(body.get("kind"))
     name = str(body["metadata"]["name"])
     own_ns = body["metadata"].get("namespace")
-    try:
-        provider = SendProvider.model_validate(_plain(body))
-    except pydantic.ValidationError as exc:
-        status = SendProviderStatus.model_validate(dict(body.get("status") or {}))
-        set_condition(
-            status.conditions,
-            "Ready",
-            "False",
-            "InvalidSpec",
-            str(exc)[:1000],
-            datetime.now(UTC),
-            body["metadata"].get("generation"),
-        )
-        patch.status.update(status.model_dump(mode="json", by_alias=True))
-        return
+    provider = parse_provider(_plain(body))
     cluster = _parse_providers(_values(kwargs.get("cluster_providers"), ""))
     groups_index = kwargs.get("provider_groups") or {}
     demands: list[provider_plan.GroupDemand] = []
@@ -197,6 +180,17 @@ async def _pass(
             r = await _resolution(g_ns, g_name, spec, kwargs, cluster)
             if r.provider is not None and (r.provider.kind, r.provider.name) == (kind, name):
                 demands.append(_demand(spec, entry["status"], f"{g_ns}/{g_name}"))
+    if provider.invalid is not None or _was_invalid(provider):
+        status, event = provider_plan.invalid_status(provider, datetime.now(UTC))
+        if event is not None:
+            kopf.event(body, type=event.type, reason=event.reason, message=event.message)
+            # held, or released: the groups resolved to it follow within about a second
+            for demand in demands:
+                memo.runtime.kick(demand.key, PROVIDER_INTERVAL)
+        if status is not None:
+            patch.status.update(status.model_dump(mode="json", by_alias=True))
+        if provider.invalid is not None:
+            return
     per_minute = provider.spec.rate.per_minute if provider.spec.rate else None
     allocation = provider_plan.shares(per_minute, demands)
     pid = provider_plan.provider_id(kind, name, own_ns)
@@ -234,6 +228,11 @@ async def _pass(
         patch.status.update(status.model_dump(mode="json", by_alias=True))
 
 
+def _was_invalid(provider: SendProvider) -> bool:
+    ready = next((c for c in provider.status.conditions if c.type == "Ready"), None)
+    return ready is not None and ready.reason == provider_plan.INVALID_SPEC
+
+
 async def _resolution(
     namespace: str,
     name: str,
@@ -257,7 +256,9 @@ async def _resolution(
 
 async def _redis_url(memo: Any, provider: SendProvider, namespace: str | None) -> str:
     """The provider's Redis: ``spec.redis.url``, its Secret (in the provider's namespace, the
-    operator's first watched namespace for a ClusterSendProvider), or the operator's default."""
+    operator's first watched namespace for a ClusterSendProvider), or the operator's default
+    (``defaultRedisUrl``, whatever Redis its groups use: the workers get the same one in
+    ``PROVIDER_REDIS_URL``, see :func:`provider_plan.provider_redis_env`)."""
     rt = memo.runtime
     redis = provider.spec.redis
     if redis is not None and redis.url:
@@ -284,14 +285,24 @@ class GroupProvider:
     #: the provider's pushback rules in force (its ``status.activeRules``)
     rules: list[plan.ProviderRule] = field(default_factory=list)
 
+    @property
+    def held(self) -> str | None:
+        """Why the group must not send (its provider's spec is unusable), else None."""
+        r = self.resolution
+        return r.message if r.held else None
+
 
 async def group_provider(
-    namespace: str, name: str, spec: models.SendGroupSpec, indexes: Mapping[str, Any]
+    namespace: str,
+    name: str,
+    spec: models.SendGroupSpec,
+    indexes: Mapping[str, Any],
+    settings: Settings,
 ) -> GroupProvider:
     """Resolve one group from kopf's provider indexes (``indexes``: the handler's kwargs, which
     kopf fills with every index: ``namespaced_providers`` and ``cluster_providers``), with the
     provider's rules in force from its status there. MX lookups run in a thread (cached by
-    TTL)."""
+    TTL). ``settings``: the operator's default Redis, the provider's when it names none."""
     namespaced = _parse_providers(_values(indexes.get("namespaced_providers"), namespace))
     cluster = _parse_providers(_values(indexes.get("cluster_providers"), ""))
     r = await asyncio.to_thread(resolve_group, spec, namespace, namespaced, cluster)
@@ -300,7 +311,7 @@ async def group_provider(
     if r.provider is not None and r.spec is not None:
         own_ns = namespace if r.provider.kind == models.PROVIDER_KIND else None
         env = provider_plan.worker_provider_env(
-            r.provider.kind, r.provider.name, own_ns, r.spec, f"{namespace}/{name}"
+            r.provider.kind, r.provider.name, own_ns, r.spec, f"{namespace}/{name}", settings
         )
         pool = namespaced if r.provider.kind == models.PROVIDER_KIND else cluster
         found = next((p for p in pool if p.metadata.get("name") == r.provider.name), None)

@@ -16,9 +16,11 @@ workers together; durations are strings like ``10m``/``1h30m`` (:mod:`durations`
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Annotated, Any, Final, Literal
 
+import pydantic
 from pydantic import ConfigDict, Field, field_validator
 
 from sendgroup_operator.models import (
@@ -34,6 +36,7 @@ from sendgroup_operator.models import (
     RedisSpec,
     _cel,
     _duration_rule,
+    _duration_value,
     _Model,
     _validations,
 )
@@ -61,10 +64,11 @@ RULE_NAME_PATTERN: Final = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"
 
 
 def _above_zero(value: str | None) -> str | None:
-    """The model's side of ``_duration_rule(..., positive=True)``: ``0s`` refused alike."""
+    """The model's side of ``_duration_rule(..., positive=True)``: well-formed, at most 365
+    days (:func:`_duration_value`) and ``0s`` refused alike."""
     if value is not None and re.fullmatch(ZERO_DURATION_PATTERN, value):
         raise ValueError("must be longer than 0s (rule: duration above zero)")
-    return value
+    return _duration_value(value)
 
 
 def check_pattern(pattern: str) -> str | None:
@@ -318,6 +322,69 @@ class SendProvider(_Model):
     metadata: dict[str, Any] = Field(default_factory=dict)
     spec: SendProviderSpec = Field(default_factory=SendProviderSpec)
     status: SendProviderStatus = Field(default_factory=SendProviderStatus)
+    #: Set by :func:`parse_provider` (never read from the object): why the spec cannot be used,
+    #: each field and rule named. Such a provider keeps only its ``match`` (read on its own)
+    #: so that its groups still resolve to it, and are held instead of sending unlimited.
+    invalid: str | None = Field(default=None, exclude=True)
+
+
+def invalid_summary(error: pydantic.ValidationError, raw_spec: Mapping[str, Any]) -> str:
+    """``spec.<field>: <rule>`` for each error, ``; ``-joined, a pushback rule named by its
+    index and name (``spec.pushback.rules[0] (unusual-rate).pattern: ...``); never the input
+    values (a Redis URL may hold a password), only the validators' own texts."""
+    rules = (raw_spec.get("pushback") or {}).get("rules") if isinstance(raw_spec, Mapping) else []
+    parts = []
+    for err in error.errors(include_input=False, include_url=False):
+        loc = [str(p) for p in err["loc"]]
+        if loc[:1] == ["spec"]:
+            loc = loc[1:]
+        where = "spec"
+        i = 0
+        while i < len(loc):
+            rule_index = i + 2 < len(loc) and loc[i + 2].isdigit()
+            if loc[i : i + 2] == ["pushback", "rules"] and rule_index:
+                n = int(loc[i + 2])
+                name = ""
+                if isinstance(rules, list) and n < len(rules) and isinstance(rules[n], Mapping):
+                    name = f" ({rules[n].get('name')})" if rules[n].get("name") else ""
+                where += f".pushback.rules[{n}]{name}"
+                i += 3
+                continue
+            where += f".{loc[i]}"
+            i += 1
+        parts.append(f"{where}: {err['msg']}")
+    text = "; ".join(parts) or "spec does not parse"
+    return text if len(text) <= 1000 else text[:999] + "\u2026"
+
+
+def parse_provider(item: Mapping[str, Any]) -> SendProvider:
+    """The provider ``item`` (a SendProvider or ClusterSendProvider object), never raising: a
+    spec the operator cannot use (a pattern RE2 refuses, a rule the CRD did not have when the
+    object was stored) gives a provider with ``invalid`` set (:func:`invalid_summary`), its
+    ``match`` read on its own (empty when that fails too) and nothing else of its spec."""
+    try:
+        return SendProvider.model_validate(item)
+    except pydantic.ValidationError as exc:
+        raw_spec = item.get("spec") or {}
+        message = invalid_summary(exc, raw_spec if isinstance(raw_spec, Mapping) else {})
+    try:
+        match = ProviderMatch.model_validate((raw_spec or {}).get("match") or {})
+    except (pydantic.ValidationError, AttributeError):
+        match = ProviderMatch()
+    kind = item.get("kind")
+    metadata = item.get("metadata")
+    status = item.get("status") or {}
+    try:
+        parsed_status = SendProviderStatus.model_validate(status)
+    except pydantic.ValidationError:
+        parsed_status = SendProviderStatus()
+    return SendProvider(
+        kind=kind if kind in (KIND, CLUSTER_KIND) else KIND,
+        metadata=dict(metadata) if isinstance(metadata, Mapping) else {},
+        spec=SendProviderSpec(match=match),
+        status=parsed_status,
+        invalid=message,
+    )
 
 
 __all__ = [
@@ -338,4 +405,6 @@ __all__ = [
     "SendProviderSpec",
     "SendProviderStatus",
     "check_pattern",
+    "invalid_summary",
+    "parse_provider",
 ]

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from sendgroup_operator import durations, models
+from sendgroup_operator import conditions, durations, models
 from sendgroup_operator.conditions import set_condition
 from sendgroup_operator.models import (
     CLUSTER_PROVIDER_KIND,
@@ -34,6 +34,7 @@ from sendgroup_operator.provider_models import (
     SendProviderSpec,
     SendProviderStatus,
 )
+from sendgroup_operator.settings import Settings
 
 #: Condition type on a SendGroup: which provider applies and why, or that none matched.
 PROVIDER_RESOLVED: Final = "ProviderResolved"
@@ -68,6 +69,9 @@ class Resolution:
     reason: str
     message: str
     spec: SendProviderSpec | None = None
+    #: the resolved provider's spec is unusable (:attr:`SendProvider.invalid`): the group is
+    #: held (no workers) until it is fixed, never sent without the provider's limits
+    held: bool = False
 
 
 def _domain_match(host: str, providers: Sequence[SendProvider]) -> SendProvider | None:
@@ -103,7 +107,10 @@ def resolve(
     the earliest created wins. MX records are looked up only when a provider has MX suffixes
     and no domain matched. A DNS failure gives status Unknown (``MxLookupFailed``; the caller
     retries), a host that matches nothing status False (``NoProviderMatched``: the group sends
-    under its own limits only)."""
+    under its own limits only). A provider whose spec the operator cannot use
+    (:func:`~sendgroup_operator.provider_models.parse_provider`) still claims its name and its
+    ``match``: a group resolved to it gets status False, ``ProviderInvalid``, and ``held``
+    (no workers), never the unlimited sending of a group without a provider."""
     ref = spec.provider
     if ref is not None:
         pool = namespaced if ref.kind == ProviderKind.SEND_PROVIDER else cluster
@@ -118,7 +125,7 @@ def resolve(
                 "the group sends under its own limits until it does",
             )
         chosen = ResolvedProvider(kind=ref.kind, name=ref.name, via="spec.provider")
-        return Resolution(chosen, "True", "ProviderReferenced", _message(chosen), spec=found.spec)
+        return _resolved(chosen, found, "ProviderReferenced")
     host = spec.host.lower().rstrip(".")
     mx_hosts: Sequence[str] | None = None
     for kind, pool in (
@@ -128,7 +135,7 @@ def resolve(
         hit = _domain_match(host, pool)
         if hit is not None:
             chosen = ResolvedProvider(kind=kind, name=_name(hit), via=f"domain {host}")
-            return Resolution(chosen, "True", "DomainMatched", _message(chosen), spec=hit.spec)
+            return _resolved(chosen, hit, "DomainMatched")
         if any(p.spec.match.mx_suffixes for p in pool):
             if mx_hosts is None:
                 try:
@@ -145,7 +152,7 @@ def resolve(
             if mx_hit is not None:
                 p, mx_host = mx_hit
                 chosen = ResolvedProvider(kind=kind, name=_name(p), via=f"mx {mx_host}")
-                return Resolution(chosen, "True", "MxMatched", _message(chosen), spec=p.spec)
+                return _resolved(chosen, p, "MxMatched")
     return Resolution(
         None,
         "False",
@@ -158,6 +165,21 @@ def resolve(
 
 def _message(r: ResolvedProvider) -> str:
     return f"sends under {r.kind} {r.name} ({r.via})"
+
+
+def _resolved(chosen: ResolvedProvider, p: SendProvider, reason: str) -> Resolution:
+    """The group resolved to ``p``; held (status False, reason ``ProviderInvalid``, the message
+    naming the provider and what is wrong with it) when ``p``'s spec is unusable."""
+    if p.invalid is not None:
+        return Resolution(
+            chosen,
+            "False",
+            conditions.REASON_PROVIDER_INVALID,
+            f"{chosen.kind} {chosen.name} ({chosen.via}) has an invalid spec ({p.invalid}): "
+            "the group is held, no workers, until the provider is fixed",
+            held=True,
+        )
+    return Resolution(chosen, "True", reason, _message(chosen), spec=p.spec)
 
 
 def overlapping_claims(cluster: Sequence[SendProvider]) -> dict[str, list[str]]:
@@ -286,39 +308,48 @@ def worker_provider_config(
     return out
 
 
+def provider_redis_env(spec: SendProviderSpec, settings: Settings) -> dict[str, Any]:
+    """The worker's ``PROVIDER_REDIS_URL`` entry: the provider's ``redis`` (a value, or a
+    ``secretKeyRef``: the kubelet reads that Secret in the worker pod's namespace, so a
+    ClusterSendProvider's Secret must exist in every namespace of its groups), else the
+    operator's default Redis, the one the operator writes the provider's shares to and reads
+    its rules from (``defaultRedisSecretRef`` as a ``secretKeyRef`` when set, as the group's
+    own ``REDIS_URL`` takes it, else ``defaultRedisUrl``). Always set: a worker left to its
+    own default would keep the provider's state on its group's Redis, and groups on
+    different Redis servers would each get the whole budget."""
+    redis = spec.redis
+    if redis is not None and redis.url:
+        return {"name": "PROVIDER_REDIS_URL", "value": redis.url}
+    if redis is not None and redis.secret_ref is not None:
+        ref = {"name": redis.secret_ref.name, "key": redis.secret_ref.key}
+        return {"name": "PROVIDER_REDIS_URL", "valueFrom": {"secretKeyRef": ref}}
+    default_secret = settings.default_redis_secret_ref
+    if default_secret is not None:
+        ref = {"name": default_secret[0], "key": default_secret[1]}
+        return {"name": "PROVIDER_REDIS_URL", "valueFrom": {"secretKeyRef": ref}}
+    return {"name": "PROVIDER_REDIS_URL", "value": settings.default_redis_url}
+
+
 def worker_provider_env(
     kind: str,
     name: str,
     namespace: str | None,
     spec: SendProviderSpec,
     group_key: str,
+    settings: Settings,
 ) -> list[dict[str, Any]]:
-    """Env entries of the worker container for its provider: ``SENDGROUP_PROVIDER`` (JSON) and,
-    when the provider names its own Redis, ``PROVIDER_REDIS_URL`` (a value, or a
-    ``secretKeyRef``: the kubelet reads that Secret in the worker pod's namespace, so a
-    ClusterSendProvider's Secret must exist in every namespace of its groups)."""
-    env: list[dict[str, Any]] = [
+    """Env entries of the worker container for its provider: ``SENDGROUP_PROVIDER`` (JSON) and
+    ``PROVIDER_REDIS_URL`` (:func:`provider_redis_env`)."""
+    return [
         {
             "name": "SENDGROUP_PROVIDER",
             "value": json.dumps(
                 worker_provider_config(kind, name, namespace, spec, group_key),
                 separators=(",", ":"),
             ),
-        }
+        },
+        provider_redis_env(spec, settings),
     ]
-    redis = spec.redis
-    if redis is not None and redis.url:
-        env.append({"name": "PROVIDER_REDIS_URL", "value": redis.url})
-    elif redis is not None and redis.secret_ref is not None:
-        env.append(
-            {
-                "name": "PROVIDER_REDIS_URL",
-                "valueFrom": {
-                    "secretKeyRef": {"name": redis.secret_ref.name, "key": redis.secret_ref.key}
-                },
-            }
-        )
-    return env
 
 
 def share_fields(allocation: Mapping[str, float]) -> dict[str, str]:
@@ -530,6 +561,42 @@ def provider_status(
         )
     changed = status.model_dump(mode="json") != old.model_dump(mode="json")
     return status, events, changed
+
+
+#: Ready reason of a provider whose spec the operator cannot use.
+INVALID_SPEC: Final = conditions.REASON_INVALID_SPEC
+
+
+def invalid_status(
+    provider: SendProvider, now: datetime
+) -> tuple[SendProviderStatus | None, ProviderEvent | None]:
+    """A provider whose spec is unusable (``provider.invalid``): condition ``Ready`` False,
+    reason ``InvalidSpec``, the message naming each field and rule; the status to write only
+    when it changed, and ONE Warning event ``InvalidSpec`` when the condition appears or its
+    message changes (not once a pass). A provider that was invalid and is usable again: a
+    Normal event ``SpecAccepted`` (its ``Ready`` then comes from :func:`provider_status`)."""
+    old = provider.status
+    generation = provider.metadata.get("generation")
+    ready = next((c for c in old.conditions if c.type == "Ready"), None)
+    was = (ready.reason, ready.message) if ready is not None else None
+    if provider.invalid is None:
+        if was is not None and was[0] == INVALID_SPEC:
+            return None, ProviderEvent(
+                "Normal", "SpecAccepted", "spec usable again: its groups send under it"
+            )
+        return None, None
+    message = (
+        f"{provider.invalid}: the operator does not use this provider; groups resolved to it "
+        "are held (no workers) until it is fixed"
+    )
+    status = old.model_copy(deep=True)
+    status.observed_generation = generation
+    set_condition(status.conditions, "Ready", "False", INVALID_SPEC, message, now, generation)
+    changed = status.model_dump(mode="json") != old.model_dump(mode="json")
+    event = (
+        ProviderEvent("Warning", INVALID_SPEC, message) if was != (INVALID_SPEC, message) else None
+    )
+    return (status if changed else None), event
 
 
 def _iso(seconds: float) -> str:

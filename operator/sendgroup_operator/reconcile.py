@@ -631,7 +631,7 @@ async def _pass(
     allowed = rt.allowed(key, min(want, plan.desired_workers(spec, rt.settings)))
     now = now or _now()
     chosen = await provider_handlers.group_provider(
-        group.namespace, group.name, spec, providers or {}
+        group.namespace, group.name, spec, providers or {}, rt.settings
     )
     rt.provider_env[key] = chosen.env
     result = plan.plan(
@@ -645,6 +645,7 @@ async def _pass(
         now,
         chosen.env,
         chosen.rules,
+        chosen.held,
     )
     if provider_plan.record_resolution(result.status, chosen.resolution, now, group.generation):
         result.write_status = True

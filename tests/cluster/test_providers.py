@@ -89,6 +89,18 @@ RULE = {
             {"pushback": {"rules": [{**RULE, "trigger": {"count": 3, "window": "0s"}}]}},
             "trigger.window must be longer than 0s",
         ),
+        (
+            {"pushback": {"rules": [{**RULE, "duration": "10000000d"}]}},
+            "rule.duration must be at most 365d (rule: duration at most 365d)",
+        ),
+        (
+            {"pushback": {"rules": [{**RULE, "duration": "364d24h1s"}]}},
+            "rule.duration must be at most 365d",
+        ),
+        (
+            {"pushback": {"rules": [{**RULE, "trigger": {"count": 3, "window": "9" * 31 + "m"}}]}},
+            "trigger.window must be at most 365d",
+        ),
         ({"match": {"mxSuffixes": ["google.com"]}}, "spec.match.mxSuffixes[0]"),
         ({"rate": {"perMinute": 0}}, "spec.rate.perMinute"),
         ({"pushback": {"rules": [RULE, RULE]}}, "Duplicate value"),
@@ -346,3 +358,47 @@ def test_a_group_names_the_provider_rule_that_suspends_or_throttles_it_until_it_
         "the ScaleRate rule's recovery",
     )
     print(f"Suspended cleared {cleared:.1f}s after firing (rule: 6 s)")
+
+
+def test_a_provider_the_operator_cannot_use_holds_its_groups_until_fixed(
+    operator: OperatorProcess, objects: Objects, redis_client: redis.Redis
+) -> None:
+    """A pattern RE2 refuses passes the API server (CEL cannot check RE2 syntax). Review
+    finding: the operator skipped such a provider, so its groups said NoProviderMatched and
+    sent without any provider limit. Now the provider says Ready=False InvalidSpec naming the
+    rule, its group is held (no Deployment, ProviderInvalid), and fixing the pattern releases
+    it."""
+    bad_rule = {**RULE, "pattern": r"(unusual) \1"}  # a backreference
+    spec = {"match": {"domains": ["broken.example"]}, "rate": {"perMinute": 600}}
+    objects.apply(_provider("SendProvider", "broken", {**spec, "pushback": {"rules": [bad_rule]}}))
+    push(redis_client, "mail-held", 5)
+    objects.apply(sendgroup("held", host="broken.example"))
+
+    def provider_ready() -> dict[str, Any]:
+        obj = objects.get("sendprovider", "broken") or {}
+        conds = (obj.get("status") or {}).get("conditions") or []
+        return next((dict(c) for c in conds if c["type"] == "Ready"), {})
+
+    wait_for(lambda: provider_ready().get("reason") == "InvalidSpec", 30, "provider InvalidSpec")
+    assert provider_ready()["message"].startswith("spec.pushback.rules[0] (unusual-rate).pattern")
+    wait_for(
+        lambda: (objects.condition("held", "Ready") or {}).get("reason") == "ProviderInvalid",
+        30,
+        "the group held",
+    )
+    resolved = objects.condition("held", "ProviderResolved")
+    assert resolved is not None and resolved["reason"] == "ProviderInvalid", resolved
+    assert "SendProvider broken" in resolved["message"]
+    time.sleep(2.0)
+    assert objects.get("deployment", "sg-held") is None
+    # fixed: the group gets its workers, under the provider
+    objects.apply(_provider("SendProvider", "broken", {**spec, "pushback": {"rules": [RULE]}}))
+    wait_for(lambda: objects.get("deployment", "sg-held") is not None, 30, "workers after the fix")
+    wait_for(
+        lambda: (
+            (objects.condition("held", "ProviderResolved") or {}).get("reason") == "DomainMatched"
+        ),
+        30,
+        "ProviderResolved after the fix",
+    )
+    assert provider_ready().get("reason") != "InvalidSpec"

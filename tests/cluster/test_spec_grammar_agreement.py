@@ -137,7 +137,13 @@ DURATIONS = st.one_of(
     st.text(alphabet="0123456789smhdSMHw .:+-\n\t", max_size=14),
     st.text(max_size=40),
     st.sampled_from(
-        ["", "0s", "1h30m", "1h\n", "\n1h", "1.5h", " 1s", "1S", "\u0663s", "1s1s", "9" * 31 + "d"]
+        [
+            *["", "0s", "1h30m", "1h\n", "\n1h", "1.5h", " 1s", "1S", "\u0663s", "1s1s"],
+            "9" * 31 + "d",
+            # the 365-day cap (durations.MAX_SECONDS) and its edges
+            *["365d", "366d", "8760h", "8760h1s", "31536000s", "31536001s", "364d23h59m60s"],
+            *["10000000d", "0000000001s", "100000000s", "99999999s", "0" * 30 + "1d"],
+        ]
     ),
 )
 

@@ -80,6 +80,52 @@ def test_durations_reject(text: str) -> None:
         durations.parse_seconds(text)
 
 
+def _crd_cap_rules() -> list[str]:
+    return [
+        node["rule"]
+        for node in _walk(CRD)
+        if isinstance(node.get("rule"), str) and "findAll" in node["rule"]
+    ]
+
+
+def _cap_cel(text: str) -> bool:
+    """:data:`durations.CAP_CEL` step by step as CEL reads it (``matches`` searches, RE2;
+    ``findAll`` returns every match; ``int`` of a digit string with leading zeros)."""
+    if re.search(r"[1-9][0-9]{8}", text):
+        return False
+    unit = {"d": 86400, "h": 3600, "m": 60}
+    parts = re.findall(r"[0-9]+[smhd]", text)
+    return sum(int(p[:-1]) * unit.get(p[-1], 1) for p in parts) <= 31536000
+
+
+def test_the_crd_caps_every_duration_at_365_days() -> None:
+    """Every duration field has the cap rule beside its pattern (3 in the SendGroup CRD)."""
+    assert durations.MAX_SECONDS == 365 * 86400 == 31536000
+    assert str(durations.MAX_SECONDS) in durations.CAP_CEL
+    assert _crd_cap_rules() == [durations.CAP_CEL] * 3
+    assert len(_crd_cap_rules()) == len(
+        [n for n in _walk(CRD) if str(n.get("rule", "")).startswith("self.matches('^([")]
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "accepted"),
+    [("365d", True), ("366d", False), ("8760h", True), ("8760h1s", False),
+     ("31536000s", True), ("31536001s", False), ("364d23h59m60s", True),
+     ("10000000d", False), ("0000000001s", True), ("100000000s", False),
+     ("9" * 31 + "d", False), ("99999999s", False)],
+)  # fmt: skip
+def test_durations_are_capped_at_365_days(text: str, accepted: bool) -> None:
+    """``10000000d`` passed the CRD and then made the operator's pass fail every second
+    (year out of range): the parser and the CRD's rule refuse anything above 365 days."""
+    assert _cap_cel(text) == accepted
+    if accepted:
+        assert durations.parse_seconds(text) <= durations.MAX_SECONDS
+    else:
+        with pytest.raises(durations.InvalidDuration, match="at most 365d"):
+            durations.parse_seconds(text)
+
+
 @given(st.text(alphabet="0123456789smhdw .\n-", max_size=12))
 def test_duration_parser_accepts_exactly_what_the_crd_accepts(text: str) -> None:
     try:
@@ -87,14 +133,20 @@ def test_duration_parser_accepts_exactly_what_the_crd_accepts(text: str) -> None
         accepted = True
     except durations.InvalidDuration:
         accepted = False
-    assert accepted == bool(CRD_DURATION.search(text)), repr(text)
+    assert accepted == bool(CRD_DURATION.search(text) and _cap_cel(text)), repr(text)
 
 
 @given(st.from_regex(durations.DURATION_PATTERN, fullmatch=True))
 def test_every_crd_duration_parses_to_the_sum_of_its_parts(text: str) -> None:
     parts = re.findall(r"([0-9]+)([smhd])", text)
     expected = sum(int(n) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[u] for n, u in parts)
-    assert durations.parse_seconds(text) == expected
+    if expected > durations.MAX_SECONDS:
+        assert not _cap_cel(text)
+        with pytest.raises(durations.InvalidDuration):
+            durations.parse_seconds(text)
+    else:
+        assert _cap_cel(text)
+        assert durations.parse_seconds(text) == expected
 
 
 @pytest.mark.parametrize(

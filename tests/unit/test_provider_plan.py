@@ -12,6 +12,7 @@ from sendgroup_operator import models, provider_plan
 from sendgroup_operator.models import Priority
 from sendgroup_operator.provider_models import SendProvider
 from sendgroup_operator.provider_plan import GroupDemand, shares
+from sendgroup_operator.settings import Settings
 from sendgroup_worker.provider import ProviderConfig
 
 
@@ -201,7 +202,9 @@ def test_the_worker_env_parses_into_the_workers_provider_config() -> None:
             ),
         }
     )
-    env = provider_plan.worker_provider_env("ClusterSendProvider", "google", None, spec, "mail/g1")
+    env = provider_plan.worker_provider_env(
+        "ClusterSendProvider", "google", None, spec, "mail/g1", Settings.from_env({})
+    )
     assert env[1] == {
         "name": "PROVIDER_REDIS_URL",
         "valueFrom": {"secretKeyRef": {"name": "r", "key": "url"}},
@@ -307,7 +310,7 @@ def test_the_worker_deployment_carries_the_provider_env_and_its_hash_changes() -
     )
     settings = Settings.from_env({})
     env = provider_plan.worker_provider_env(
-        "ClusterSendProvider", "google", None, GOOGLE.spec, "mail/g1"
+        "ClusterSendProvider", "google", None, GOOGLE.spec, "mail/g1", settings
     )
     dep = builders.deployment(ref, spec, settings, 1, env)
     names = [e["name"] for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]]
@@ -331,3 +334,41 @@ def test_the_resolution_lands_in_the_group_status_once() -> None:
     none = provider_plan.resolve(_spec("small.example"), "mail", [], [GOOGLE], _mx)
     assert provider_plan.record_resolution(status, none, now, 4)
     assert status.provider is None and status.conditions[0].reason == "NoProviderMatched"
+
+
+@pytest.mark.parametrize(
+    ("env", "want"),
+    [
+        ({"SENDGROUP_DEFAULT_REDIS_URL": "redis://shared:6379/2"},
+         {"value": "redis://shared:6379/2"}),
+        ({"SENDGROUP_DEFAULT_REDIS_URL": "redis://:pw@shared:6379/0",
+          "SENDGROUP_DEFAULT_REDIS_SECRET": "redis-default/url"},
+         {"valueFrom": {"secretKeyRef": {"name": "redis-default", "key": "url"}}}),
+    ],
+)  # fmt: skip
+def test_a_provider_without_redis_gets_the_operators_default_on_every_worker(
+    env: dict[str, str], want: dict[str, Any]
+) -> None:
+    """Review finding: PROVIDER_REDIS_URL was set only when the provider named a Redis, so
+    workers kept its state on their group's Redis while the operator wrote shares to its
+    default: groups on two Redis servers each got the whole budget. The worker env now always
+    names the operator's default (the Secret reference when the chart sets one, as the group's
+    own REDIS_URL takes it), whatever Redis the group's queue is on."""
+    from sendgroup_operator import builders
+
+    settings = Settings.from_env(env)
+    group = _spec("gmail.com", redis={"url": "redis://group-own:6379/0"})
+    entries = provider_plan.worker_provider_env(
+        "ClusterSendProvider", "google", None, GOOGLE.spec, "mail/g1", settings
+    )
+    assert GOOGLE.spec.redis is None
+    assert entries[1] == {"name": "PROVIDER_REDIS_URL", **want}
+    ref = builders.GroupRef(
+        namespace="mail", name="g1", uid="u", campaign="c", host="gmail.com", created_at=""
+    )
+    container = builders.deployment(ref, group, settings, 1, entries)["spec"]["template"]["spec"][
+        "containers"
+    ][0]
+    by_name = {e["name"]: e for e in container["env"]}
+    assert by_name["REDIS_URL"]["value"] == "redis://group-own:6379/0"
+    assert by_name["PROVIDER_REDIS_URL"] == {"name": "PROVIDER_REDIS_URL", **want}

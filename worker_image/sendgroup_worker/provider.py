@@ -21,7 +21,9 @@ Keys (all under one Redis Cluster hash tag per provider, in the provider's Redis
 
 The operator gives the worker its provider's parameters as JSON in ``SENDGROUP_PROVIDER``
 (:class:`ProviderConfig`, built by the operator from the provider's spec) and the provider's
-Redis URL in ``PROVIDER_REDIS_URL`` (default: the group's Redis).
+Redis URL in ``PROVIDER_REDIS_URL``: the provider's ``spec.redis``, else the operator's default
+Redis, always set by the operator so that every group of the provider, whatever its own Redis,
+shares one budget (a worker run by hand without it uses ``REDIS_URL``).
 """
 
 from __future__ import annotations

@@ -937,9 +937,10 @@ def build_worker(config: WorkerConfig) -> Worker:
 def build_pacer(
     config: WorkerConfig, provider: ProviderConfig, client: AsyncClient
 ) -> ProviderPacer:
-    """The provider pacer: on the provider's Redis (``PROVIDER_REDIS_URL``, default the
-    group's; standalone, cluster or Sentinel from the URL), the group's own rate/warm-up
-    applied inside its share, leases living ``timeout + LEASE_MARGIN`` seconds."""
+    """The provider pacer: on the provider's Redis (``PROVIDER_REDIS_URL``, which the operator
+    always sets; without it, by hand, the group's ``REDIS_URL``; standalone, cluster or
+    Sentinel from the URL), the group's own rate/warm-up applied inside its share, leases
+    living ``timeout + LEASE_MARGIN`` seconds."""
     if config.provider_redis_url and config.provider_redis_url != config.redis_url:
         target = parse(config.provider_redis_url)
         client = build_async(

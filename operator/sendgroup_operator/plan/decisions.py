@@ -33,6 +33,8 @@ class Decisions:
         self.provider_env: Sequence[Mapping[str, Any]] = ()
         #: the provider's pushback rules that act now (``Suspended`` / ``Throttled``)
         self.provider_rules: Sequence[ProviderRule] = ()
+        #: why the group must not send: its provider's spec is unusable (no workers)
+        self.provider_hold: str | None = None
 
     def cond(self, type_: str, status: ConditionStatus, reason: str, message: str) -> None:
         old = conditions.find(self.old.conditions, type_)

@@ -126,6 +126,7 @@ def plan(
     now: datetime,
     provider_env: Sequence[Mapping[str, Any]] = (),
     provider_rules: Sequence[ProviderRule] = (),
+    provider_hold: str | None = None,
 ) -> Plan:
     """Decide one reconciliation pass for one SendGroup (see the module docstring).
 
@@ -134,12 +135,16 @@ def plan(
     pod template the Deployment must have. ``provider_rules``: the provider's pushback rules
     in force (its ``status.activeRules``): a Suspend rule sets ``Suspended``, a ScaleRate or
     CapConcurrency rule ``Throttled``, each naming the rule; a pass follows the earliest
-    ``until`` so the condition clears on time.
+    ``until`` so the condition clears on time. ``provider_hold``: the group resolved to a
+    provider whose spec the operator cannot use (the message names it): no workers, ``Ready``
+    False with reason ``ProviderInvalid`` and one Warning event, as for a runtime the operator
+    cannot run; it never sends without its provider's limits.
     Raises ``durations.InvalidDuration`` only for a spec the CRD would have rejected.
     """
     b = Decisions(group, spec, status, now)
     b.provider_env = provider_env
     b.provider_rules = [r for r in provider_rules if r.holds(now)]
+    b.provider_hold = provider_hold
     st = b.status
     if (
         st.operation is not None
@@ -192,6 +197,8 @@ def plan(
     b.plan.demand = min(
         demand(spec, st, measure, group.deleting, _keeps_workers(b, observed)), desired
     )
+    if provider_hold is not None:
+        b.plan.demand = 0  # held: nothing asked of the global cap
     if b.busy:
         b.plan.requeue_after = BUSY_REQUEUE
     return b.plan
@@ -365,6 +372,9 @@ def _serve(
     if refusal is not None:
         _cannot_run(b, dep, refusal)
         return
+    if b.provider_hold is not None:
+        _cannot_run(b, dep, b.provider_hold, conditions.REASON_PROVIDER_INVALID)
+        return
     idle = total == 0 and measured and elapsed(st.idle_since, now, spec.reaper.idle_after)
     if idle and dep is not None:
         b.act(DeleteDeployment())
@@ -400,16 +410,22 @@ def _serve(
         b.cond(conditions.READY, "False", conditions.REASON_NO_WORK, "no jobs yet")
 
 
-def _cannot_run(b: Decisions, dep: DeploymentObs | None, message: str) -> None:
-    """Workers the operator cannot run (:func:`runtime_refusal`): no Deployment (one still
-    there is deleted), ``Ready=False`` with reason ``RuntimeNotAllowed`` and one Warning event
-    when that reason appears."""
+def _cannot_run(
+    b: Decisions,
+    dep: DeploymentObs | None,
+    message: str,
+    reason: str = conditions.REASON_RUNTIME_NOT_ALLOWED,
+) -> None:
+    """Workers the operator cannot run (:func:`runtime_refusal`, reason ``RuntimeNotAllowed``;
+    a provider with an unusable spec, ``ProviderInvalid``): no Deployment (one still there is
+    deleted), ``Ready=False`` with ``reason`` and one Warning event when that reason
+    appears."""
     if dep is not None:
         b.act(DeleteDeployment())
     before = conditions.find(b.old.conditions, conditions.READY)
-    b.cond(conditions.READY, "False", conditions.REASON_RUNTIME_NOT_ALLOWED, message)
-    if before is None or before.reason != conditions.REASON_RUNTIME_NOT_ALLOWED:
-        b.event("Warning", conditions.REASON_RUNTIME_NOT_ALLOWED, message)
+    b.cond(conditions.READY, "False", reason, message)
+    if before is None or before.reason != reason:
+        b.event("Warning", reason, message)
 
 
 def _throttled(b: Decisions, active: bool, allowed: int) -> None:

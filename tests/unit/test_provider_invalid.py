@@ -1,0 +1,165 @@
+"""A provider whose spec the operator cannot use (a pattern RE2 refuses, an object stored
+before the CRD's current rules). Review finding (issue 14): ``_parse_providers`` skipped it
+silently, so its groups said ``NoProviderMatched`` (or "does not exist" when named) and sent
+with no provider limits at all. Now the provider keeps its name and ``match``, says
+``Ready=False`` ``InvalidSpec`` naming the rule (one event), and every group that resolves to
+it (by name, domain or MX) is held: no workers, ``Ready=False`` ``ProviderInvalid`` naming the
+provider, until it is fixed."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from sendgroup_operator import conditions, models, provider_handlers, provider_plan
+from sendgroup_operator import plan as p
+from sendgroup_operator.provider_models import SendProvider, parse_provider
+from sendgroup_operator.settings import Settings
+
+T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+BAD_RULE = {
+    "name": "unusual-rate",
+    "codes": [421],
+    "pattern": r"(a)\1",  # a backreference: RE2 refuses it
+    "trigger": {"immediate": True},
+    "action": {"scaleRate": 20},
+    "duration": "30m",
+}
+
+
+def _raw(kind: str = "ClusterSendProvider", **spec: Any) -> dict[str, Any]:
+    return {
+        "kind": kind,
+        "metadata": {"name": "google", "creationTimestamp": "2026-01-01T00:00:00Z"},
+        "spec": {
+            "match": {"domains": ["gmail.com"], "mxSuffixes": [".google.com"]},
+            "rate": {"perMinute": 60},
+            "pushback": {"rules": [BAD_RULE]},
+            **spec,
+        },
+    }
+
+
+def _mx(domain: str) -> Sequence[str]:
+    return {"workspace.example": ["aspmx.l.google.com"]}.get(domain, [])
+
+
+def _spec(host: str, **extra: Any) -> models.SendGroupSpec:
+    return models.SendGroupSpec.model_validate(
+        {"campaign": "c", "host": host, "workers": 2, **extra}
+    )
+
+
+def test_the_provider_is_kept_with_its_match_and_a_message_naming_the_rule() -> None:
+    bad = parse_provider(_raw())
+    assert bad.invalid is not None
+    assert bad.invalid.startswith("spec.pushback.rules[0] (unusual-rate).pattern: ")
+    assert "not an RE2 regular expression" in bad.invalid
+    assert bad.spec.match.domains == ["gmail.com"]
+    assert bad.spec.rate is None and bad.spec.pushback.rules == []  # nothing else is used
+    assert provider_handlers._parse_providers([_raw()])[0].invalid == bad.invalid
+    assert parse_provider({**_raw(), "spec": {"match": {"domains": ["gmail.com"]}}}).invalid is None
+
+
+@pytest.mark.parametrize(
+    ("spec", "via"),
+    [
+        (_spec("gmail.com"), "domain gmail.com"),
+        (_spec("workspace.example"), "mx aspmx.l.google.com"),
+        (
+            _spec("other.example", provider={"kind": "ClusterSendProvider", "name": "google"}),
+            "spec.provider",
+        ),
+    ],
+)
+def test_a_group_resolved_to_it_is_held_not_unlimited(spec: models.SendGroupSpec, via: str) -> None:
+    r = provider_plan.resolve(spec, "mail", [], [parse_provider(_raw())], _mx)
+    assert r.provider is not None and (r.provider.name, r.provider.via) == ("google", via)
+    assert (r.status, r.reason, r.held, r.spec) == ("False", "ProviderInvalid", True, None)
+    assert "ClusterSendProvider google" in r.message
+    assert "spec.pushback.rules[0] (unusual-rate).pattern" in r.message
+    assert "held" in r.message
+
+
+def test_a_namespaced_invalid_provider_wins_over_a_cluster_one_and_holds() -> None:
+    """Precedence is unchanged: the namespaced provider for gmail.com is the one that applies,
+    broken or not; falling through to the cluster provider would silently change budgets."""
+    good = SendProvider.model_validate(
+        {
+            "kind": "ClusterSendProvider",
+            "metadata": {"name": "google-cluster"},
+            "spec": {"match": {"domains": ["gmail.com"]}},
+        }
+    )
+    bad = parse_provider(_raw("SendProvider"))
+    r = provider_plan.resolve(_spec("gmail.com"), "mail", [bad], [good], _mx)
+    assert r.provider is not None and r.provider.kind == "SendProvider" and r.held
+
+
+def test_group_provider_gives_no_env_and_the_hold() -> None:
+    indexes = {"namespaced_providers": {}, "cluster_providers": {"": [_raw()]}}
+    chosen = asyncio.run(
+        provider_handlers.group_provider("mail", "g1", _spec("gmail.com"), indexes, Settings())
+    )
+    assert chosen.env == [] and chosen.rules == []
+    assert chosen.held is not None and "ClusterSendProvider google" in chosen.held
+    fine = asyncio.run(
+        provider_handlers.group_provider("mail", "g1", _spec("yahoo.com"), indexes, Settings())
+    )
+    assert fine.held is None
+
+
+def _plan(hold: str | None, deployment: p.DeploymentObs | None = None) -> p.Plan:
+    return p.plan(
+        p.Group("mail", "g1", "uid-1", 1, T0),
+        _spec("gmail.com"),
+        models.SendGroupStatus(),
+        p.Observed(deployment=deployment, jobs_listed=True),
+        p.QueueMeasure(ready=50),
+        2,
+        Settings(),
+        T0,
+        (),
+        (),
+        hold,
+    )
+
+
+def test_the_planner_holds_the_group_no_workers_one_event() -> None:
+    held = _plan("ClusterSendProvider google (domain gmail.com) has an invalid spec (...)")
+    assert not any(isinstance(a, p.EnsureDeployment) for a in held.actions), held.actions
+    ready = conditions.find(held.status.conditions, conditions.READY)
+    assert ready is not None and (ready.status, ready.reason) == ("False", "ProviderInvalid")
+    assert "ClusterSendProvider google" in ready.message
+    assert held.status.phase == models.Phase.PENDING
+    assert held.demand == 0  # nothing asked of maxTotalWorkers
+    assert [e.reason for e in held.events if e.type == "Warning"] == ["ProviderInvalid"]
+    # workers already running (the provider turned invalid): removed
+    running = _plan("bad provider", p.DeploymentObs(replicas=2, ready_replicas=2))
+    assert any(isinstance(a, p.DeleteDeployment) for a in running.actions)
+    # not held: the workers come as before
+    assert any(isinstance(a, p.EnsureDeployment) for a in _plan(None).actions)
+
+
+def test_the_provider_says_invalid_spec_once() -> None:
+    bad = parse_provider(_raw())
+    status, event = provider_plan.invalid_status(bad, T0)
+    assert status is not None and event is not None
+    (ready,) = [c for c in status.conditions if c.type == "Ready"]
+    assert (ready.status, ready.reason) == ("False", "InvalidSpec")
+    assert ready.message.startswith("spec.pushback.rules[0] (unusual-rate).pattern: ")
+    assert (event.type, event.reason) == ("Warning", "InvalidSpec")
+    # the next pass sees the written status: nothing to write, no second event
+    again = parse_provider({**_raw(), "status": status.model_dump(mode="json", by_alias=True)})
+    assert provider_plan.invalid_status(again, T0) == (None, None)
+    # fixed: one Normal event; Ready then comes from provider_status
+    fixed_raw = {**_raw(), "status": status.model_dump(mode="json", by_alias=True)}
+    fixed_raw["spec"] = {**fixed_raw["spec"], "pushback": {"rules": []}}
+    fixed = parse_provider(fixed_raw)
+    assert fixed.invalid is None
+    none, accepted = provider_plan.invalid_status(fixed, T0)
+    assert none is None and accepted is not None and accepted.reason == "SpecAccepted"
