@@ -12,6 +12,7 @@ import redis
 from tests.support.redis_cluster import RedisCluster
 from tests.support.redis_server import SERVER_BUILDS, RedisServer, server_version
 from tests.support.smtp_sink import SmtpSink
+from tests.support.workers import WorkerProcess
 
 #: Test modules run once per server build of ``--redis-builds`` (the queue and dump tiers):
 #: their ``redis_server`` and ``redis_cluster`` fixtures are parametrized by build.
@@ -95,6 +96,15 @@ from tests.support.cluster import (  # noqa: E402
     session_cluster,
 )
 from tests.support.reporting import report_line  # noqa: E402
+
+
+@pytest.fixture
+def workers() -> Iterator[list[WorkerProcess]]:
+    """Worker processes a test starts (it appends them); each stopped after the test."""
+    started: list[WorkerProcess] = []
+    yield started
+    for w in started:
+        w.stop()
 
 
 @pytest.fixture(scope="session")

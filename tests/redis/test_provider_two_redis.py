@@ -30,14 +30,6 @@ def other_redis() -> Iterator[RedisServer]:
     server.stop()
 
 
-@pytest.fixture
-def workers() -> Iterator[list[WorkerProcess]]:
-    started: list[WorkerProcess] = []
-    yield started
-    for w in started:
-        w.stop()
-
-
 def test_groups_on_two_redis_servers_share_one_provider_budget(
     redis_url: str,
     other_redis: RedisServer,

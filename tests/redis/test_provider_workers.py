@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -22,14 +21,6 @@ PROVIDER_ID = "csp/bigmail"
 
 def _provider_env(group: str, **fields: Any) -> str:
     return json.dumps({"id": PROVIDER_ID, "group": group, **fields})
-
-
-@pytest.fixture
-def workers() -> Iterator[list[WorkerProcess]]:
-    started: list[WorkerProcess] = []
-    yield started
-    for w in started:
-        w.stop()
 
 
 def _start_group(

@@ -119,6 +119,16 @@ def test_a_pattern_re2_refuses_is_refused_by_the_model_with_re2s_reason() -> Non
     assert action.describe() == "ScaleRate(20%)"
 
 
+#: A valid pushback rule the duration tests change one field of.
+_RULE: dict[str, Any] = {
+    "name": "r",
+    "codes": [421],
+    "trigger": {"immediate": True},
+    "action": {"suspend": True},
+    "duration": "10m",
+}
+
+
 @pytest.mark.parametrize(
     ("change", "field"),
     [
@@ -134,13 +144,7 @@ def test_a_zero_duration_is_refused_by_the_model_as_by_the_crd(
     """Review finding: `0s` passed the CRD and the model, the worker refused it (gt 0) and every
     worker of the provider's groups exited. The CRD now refuses it (CEL, checked against the
     API server in tests/cluster/test_providers.py) and the model the same way."""
-    base = {
-        "name": "r",
-        "codes": [421],
-        "trigger": {"immediate": True},
-        "action": {"suspend": True},
-        "duration": "10m",
-    }
+    base = dict(_RULE)
     with pytest.raises(pydantic.ValidationError, match=r"must be longer than 0s") as info:
         provider_models.PushbackRule.model_validate({**base, **change})
     assert field in str(info.value)
@@ -165,13 +169,7 @@ def test_a_duration_above_365_days_is_refused_by_the_model_as_by_the_crd(
     failed every second (year out of range). The CRD caps every duration at 365 days (CEL rule
     `duration at most 365d`, from sendgroup_contract.durations.CAP_CEL) and the model the
     same way; a SendGroup's durations too."""
-    base = {
-        "name": "r",
-        "codes": [421],
-        "trigger": {"immediate": True},
-        "action": {"suspend": True},
-        "duration": "10m",
-    }
+    base = dict(_RULE)
     with pytest.raises(pydantic.ValidationError, match=r"at most 365d") as info:
         provider_models.PushbackRule.model_validate({**base, **change})
     assert field in str(info.value)
