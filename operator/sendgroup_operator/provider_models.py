@@ -357,20 +357,54 @@ def invalid_summary(error: pydantic.ValidationError, raw_spec: Mapping[str, Any]
     return text if len(text) <= 1000 else text[:999] + "\u2026"
 
 
+_DOMAIN: Final = pydantic.TypeAdapter(
+    Annotated[str, Field(max_length=253, pattern=DOMAIN_PATTERN)]
+)
+_MX_SUFFIX: Final = pydantic.TypeAdapter(
+    Annotated[str, Field(max_length=253, pattern=MX_SUFFIX_PATTERN)]
+)
+
+
+def _valid_entries(raw: Any, adapter: pydantic.TypeAdapter[str], limit: int) -> list[str] | None:
+    if not isinstance(raw, list):
+        return None
+    kept: list[str] = []
+    for entry in raw[:limit]:
+        try:
+            kept.append(adapter.validate_python(entry))
+        except pydantic.ValidationError:
+            continue
+    return kept or None
+
+
+def _salvage_match(raw: Any) -> ProviderMatch:
+    """The valid entries of a ``match`` that does not validate as a whole (an object stored
+    before the CRD's rules): one bad entry must not drop the provider's other claims, or a
+    group of a claimed domain would resolve to no provider and send without its limits."""
+    if not isinstance(raw, Mapping):
+        return ProviderMatch()
+    return ProviderMatch(
+        domains=_valid_entries(raw.get("domains"), _DOMAIN, 1000),
+        mx_suffixes=_valid_entries(raw.get("mxSuffixes"), _MX_SUFFIX, 100),
+    )
+
+
 def parse_provider(item: Mapping[str, Any]) -> SendProvider:
     """The provider ``item`` (a SendProvider or ClusterSendProvider object), never raising: a
     spec the operator cannot use (a pattern RE2 refuses, a rule the CRD did not have when the
     object was stored) gives a provider with ``invalid`` set (:func:`invalid_summary`), its
-    ``match`` read on its own (empty when that fails too) and nothing else of its spec."""
+    ``match`` read on its own (entry by entry when it fails as a whole) and nothing else of
+    its spec."""
     try:
         return SendProvider.model_validate(item)
     except pydantic.ValidationError as exc:
         raw_spec = item.get("spec") or {}
         message = invalid_summary(exc, raw_spec if isinstance(raw_spec, Mapping) else {})
+    raw_match = raw_spec.get("match") if isinstance(raw_spec, Mapping) else None
     try:
-        match = ProviderMatch.model_validate((raw_spec or {}).get("match") or {})
-    except (pydantic.ValidationError, AttributeError):
-        match = ProviderMatch()
+        match = ProviderMatch.model_validate(raw_match or {})
+    except pydantic.ValidationError:
+        match = _salvage_match(raw_match)
     kind = item.get("kind")
     metadata = item.get("metadata")
     status = item.get("status") or {}

@@ -85,6 +85,25 @@ def test_a_group_resolved_to_it_is_held_not_unlimited(spec: models.SendGroupSpec
     assert "held" in r.message
 
 
+def test_one_bad_match_entry_does_not_drop_the_providers_other_claims() -> None:
+    """Review finding: ``match`` was read as a whole, so one entry stored before the CRD's
+    rules (an MX suffix without its leading dot) emptied it, and a gmail.com group resolved to
+    no provider at all: it sent under its own limits only."""
+    raw = _raw()
+    raw["spec"]["match"] = {
+        "domains": ["gmail.com", "Not A Domain", 7],
+        "mxSuffixes": ["google.com", ".google.com"],
+    }
+    bad = parse_provider(raw)
+    assert bad.invalid is not None and "spec.match.mxSuffixes.0" in bad.invalid
+    assert (bad.spec.match.domains, bad.spec.match.mx_suffixes) == (["gmail.com"], [".google.com"])
+    for host in ("gmail.com", "workspace.example"):
+        r = provider_plan.resolve(_spec(host), "mail", [], [bad], _mx)
+        assert r.provider is not None and r.held, (host, r)
+    odd = parse_provider({**_raw(), "spec": {"match": "gmail.com"}})
+    assert odd.invalid is not None and odd.spec.match.domains is None
+
+
 def test_a_namespaced_invalid_provider_wins_over_a_cluster_one_and_holds() -> None:
     """Precedence is unchanged: the namespaced provider for gmail.com is the one that applies,
     broken or not; falling through to the cluster provider would silently change budgets."""
