@@ -3,8 +3,9 @@
 One language, one parser: :data:`DURATION_PATTERN` is written into the CRD's CEL rules
 (``sendgroup_operator.models``), and :func:`parse_seconds` accepts exactly the strings that
 pattern accepts, read the way the API server's RE2 reads it (whole string, no trailing newline),
-and that add up to at most :data:`MAX_SECONDS` (365 days: the CRD's rule :data:`CAP_CEL`; a
-longer duration, ``10000000d``, would overflow the dates the operator computes from it).
+and that add up to at most :data:`MAX_SECONDS` (36,500 days, 100 years: the CRD's rule
+:data:`CAP_CEL`; a longer duration, ``10000000d``, would overflow the dates the operator
+computes from it).
 Property tests (``tests/unit/test_contract.py``; against the API server,
 ``tests/cluster/test_spec_grammar_agreement.py``) check the two agree.
 
@@ -30,19 +31,21 @@ ZERO_DURATION_PATTERN: Final = r"^(0+(s|m|h|d))+$"
 #: Seconds per unit letter.
 UNIT_SECONDS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
-#: The longest duration anywhere in the CRDs: 365 days (31,536,000 s). Every duration there
-#: is a time to wait or to hold an action (reaper, suspension, pushback rules); a year is
-#: beyond any of them, and a cap keeps every date computed from one (now + duration) in range.
-MAX_DAYS: Final = 365
+#: The longest duration anywhere in the CRDs: 36,500 days, 100 years (3,153,600,000 s). Every
+#: duration there is a time to wait or to hold an action (reaper, suspension, pushback rules);
+#: the cap keeps every date computed from one (now + duration) far inside Python's range (year
+#: 9999), and is loose enough for the "never" people write (3650d, 9999d, 36500d): a stored
+#: object above it turns InvalidSpec on upgrade, so it must not be stricter than needed.
+MAX_DAYS: Final = 36500
 MAX_SECONDS: Final = MAX_DAYS * UNIT_SECONDS["d"]
 
 #: The CRD's side of :data:`MAX_SECONDS` (a CEL rule on every duration field, next to the
 #: :data:`DURATION_PATTERN` rule): the sum of the parts, as :func:`parse_seconds` takes it.
-#: A run of digits with a nonzero digit and 8 more after it is at least 10^8 s (> the cap
+#: A run of digits with a nonzero digit and 10 more after it is at least 10^10 s (> the cap
 #: in any unit) and is refused before ``int()``, which would overflow on longer runs; leading
 #: zeros (``0001s``) are read as the parser reads them.
 CAP_CEL: Final = (
-    "!self.matches('[1-9][0-9]{8}') && self.findAll('[0-9]+[smhd]').map(p, "
+    "!self.matches('[1-9][0-9]{10}') && self.findAll('[0-9]+[smhd]').map(p, "
     "int(p.substring(0, p.size() - 1)) * (p.endsWith('d') ? 86400 : p.endsWith('h') ? 3600 "
     f": p.endsWith('m') ? 60 : 1)).sum() <= {MAX_SECONDS}"
 )

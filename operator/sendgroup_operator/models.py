@@ -67,7 +67,7 @@ def _validations(*rules: dict[str, str]) -> dict[str, Any]:
 
 
 def _duration_rule(field: str, positive: bool = False) -> dict[str, Any]:
-    """CEL rules of a duration field: well-formed (:data:`DURATION_PATTERN`), at most 365
+    """CEL rules of a duration field: well-formed (:data:`DURATION_PATTERN`), at most 36500
     days (the contract's ``CAP_CEL``), and with ``positive`` also longer than zero
     (:data:`ZERO_DURATION_PATTERN` refused). The model's side: :func:`_duration_value`."""
     rules = [
@@ -94,7 +94,7 @@ def _duration_rule(field: str, positive: bool = False) -> dict[str, Any]:
 
 def _duration_value(value: str | None) -> str | None:
     """The model's side of :func:`_duration_rule`'s first two rules: the contract's parser
-    (well-formed, at most 365 days), so an object stored before the cap is refused by the
+    (well-formed, at most 36500 days), so an object stored before the cap is refused by the
     operator's parse (InvalidSpec) instead of failing later on a date out of range."""
     if value is not None:
         try:

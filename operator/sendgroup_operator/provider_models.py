@@ -64,7 +64,7 @@ RULE_NAME_PATTERN: Final = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"
 
 
 def _above_zero(value: str | None) -> str | None:
-    """The model's side of ``_duration_rule(..., positive=True)``: well-formed, at most 365
+    """The model's side of ``_duration_rule(..., positive=True)``: well-formed, at most 36500
     days (:func:`_duration_value`) and ``0s`` refused alike."""
     if value is not None and re.fullmatch(ZERO_DURATION_PATTERN, value):
         raise ValueError("must be longer than 0s (rule: duration above zero)")
@@ -357,9 +357,7 @@ def invalid_summary(error: pydantic.ValidationError, raw_spec: Mapping[str, Any]
     return text if len(text) <= 1000 else text[:999] + "\u2026"
 
 
-_DOMAIN: Final = pydantic.TypeAdapter(
-    Annotated[str, Field(max_length=253, pattern=DOMAIN_PATTERN)]
-)
+_DOMAIN: Final = pydantic.TypeAdapter(Annotated[str, Field(max_length=253, pattern=DOMAIN_PATTERN)])
 _MX_SUFFIX: Final = pydantic.TypeAdapter(
     Annotated[str, Field(max_length=253, pattern=MX_SUFFIX_PATTERN)]
 )

@@ -91,15 +91,15 @@ RULE = {
         ),
         (
             {"pushback": {"rules": [{**RULE, "duration": "10000000d"}]}},
-            "rule.duration must be at most 365d (rule: duration at most 365d)",
+            "rule.duration must be at most 36500d (rule: duration at most 36500d)",
         ),
         (
-            {"pushback": {"rules": [{**RULE, "duration": "364d24h1s"}]}},
-            "rule.duration must be at most 365d",
+            {"pushback": {"rules": [{**RULE, "duration": "36499d24h1s"}]}},
+            "rule.duration must be at most 36500d",
         ),
         (
             {"pushback": {"rules": [{**RULE, "trigger": {"count": 3, "window": "9" * 31 + "m"}}]}},
-            "trigger.window must be at most 365d",
+            "trigger.window must be at most 36500d",
         ),
         ({"match": {"mxSuffixes": ["google.com"]}}, "spec.match.mxSuffixes[0]"),
         ({"rate": {"perMinute": 0}}, "spec.rate.perMinute"),

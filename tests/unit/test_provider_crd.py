@@ -157,30 +157,30 @@ def test_a_zero_duration_is_refused_by_the_model_as_by_the_crd(
     ("change", "field"),
     [
         ({"duration": "10000000d"}, "duration"),
-        ({"duration": "366d"}, "duration"),
-        ({"recovery": {"every": "8761h"}}, "every"),
+        ({"duration": "36501d"}, "duration"),
+        ({"recovery": {"every": "876001h"}}, "every"),
         ({"trigger": {"count": 3, "window": "99999999999m"}}, "window"),
     ],
 )
-def test_a_duration_above_365_days_is_refused_by_the_model_as_by_the_crd(
+def test_a_duration_above_36500_days_is_refused_by_the_model_as_by_the_crd(
     change: dict[str, Any], field: str
 ) -> None:
     """Review finding: `duration: 10000000d` passed the CRD, then the operator's status pass
-    failed every second (year out of range). The CRD caps every duration at 365 days (CEL rule
-    `duration at most 365d`, from sendgroup_contract.durations.CAP_CEL) and the model the
+    failed every second (year out of range). The CRD caps every duration at 36500 days (CEL rule
+    `duration at most 36500d`, from sendgroup_contract.durations.CAP_CEL) and the model the
     same way; a SendGroup's durations too."""
     base = dict(_RULE)
-    with pytest.raises(pydantic.ValidationError, match=r"at most 365d") as info:
+    with pytest.raises(pydantic.ValidationError, match=r"at most 36500d") as info:
         provider_models.PushbackRule.model_validate({**base, **change})
     assert field in str(info.value)
-    assert provider_models.PushbackRule.model_validate({**base, "duration": "365d"})
+    assert provider_models.PushbackRule.model_validate({**base, "duration": "36500d"})
     for plural in crdgen.CRDS:
-        assert "(rule: duration at most 365d)" in repr(_crd(plural))
+        assert "(rule: duration at most 36500d)" in repr(_crd(plural))
     group = {"campaign": "c", "host": "gmail.com"}
     for spec in (
         {**group, "reaper": {"idleAfter": "10000000d"}},
-        {**group, "reaper": {"dumpAfter": "366d"}},
-        {**group, "backpressure": {"suspendFor": "9000h"}},
+        {**group, "reaper": {"dumpAfter": "36501d"}},
+        {**group, "backpressure": {"suspendFor": "900000h"}},
     ):
-        with pytest.raises(pydantic.ValidationError, match=r"at most 365d"):
+        with pytest.raises(pydantic.ValidationError, match=r"at most 36500d"):
             models.SendGroupSpec.model_validate(spec)
