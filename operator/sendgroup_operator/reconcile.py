@@ -239,14 +239,18 @@ def _one_line(text: str) -> str:
 def job_pod_waiting(pods: Sequence[Mapping[str, Any]]) -> str | None:
     """Why a Job's pod has not started, from its pods (``status.phase``, the ``PodScheduled``
     condition, containers' ``state.waiting``): ``pod NAME not scheduled: MESSAGE`` or ``pod
-    NAME waiting: REASON: MESSAGE``; None when any pod runs or ran, or every pod is starting
-    the usual way (``ContainerCreating``, ``PodInitializing``). The texts are Kubernetes' own
+    NAME waiting: REASON: MESSAGE``; None when any pod runs or succeeded, or every pending pod
+    is starting the usual way (``ContainerCreating``, ``PodInitializing``); failed pods (an
+    earlier attempt) are skipped. The texts are Kubernetes' own
     (scheduler, kubelet), flattened to one line of at most :data:`WAITING_MAX` characters."""
     why: str | None = None
     for pod in pods:
         status = pod.get("status") or {}
-        if status.get("phase") != "Pending":
+        phase = status.get("phase")
+        if phase in ("Running", "Succeeded"):
             return None
+        if phase != "Pending":
+            continue  # a failed attempt: its successor (if any) says how the Job stands
         name = (pod.get("metadata") or {}).get("name", "?")
         for cond in status.get("conditions") or []:
             if cond.get("type") == "PodScheduled" and cond.get("status") == "False":

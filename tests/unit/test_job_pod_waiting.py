@@ -60,6 +60,13 @@ def test_starting_running_or_finished_pods_say_nothing() -> None:
     assert job_pod_waiting([unscheduled("a"), pod("b", "Running")]) is None
 
 
+def test_a_failed_attempt_does_not_hide_why_its_successor_waits() -> None:
+    """Review finding: the first non-Pending pod ended the search, so a retried Job whose
+    first pod failed and whose second cannot be scheduled said nothing."""
+    got = job_pod_waiting([pod("d-1-a", "Failed"), unscheduled("d-1-b")])
+    assert got == f"pod d-1-b not scheduled: {UNBOUND}"
+
+
 def test_the_text_is_one_printable_line_of_bounded_length() -> None:
     got = job_pod_waiting([unscheduled("a", "line1\nline2\x1b[31m\t" + "x" * 1000)])
     assert got is not None and got.startswith("pod a not scheduled: line1 line2 [31m x")
@@ -107,3 +114,48 @@ def test_a_dump_whose_pod_waits_says_why_on_the_group_once() -> None:
     started = _pass(s, again.status, None, 9)
     dumped = find(started.status.conditions, "Dumped")
     assert dumped is not None and dumped.message == "Job sg-g1-dump-1"
+
+
+def test_alternating_kubelet_reasons_post_one_event_for_the_job() -> None:
+    """Review finding: the kubelet alternates ErrImagePull and ImagePullBackOff while a pull
+    keeps failing; each change of text posted another event. One per Job now; the message
+    follows the latest reason."""
+    s, status = _dumping()
+    texts = [
+        'pod sg-g1-dump-1-x waiting: ErrImagePull: pull "x:dev" failed',
+        'pod sg-g1-dump-1-x waiting: ImagePullBackOff: Back-off pulling image "x:dev"',
+    ]
+    events = 0
+    for i in range(6):
+        step = _pass(s, status, texts[i % 2], 5 + 2 * i)
+        events += sum(1 for e in step.events if e.reason == "JobPodWaiting")
+        dumped = find(step.status.conditions, "Dumped")
+        assert dumped is not None and dumped.message == f"Job sg-g1-dump-1: {texts[i % 2]}"
+        status = step.status
+    assert events == 1, events
+
+
+def test_a_restore_whose_pod_waits_says_why_once() -> None:
+    s = models.SendGroupSpec.model_validate({"campaign": "c", "host": "gmail.com", "workers": 3})
+    status = models.SendGroupStatus(
+        operation=models.OperationStatus(
+            kind="restore", number=2, job_name="sg-g1-restore-2", started_at=T0, baseline_total=0
+        ),
+        operations_started=2,
+        dump=models.DumpStatus(total_jobs=41),
+    )
+    why = f"pod sg-g1-restore-2-x not scheduled: {UNBOUND}"
+    job = p.JobObs("sg-g1-restore-2", active=1, waiting=why)
+    observed = p.Observed(p.DeploymentObs(0), jobs={job.name: job}, jobs_listed=True)
+    first = p.plan(
+        GROUP, s, status, observed, p.QueueMeasure(), 0, Settings(), T0 + timedelta(seconds=3)
+    )
+    dumped = find(first.status.conditions, "Dumped")
+    assert dumped is not None and dumped.reason == "Restoring"
+    assert dumped.message == f"Job sg-g1-restore-2 running: {why}"
+    assert [e.reason for e in first.events].count("JobPodWaiting") == 1
+    again = p.plan(
+        GROUP, s, first.status, observed, p.QueueMeasure(), 0, Settings(), T0 + timedelta(seconds=5)
+    )
+    assert [e.reason for e in again.events].count("JobPodWaiting") == 0
+    assert first.actions == [] and again.actions == []
