@@ -13,10 +13,10 @@ import json
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Final
 
 from sendgroup_operator import (
     builders,
@@ -223,6 +223,51 @@ def _job_obs(job: Mapping[str, Any]) -> plan.JobObs:
     )
 
 
+#: Container waiting reasons of a pod starting the usual way (not worth a word).
+_STARTING: Final = frozenset({"ContainerCreating", "PodInitializing"})
+#: Longest ``JobObs.waiting`` text (characters): it goes into a condition and an event.
+WAITING_MAX: Final = 300
+
+
+def _one_line(text: str) -> str:
+    """``text`` on one line of printable characters, at most :data:`WAITING_MAX` long."""
+    flat = "".join(ch if ch.isprintable() else " " for ch in text)
+    flat = " ".join(flat.split())
+    return flat if len(flat) <= WAITING_MAX else flat[: WAITING_MAX - 3] + "..."
+
+
+def job_pod_waiting(pods: Sequence[Mapping[str, Any]]) -> str | None:
+    """Why a Job's pod has not started, from its pods (``status.phase``, the ``PodScheduled``
+    condition, containers' ``state.waiting``): ``pod NAME not scheduled: MESSAGE`` or ``pod
+    NAME waiting: REASON: MESSAGE``; None when any pod runs or succeeded, or every pending pod
+    is starting the usual way (``ContainerCreating``, ``PodInitializing``); failed pods (an
+    earlier attempt) are skipped. The texts are Kubernetes' own
+    (scheduler, kubelet), flattened to one line of at most :data:`WAITING_MAX` characters."""
+    why: str | None = None
+    for pod in pods:
+        status = pod.get("status") or {}
+        phase = status.get("phase")
+        if phase in ("Running", "Succeeded"):
+            return None
+        if phase != "Pending":
+            continue  # a failed attempt: its successor (if any) says how the Job stands
+        name = (pod.get("metadata") or {}).get("name", "?")
+        for cond in status.get("conditions") or []:
+            if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+                detail = cond.get("message") or cond.get("reason") or "no reason given"
+                why = why or f"pod {name} not scheduled: {detail}"
+        statuses = list(status.get("initContainerStatuses") or []) + list(
+            status.get("containerStatuses") or []
+        )
+        for cs in statuses:
+            waiting = (cs.get("state") or {}).get("waiting") or {}
+            reason = waiting.get("reason")
+            if reason and reason not in _STARTING:
+                message = waiting.get("message")
+                why = why or f"pod {name} waiting: {reason}" + (f": {message}" if message else "")
+    return None if why is None else _one_line(why)
+
+
 def deployment_obs(raw: Mapping[str, Any]) -> plan.DeploymentObs | None:
     """What the planner needs of a worker Deployment (replicas, ready replicas, template
     hash); None while it is being deleted."""
@@ -275,11 +320,16 @@ async def observe(
     live = [p for p in pods if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
     observed_jobs = {j["metadata"]["name"]: _job_obs(j) for j in jobs}
     op = st.operation
-    if op is not None and op.kind == "dump":
-        job = observed_jobs.get(op.job_name)
-        if job is not None and job.succeeded > 0:
-            summary = await _summary(rt, group.namespace, op.job_name)
-            observed_jobs[op.job_name] = dataclasses.replace(job, summary=summary)
+    job = observed_jobs.get(op.job_name) if op is not None else None
+    if op is not None and job is not None and job.succeeded == 0 and not job.failed_final:
+        # the operation in flight: say why its pod has not started, if it has not
+        job_pods = await rt.kube.list_pods(
+            group.namespace, f"batch.kubernetes.io/job-name={op.job_name}"
+        )
+        observed_jobs[op.job_name] = dataclasses.replace(job, waiting=job_pod_waiting(job_pods))
+    elif op is not None and op.kind == "dump" and job is not None and job.succeeded > 0:
+        summary = await _summary(rt, group.namespace, op.job_name)
+        observed_jobs[op.job_name] = dataclasses.replace(job, summary=summary)
     return plan.Observed(
         deployment=dep,
         pods=len(live),

@@ -320,6 +320,24 @@ def test_pause_dump_resume_restore(
     assert {"name": "dumps", "persistentVolumeClaim": {"claimName": "sendgroup-dumps"}} in volumes
     assert job["spec"]["backoffLimit"] >= 1 and job["spec"]["activeDeadlineSeconds"] > 0
     assert objects.status("p")["phase"] == "Dumping"
+    # This tier has no node: the Job's pod is never scheduled, and the group says why.
+    waiting = wait_for(
+        lambda: (c := objects.condition("p", "Dumped")) and "not scheduled" in c["message"] and c,
+        20,
+        "the Dumped condition saying why the dump pod waits",
+        describe=lambda: (objects.condition("p", "Dumped"), objects.list("pods")),
+    )
+    assert waiting["message"].startswith("Job sg-p-dump-1: pod sg-p-dump-1-"), waiting
+    assert waiting["reason"] == "Dumping", waiting
+    warned = wait_for(
+        lambda: [e for e in objects.events("p") if e["reason"] == "JobPodWaiting"],
+        10,
+        "a JobPodWaiting event",
+    )
+    time.sleep(3)  # a pass or two later: still one event, posted once
+    warned = [e for e in objects.events("p") if e["reason"] == "JobPodWaiting"]
+    assert len(warned) == 1 and warned[0]["type"] == "Warning", warned
+    assert warned[0].get("count", 1) == 1, warned
     summary = run_job_locally(job, tmp_path / "dumps")
     assert summary.get("jobs", summary.get("ready")) == 5, summary
     remove_job(objects, job)

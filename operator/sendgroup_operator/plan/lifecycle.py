@@ -292,6 +292,24 @@ def job_outcome(b: Decisions, observed: Observed, measure: Measurement) -> str |
     return None
 
 
+def job_waiting(b: Decisions, observed: Observed, message: str) -> str:
+    """``message`` (the Dumped condition's text while the operation runs) with why the
+    operation's Job pod has not started (``JobObs.waiting``) appended as ``": WHY"``; a Warning
+    event ``JobPodWaiting`` in the first pass that shows a reason for this operation (the old
+    Dumped message was ``message`` without one): once, even when the kubelet alternates its
+    reasons (``ErrImagePull`` / ``ImagePullBackOff``). A dump whose claim never binds (no
+    default StorageClass, no volume left) otherwise said only "Job NAME" until the Job's
+    deadline."""
+    op = b.status.operation
+    job = observed.jobs.get(op.job_name) if op is not None else None
+    if op is None or job is None or job.waiting is None:
+        return message
+    old = conditions.find(b.old.conditions, conditions.DUMPED)
+    if old is None or not old.message.startswith(f"{message}: "):
+        b.event("Warning", "JobPodWaiting", f"{op.kind} Job {op.job_name}: {job.waiting}")
+    return f"{message}: {job.waiting}"
+
+
 def _operation_failed(b: Decisions, kind: str) -> None:
     op = b.status.operation
     assert op is not None
@@ -524,7 +542,8 @@ def _paused(
         outcome = job_outcome(b, observed, measure)
         if outcome is None:
             b.busy = True
-            b.cond(conditions.DUMPED, "False", conditions.REASON_DUMPING, f"Job {op.job_name}")
+            text = job_waiting(b, observed, f"Job {op.job_name}")
+            b.cond(conditions.DUMPED, "False", conditions.REASON_DUMPING, text)
             return
         _finish_dump(b, observed, measure, outcome)
     if st.dump.total_jobs > 0 and total == 0:
@@ -585,7 +604,11 @@ def _restore(b: Decisions, observed: Observed, measure: Measurement) -> bool:
             st.operation = None
             if isinstance(measure, QueueMeasure):
                 b.start_job("restore", measure.total, attempts)
-        b.cond(conditions.DUMPED, "True", conditions.REASON_RESTORING, "restore Job running")
+        current = st.operation
+        text = "restore Job running" if current is None else f"Job {current.job_name} running"
+        if current is op:  # the Job observed in this pass (not one started just now)
+            text = job_waiting(b, observed, text)
+        b.cond(conditions.DUMPED, "True", conditions.REASON_RESTORING, text)
         b.busy = True
         return False
     if not isinstance(measure, QueueMeasure):

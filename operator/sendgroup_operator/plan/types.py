@@ -56,6 +56,9 @@ class JobObs:
     ``summary``: the command's JSON summary (``sendgroup-worker dump`` prints one line:
     ``jobs, ready, delayed, reserved, failed, bytes, segment, redisVersion``) when the operator
     could read it from the succeeded pod's log, else None.
+    ``waiting``: why the Job's pod has not started (not scheduled, e.g. an unbound claim; a
+    container waiting, e.g. an image that cannot be pulled), one line; None when it runs, ran,
+    or is starting the usual way (only looked at for the operation in flight).
     """
 
     name: str
@@ -63,6 +66,7 @@ class JobObs:
     succeeded: int = 0
     failed_final: bool = False
     summary: Mapping[str, Any] | None = None
+    waiting: str | None = None
 
 
 @dataclass(frozen=True)
