@@ -192,12 +192,14 @@ async def _pass(
         if provider.invalid is not None:
             return
     per_minute = provider.spec.rate.per_minute if provider.spec.rate else None
-    allocation = provider_plan.shares(per_minute, demands)
     pid = provider_plan.provider_id(kind, name, own_ns)
     url = await _redis_url(memo, provider, own_ns)
     client = await memo.runtime.queues.client(url)
-    fields = provider_plan.share_fields(allocation)
     state = await provider_io.read_state(client, url, pid)
+    # shares of the rate the scale rules in force leave (a high group keeps its share first)
+    scaled = provider_plan.scaled_rate(per_minute, state.rules, state.now)
+    allocation = provider_plan.shares(scaled, demands)
+    fields = provider_plan.share_fields(allocation)
     last = _written.get(pid)
     if (
         last is None

@@ -136,6 +136,33 @@ def test_shares_split_the_budget_and_group_limits_apply_inside(redis_url: str) -
     assert 9 <= b_got <= 11, b_got  # 5 s at 2/s
 
 
+def test_under_a_scale_rule_the_shares_apply_as_written_so_a_high_group_keeps_its_own(
+    redis_url: str,
+) -> None:
+    """Provider 1200/min under ScaleRate(20%): 240/min in all. The operator splits those 240
+    (high first: high 240, normal 0); the script applies the shares as written and scales only
+    the provider level. Before, it scaled each share again (high at 48/min, 1/5 of its share:
+    review finding "ScaleRate slows a high group as much as a normal one")."""
+
+    async def body(make: Callable[..., ProviderPacer]) -> tuple[int, str, float | None]:
+        high = make(_provider(perMinute=1200, group="ns/high"))
+        normal = make(_provider(perMinute=1200, group="ns/normal"))
+        sec, usec = await high.redis.time()
+        now_ms = sec * 1000 + usec // 1000
+        await high.redis.hset(
+            high.keys.rules, "unusual-rate", f"scale|20|{now_ms}|{now_ms + 60000}|10|60000"
+        )
+        await high.redis.hset(high.keys.shares, mapping={"ns/high": "240", "ns/normal": "0"})
+        refused = await normal.try_take("n1")
+        start = time.monotonic()
+        (t,) = await _drive([(high, "h1")], 5.5)
+        return _in_window(t, start + 0.5, start + 5.5), refused.why, refused.per_minute
+
+    got, why, per_minute = _run(redis_url, body)
+    assert why == "share" and per_minute == 240.0
+    assert 18 <= got <= 22, got  # 5 s at 4/s: the whole scaled rate (was ~4: 48/min)
+
+
 def test_a_zero_share_waits_and_a_new_share_takes_effect_at_once(redis_url: str) -> None:
     async def body(make: Callable[..., ProviderPacer]) -> tuple[str, bool, float]:
         p = make(_provider(perMinute=600, group="ns/normal"))

@@ -4,8 +4,8 @@ A provider (``SendProvider``/``ClusterSendProvider``) has one budget, ``perMinut
 and ``concurrency`` SMTP transactions in flight, shared by every group resolved to it. Each
 mail takes one permit in ONE Redis round trip (``scripts/provider_permit.lua``): the provider's
 GCRA, the group's GCRA at ``min(group's share, group's own rate after warm-up)`` (the share is
-written by the operator, scaled by active rules), the rules in force (suspension, scaled rate,
-concurrency cap) and a concurrency lease that expires by itself (a killed worker cannot keep
+written by the operator: its split of the rate the scale rules in force leave, high groups
+first), the rules in force (suspension, the provider's scaled rate, concurrency cap) and a concurrency lease that expires by itself (a killed worker cannot keep
 one). Rates count recipients: a mail to n recipients takes one permit and charges n - 1 more
 as *debt* on the lane's next permit call (no extra round trip).
 

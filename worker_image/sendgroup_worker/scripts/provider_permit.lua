@@ -10,8 +10,9 @@
 -- KEYS[3] leases: sorted set, member = lane id, score = lease expiry (ms)
 -- KEYS[4] rules: hash, field = rule name, value = "action|value|since_ms|until_ms|step_pct|every_ms"
 --         (written by provider_pushback.lua); action one of suspend, scale, cap
--- KEYS[5] shares: hash, field = group id, value = the group's share (recipients per minute),
---         written by the operator; no field = no share limit (the provider's budget still holds)
+-- KEYS[5] shares: hash, field = group id, value = the group's share (recipients per minute) of
+--         the rate after scale rules, written by the operator; no field = no share limit (the
+--         provider's budget still holds)
 -- ARGV[1] provider perMinute (0 = no provider-wide rate)
 -- ARGV[2] provider burst (>= 1)
 -- ARGV[3] provider concurrency (0 = no limit)
@@ -112,9 +113,12 @@ if p_rate > 0 then
   if factor < 1 then burst = math.max(1, math.min(p_burst, math.ceil(p_rate * factor / 60))) end
   levels[#levels + 1] = {KEYS[1], T, (burst - 1) * T, 'provider'}
 end
+-- the share as written: the operator splits the rate its scale rules leave (high groups
+-- first) and rewrites the shares within a second of a rule firing; the provider level above
+-- is scaled at once, so the sum holds meanwhile
 local share = tonumber(redis.call('HGET', KEYS[5], group) or '-1')
 local g_limit = -1
-if share >= 0 then g_limit = share * factor end
+if share >= 0 then g_limit = share end
 if g_rate > 0 and (g_limit < 0 or g_rate < g_limit) then g_limit = g_rate end
 if g_limit > 0 then
   local T = 60000000 / g_limit
