@@ -30,13 +30,15 @@ class ProviderStateUnavailable(Exception):
 @dataclass(frozen=True, slots=True)
 class ProviderState:
     """``rules``: effects in force (or recovering); ``replies``: rule -> the reply that last
-    fired it; ``now``: Redis' clock, unix seconds; ``shares_present``: the shares hash exists."""
+    fired it; ``now``: Redis' clock, unix seconds; ``shares_present``: the shares hash exists;
+    ``demand``: group id -> unix seconds of its workers' last permit request."""
 
     rules: list[RuleState] = field(default_factory=list)
     replies: dict[str, str] = field(default_factory=dict)
     now: float = 0.0
     #: whether the ``shares`` hash exists (gone after a Redis restart without persistence)
     shares_present: bool = False
+    demand: dict[str, float] = field(default_factory=dict)
 
 
 def _text(value: bytes | str) -> str:
@@ -62,11 +64,11 @@ async def write_shares(
 
 
 async def read_state(client: aioredis.Redis[bytes], url: str, provider_id: str) -> ProviderState:
-    """The provider's rules and recent firings, one MULTI/EXEC round trip. On Redis Cluster
-    (whose pipelines refuse keyless commands such as TIME) the three reads go in a plain
-    pipeline (redis-py 7.4's cluster MULTI fails on HGETALL's reply callback) and the clock is
-    read by a second call, on the node that owns the provider's hash tag: the clock the
-    workers' scripts use."""
+    """The provider's rules, recent firings and groups' last permit requests, one MULTI/EXEC
+    round trip. On Redis Cluster (whose pipelines refuse keyless commands such as TIME) the
+    reads go in a plain pipeline (redis-py 7.4's cluster MULTI fails on HGETALL's reply
+    callback) and the clock is read by a second call, on the node that owns the provider's
+    hash tag: the clock the workers' scripts use."""
     keys = ProviderKeys(provider_id)
     cluster = is_cluster(client)
     try:
@@ -76,13 +78,14 @@ async def read_state(client: aioredis.Redis[bytes], url: str, provider_id: str) 
             if not cluster:
                 pipe.time()
             pipe.exists(keys.shares)
+            pipe.hgetall(keys.demand)
             results = await pipe.execute()
         if cluster:
-            raw_rules, fired, present = results
+            raw_rules, fired, present, raw_demand = results
             c = cast(Any, client)
             now = await c.time(target_nodes=c.get_node_from_key(keys.rules))
         else:
-            raw_rules, fired, now, present = results
+            raw_rules, fired, now, present, raw_demand = results
     except (*REDIS_ERRORS, OSError) as exc:
         raise ProviderStateUnavailable(
             f"provider state at {safe_host(url)}: {type(exc).__name__}"
@@ -97,4 +100,10 @@ async def read_state(client: aioredis.Redis[bytes], url: str, provider_id: str) 
         parts = _text(entry).split("|", 5)
         if len(parts) == 6 and parts[0] not in replies:
             replies[parts[0]] = parts[5]
-    return ProviderState(rules, replies, int(now[0]) + int(now[1]) / 1e6, bool(present))
+    demand: dict[str, float] = {}
+    for group, value in raw_demand.items():
+        try:
+            demand[_text(group)] = int(_text(value)) / 1000
+        except ValueError:
+            continue
+    return ProviderState(rules, replies, int(now[0]) + int(now[1]) / 1e6, bool(present), demand)

@@ -218,6 +218,24 @@ class GroupDemand:
     sending: bool = True
 
 
+#: Seconds a group's last permit request counts as work (a group whose status shows no queued
+#: job but whose workers asked for a permit this recently keeps, or gets, its share).
+DEMAND_WINDOW: Final = 30.0
+
+
+def has_work(queued: int, last_request: float | None, now: float) -> bool:
+    """Whether a running group competes for a share: its status shows queued jobs
+    (``queue.total``: ready + delayed + reserved), or its workers asked for a permit in the
+    last :data:`DEMAND_WINDOW` seconds (``last_request``/``now``: unix seconds on the
+    provider Redis' clock). An emptied group thus frees its share about 30 s after its last
+    mail instead of holding it until ``idleAfter``; a group refilled after that asks with
+    share 0 (refused, once a second) and is given its share at the next pass, within about
+    two seconds."""
+    if queued > 0:
+        return True
+    return last_request is not None and now - last_request <= DEMAND_WINDOW
+
+
 def _water_fill(budget: float, groups: Sequence[GroupDemand]) -> tuple[dict[str, float], float]:
     """Weighted max-min fair split of ``budget`` (Bertsekas & Gallager, "Data Networks" 6.5.2,
     with weights): raise a level L; a group gets ``min(limit, weight * L)``. Returns the

@@ -334,6 +334,40 @@ def test_the_operator_writes_shares_and_reads_the_rules_the_workers_fired(redis_
     assert [(r.name, r.action) for r in state.rules] == [("blocked", "suspend")]
     assert 59 <= state.rules[0].until - state.now <= 60
     assert state.replies == {"blocked": "421 4.7.0 [TSS04] Messages temporarily deferred"}
+    # both permit calls ("take", refused or granted) recorded that ns/normal asks to send
+    assert set(state.demand) == {"ns/normal"}
+    assert 0 <= state.now - state.demand["ns/normal"] <= 2, (state.now, state.demand)
+
+
+def test_a_group_that_asks_for_permits_is_seen_to_have_work(redis_url: str) -> None:
+    """Review finding: an emptied group kept its share until idleAfter (its phase stayed
+    Running), so an empty high group held the whole budget. A "take" call records the group's
+    request (the provider's demand hash); "peek", "give" and "release" do not; the operator
+    counts a group with nothing queued as having work only while it asked recently."""
+    from sendgroup_operator import provider_io, provider_plan
+
+    async def body(make: Callable[..., ProviderPacer]) -> tuple[Any, Any, int]:
+        asking = make(_provider(perMinute=600, group="ns/asking"))
+        quiet = make(_provider(perMinute=600, group="ns/quiet"))
+        await provider_io.write_shares(
+            asking.redis, redis_url, "csp/test", {"ns/asking": 0.0, "ns/quiet": 600.0}
+        )
+        refused = await asking.try_take("a1")  # a zero share: refused, but it asked
+        await quiet.release("q1")
+        await quiet.give_back("q1")
+        state = await provider_io.read_state(asking.redis, redis_url, "csp/test")
+        ttl = await asking.redis.pttl(asking.keys.demand)
+        return refused.why, state, ttl
+
+    why, state, ttl = _run(redis_url, body)
+    assert why == "share"
+    assert set(state.demand) == {"ns/asking"}, state.demand
+    assert 86_000_000 <= ttl <= 86_400_000, ttl  # a day past its newest group
+    assert provider_plan.has_work(0, state.demand.get("ns/asking"), state.now)
+    assert not provider_plan.has_work(0, state.demand.get("ns/quiet"), state.now)
+    later = state.now + provider_plan.DEMAND_WINDOW + 1
+    assert not provider_plan.has_work(0, state.demand["ns/asking"], later)
+    assert provider_plan.has_work(3, None, later)  # queued jobs are work without asking
 
 
 def test_a_short_lease_does_not_cut_a_long_ones_life(redis_url: str) -> None:

@@ -407,3 +407,39 @@ def test_a_scale_rule_shrinks_the_budget_that_is_shared_so_high_groups_keep_thei
         ("mail/news", 0.0),
         ("mail/urgent", 0.0),
     ]
+
+
+def test_a_running_group_competes_for_a_share_only_while_it_has_work() -> None:
+    """Review finding: an emptied group kept its share until idleAfter (phase Running), so an
+    empty high group held the whole budget and every normal group of the provider waited."""
+    from sendgroup_operator import provider_handlers
+
+    spec = models.SendGroupSpec.model_validate(
+        {"campaign": "c", "host": "gmail.com", "priority": "high"}
+    )
+    running = {"phase": "Running", "queue": {"total": 0}}
+    now = 1_000_000.0
+
+    def sending(status: dict[str, Any], asked: float | None = None, s: Any = spec) -> bool:
+        demand = provider_handlers._demand(s, status, "mail/g", asked, now)
+        return bool(demand.sending)
+
+    assert not sending(running)  # empty, nobody asked: no share
+    assert sending(running, asked=now - 5)  # its workers asked 5 s ago
+    assert not sending(running, asked=now - provider_plan.DEMAND_WINDOW - 1)
+    assert sending({"phase": "Running", "queue": {"total": 7}})  # queued jobs
+    assert not sending({"phase": "Paused", "queue": {"total": 7}}, asked=now)
+    paused = spec.model_copy(update={"paused": True})
+    assert not sending({"phase": "Running", "queue": {"total": 7}}, s=paused)
+    # the high group empty: the normal group gets the whole budget
+    demands = [
+        provider_handlers._demand(spec, running, "mail/high", None, now),
+        provider_handlers._demand(
+            spec.model_copy(update={"priority": Priority.NORMAL}),
+            {"phase": "Running", "queue": {"total": 100}},
+            "mail/normal",
+            None,
+            now,
+        ),
+    ]
+    assert shares(1200, demands) == {"mail/high": 0.0, "mail/normal": 1200.0}

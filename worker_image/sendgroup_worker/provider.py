@@ -1,13 +1,14 @@
 """Pacing per receiving provider, across every group and campaign (the worker's side).
 
 A provider (``SendProvider``/``ClusterSendProvider``) has one budget, ``perMinute`` recipients
-and ``concurrency`` SMTP transactions in flight, shared by every group resolved to it. Each
-mail takes one permit in ONE Redis round trip (``scripts/provider_permit.lua``): the provider's
-GCRA, the group's GCRA at ``min(group's share, group's own rate after warm-up)`` (the share is
-written by the operator: its split of the rate the scale rules in force leave, high groups
-first), the rules in force (suspension, the provider's scaled rate, concurrency cap) and a concurrency lease that expires by itself (a killed worker cannot keep
-one). Rates count recipients: a mail to n recipients takes one permit and charges n - 1 more
-as *debt* on the lane's next permit call (no extra round trip).
+and ``concurrency`` SMTP transactions in flight, shared by every group resolved to it. Each mail
+takes one permit in ONE Redis round trip (``scripts/provider_permit.lua``): the provider's GCRA,
+the group's GCRA at ``min(group's share, group's own rate after warm-up)`` (the share is written
+by the operator: its split of the rate the scale rules in force leave, high groups first), the
+rules in force (suspension, the provider's scaled rate, concurrency cap) and a concurrency lease
+that expires by itself (a killed worker cannot keep one). Rates count recipients: a mail to n
+recipients takes one permit and charges n - 1 more as *debt* on the lane's next permit call (no
+extra round trip).
 
 A reply from the provider that matches a pushback rule (codes and/or an RE2 pattern; RE2 runs
 in linear time, so no pattern can stall a worker) is counted in Redis across all workers of all
@@ -16,7 +17,7 @@ permit call reads it, so it reaches every worker at its next permit (within one 
 second at most while waiting: waits are capped at :data:`MAX_WAIT_STEP`).
 
 Keys (all under one Redis Cluster hash tag per provider, in the provider's Redis):
-``sendgroups:provider:{<id>}:tat|leases|rules|shares|fired|group:<group>|matches:<rule>``,
+``sendgroups:provider:{<id>}:tat|leases|rules|shares|demand|fired|group:<group>|matches:<rule>``,
 ``<id>`` = ``csp/<name>`` or ``sp/<namespace>/<name>``.
 
 The operator gives the worker its provider's parameters as JSON in ``SENDGROUP_PROVIDER``
@@ -141,6 +142,11 @@ class ProviderKeys:
         return self._key("shares")
 
     @property
+    def demand(self) -> str:
+        """Groups' last permit request: hash group id -> unix ms (read by the operator)."""
+        return self._key("demand")
+
+    @property
     def fired(self) -> str:
         """Recent rule firings, newest first (read by the operator)."""
         return self._key("fired")
@@ -223,6 +229,7 @@ class ProviderPacer:
                 self.keys.leases,
                 self.keys.rules,
                 self.keys.shares,
+                self.keys.demand,
             ],
             args=[
                 c.per_minute or 0,

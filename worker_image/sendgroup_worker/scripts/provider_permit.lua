@@ -13,6 +13,8 @@
 -- KEYS[5] shares: hash, field = group id, value = the group's share (recipients per minute) of
 --         the rate after scale rules, written by the operator; no field = no share limit (the
 --         provider's budget still holds)
+-- KEYS[6] demand: hash, field = group id, value = the time (ms) of the group's last "take" call,
+--         read by the operator: a group that asks for permits has work (it gets a share)
 -- ARGV[1] provider perMinute (0 = no provider-wide rate)
 -- ARGV[2] provider burst (>= 1)
 -- ARGV[3] provider concurrency (0 = no limit)
@@ -42,6 +44,13 @@ local lane = ARGV[7]
 local lease_ms = tonumber(ARGV[8])
 local debt = tonumber(ARGV[9])
 local mode = ARGV[10]
+
+if mode == 'take' then
+  -- the key lives a day past its newest group (a new field renews it; fields are ~40 bytes)
+  if redis.call('HSET', KEYS[6], group, now_ms) == 1 then
+    redis.call('PEXPIRE', KEYS[6], 86400000)
+  end
+end
 
 -- pushback rules in force: suspension, the lowest rate factor, the lowest concurrency cap
 local factor = 1.0
