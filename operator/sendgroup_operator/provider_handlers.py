@@ -206,6 +206,12 @@ async def _pass(
     url = await _redis_url(memo, provider, own_ns)
     client = await memo.runtime.queues.client(url)
     state = await provider_io.read_state(client, url, pid)
+    await provider_io.forget_demand(
+        client,
+        url,
+        pid,
+        [g for g, at in state.demand.items() if state.now - at > provider_io.DEMAND_FORGET],
+    )
     demands = [
         _demand(spec, st, key, state.demand.get(key), state.now) for spec, st, key in members
     ]

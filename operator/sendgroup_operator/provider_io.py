@@ -11,9 +11,9 @@ Errors are :class:`ProviderStateUnavailable` with a message that never carries t
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, Final, cast
 
 import redis.asyncio as aioredis
 
@@ -45,10 +45,20 @@ def _text(value: bytes | str) -> str:
     return value.decode(errors="replace") if isinstance(value, bytes) else value
 
 
+#: Seconds the shares hash lives after its last write (the operator rewrites it at least every
+#: 30 s): with no operator to follow the rules' recovery, the shares (split from a scaled rate,
+#: a normal group's maybe 0) go, and the groups share the provider's own level without
+#: priorities instead of staying held at the scaled split.
+SHARES_TTL: Final = 150
+#: Seconds after which a group's entry in the ``demand`` hash is deleted (a deleted group's).
+DEMAND_FORGET: Final = 86400.0
+
+
 async def write_shares(
     client: aioredis.Redis[bytes], url: str, provider_id: str, allocation: Mapping[str, float]
 ) -> None:
-    """Replace the provider's shares with ``allocation`` (group key -> recipients/min)."""
+    """Replace the provider's shares with ``allocation`` (group key -> recipients/min); the
+    hash expires :data:`SHARES_TTL` seconds later unless written again."""
     keys = ProviderKeys(provider_id)
     try:
         async with client.pipeline(transaction=True) as pipe:
@@ -56,6 +66,7 @@ async def write_shares(
             fields = share_fields(allocation)
             if fields:
                 pipe.hset(keys.shares, mapping=fields)  # type: ignore[arg-type]
+                pipe.expire(keys.shares, SHARES_TTL)
             await pipe.execute()
     except (*REDIS_ERRORS, OSError) as exc:
         raise ProviderStateUnavailable(
@@ -107,3 +118,19 @@ async def read_state(client: aioredis.Redis[bytes], url: str, provider_id: str) 
         except ValueError:
             continue
     return ProviderState(rules, replies, int(now[0]) + int(now[1]) / 1e6, bool(present), demand)
+
+
+async def forget_demand(
+    client: aioredis.Redis[bytes], url: str, provider_id: str, groups: Sequence[str]
+) -> None:
+    """Delete ``groups``' entries from the provider's ``demand`` hash (entries older than
+    :data:`DEMAND_FORGET`: groups deleted or long idle; the hash would otherwise keep every
+    group that ever sent)."""
+    if not groups:
+        return
+    try:
+        await client.hdel(ProviderKeys(provider_id).demand, *groups)
+    except (*REDIS_ERRORS, OSError) as exc:
+        raise ProviderStateUnavailable(
+            f"provider state at {safe_host(url)}: {type(exc).__name__}"
+        ) from None

@@ -324,13 +324,15 @@ def test_the_operator_writes_shares_and_reads_the_rules_the_workers_fired(redis_
         await provider_io.write_shares(p.redis, redis_url, "csp/test", {"ns/normal": 600.0})
         granted = await p.try_take("l1")
         shares = await p.redis.hgetall(p.keys.shares)
+        ttl = await p.redis.ttl(p.keys.shares)
         await p.record_reply("421 4.7.0 [TSS04] Messages temporarily deferred")
         state = await provider_io.read_state(p.redis, redis_url, "csp/test")
-        return refused.why, granted.granted, shares, state
+        return refused.why, granted.granted, shares, state, ttl
 
-    why, granted, shares, state = _run(redis_url, body)
+    why, granted, shares, state, ttl = _run(redis_url, body)
     assert (why, granted) == ("share", True)
     assert shares == {b"ns/normal": b"600.000"}  # replaced, not merged
+    assert 0 < ttl <= provider_io.SHARES_TTL  # gone if no operator writes them again
     assert [(r.name, r.action) for r in state.rules] == [("blocked", "suspend")]
     assert 59 <= state.rules[0].until - state.now <= 60
     assert state.replies == {"blocked": "421 4.7.0 [TSS04] Messages temporarily deferred"}
@@ -355,6 +357,7 @@ def test_a_group_that_asks_for_permits_is_seen_to_have_work(redis_url: str) -> N
         refused = await asking.try_take("a1")  # a zero share: refused, but it asked
         await quiet.release("q1")
         await quiet.give_back("q1")
+        await quiet.try_take("q1", demand=False)  # an idle lane's poll: granted, not recorded
         state = await provider_io.read_state(asking.redis, redis_url, "csp/test")
         ttl = await asking.redis.pttl(asking.keys.demand)
         return refused.why, state, ttl
@@ -363,6 +366,7 @@ def test_a_group_that_asks_for_permits_is_seen_to_have_work(redis_url: str) -> N
     assert why == "share"
     assert set(state.demand) == {"ns/asking"}, state.demand
     assert 86_000_000 <= ttl <= 86_400_000, ttl  # a day past its newest group
+    assert state.shares_present
     assert provider_plan.has_work(0, state.demand.get("ns/asking"), state.now)
     assert not provider_plan.has_work(0, state.demand.get("ns/quiet"), state.now)
     later = state.now + provider_plan.DEMAND_WINDOW + 1

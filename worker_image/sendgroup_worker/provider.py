@@ -219,7 +219,7 @@ class ProviderPacer:
             return 0.0, 0
         return max(rate, 1e-6), self.policy.burst_at(rate)
 
-    async def _call(self, lane: str, debt: int, mode: str) -> Permit:
+    async def _call(self, lane: str, debt: int, mode: str, demand: bool = False) -> Permit:
         g_rate, g_burst = self._group_limits()
         c = self.config
         granted, wait_us, rate_milli, cap, why = await self._permit(
@@ -242,6 +242,7 @@ class ProviderPacer:
                 self.lease_ms,
                 max(0, debt),
                 mode,
+                "1" if demand else "0",
             ],
         )
         why_text = why.decode() if isinstance(why, bytes) else str(why)
@@ -255,11 +256,22 @@ class ProviderPacer:
         self.last = permit
         return permit
 
-    async def try_take(self, lane: str, debt: int = 0) -> Permit:
-        """One permit and the lane's lease now, or a refusal with the time to wait."""
-        return await self._call(lane, debt, "take")
+    async def try_take(self, lane: str, debt: int = 0, demand: bool = True) -> Permit:
+        """One permit and the lane's lease now, or a refusal with the time to wait.
+        ``demand``: the lane has a sign of work (it just sent a mail, or was woken by a job);
+        only such calls tell the operator that the group has work (the provider's ``demand``
+        hash, :func:`sendgroup_operator.provider_plan.has_work`), so an idle lane's poll
+        keeps no share alive."""
+        return await self._call(lane, debt, "take", demand)
 
-    async def take(self, lane: str, stop: asyncio.Event, debt: int = 0, wait: float = 0.0) -> bool:
+    async def take(
+        self,
+        lane: str,
+        stop: asyncio.Event,
+        debt: int = 0,
+        wait: float = 0.0,
+        demand: bool = True,
+    ) -> bool:
         """Wait until a permit is granted (True), or ``stop`` is set (False).
 
         One waiting lane per process polls the budget at a time; the others queue behind it
@@ -282,7 +294,7 @@ class ProviderPacer:
                         await asyncio.wait_for(stop.wait(), min(pause, MAX_WAIT_STEP))
                     if stop.is_set():
                         break
-                permit = await self.try_take(lane, debt)
+                permit = await self.try_take(lane, debt, demand)
                 debt = 0
                 if permit.granted:
                     return True

@@ -2,7 +2,8 @@
 -- in one atomic call (hierarchical GCRA). Sources: GCRA as in gcra.lua (ITU-T I.371, ATM Forum
 -- TM 4.1; Brandur Leach, "Rate limiting, cells, and GCRA"); hierarchical token/cell schedulers
 -- as in HTB (Linux traffic control: a child is bounded by its own rate and its parent's).
--- Nothing is taken unless every level allows it, so a denied call changes no state.
+-- Nothing is taken unless every level allows it, so a denied call takes nothing (it only
+-- records the group's demand, KEYS[6], and drops the lane's lease).
 --
 -- Every key shares the provider's hash tag (one Redis Cluster slot). Redis' clock (TIME).
 -- KEYS[1] provider TAT (integer microseconds)
@@ -13,8 +14,8 @@
 -- KEYS[5] shares: hash, field = group id, value = the group's share (recipients per minute) of
 --         the rate after scale rules, written by the operator; no field = no share limit (the
 --         provider's budget still holds)
--- KEYS[6] demand: hash, field = group id, value = the time (ms) of the group's last "take" call,
---         read by the operator: a group that asks for permits has work (it gets a share)
+-- KEYS[6] demand: hash, field = group id, value = the time (ms) of the group's last "take" call
+--         with a sign of work (ARGV[11]), read by the operator: such a group has work (a share)
 -- ARGV[1] provider perMinute (0 = no provider-wide rate)
 -- ARGV[2] provider burst (>= 1)
 -- ARGV[3] provider concurrency (0 = no limit)
@@ -27,6 +28,8 @@
 --         charged to both TATs unconditionally (rates count recipients, not jobs)
 -- ARGV[10] mode: "take" (one permit + lease), "give" (return one permit, release the lease),
 --          "release" (release the lease only), "peek" (state only)
+-- ARGV[11] "1": the calling lane has a sign of work (it sent a mail, or a job woke it), so a
+--          "take" records the group's demand; "0": an idle lane's poll (records nothing)
 -- Returns {granted, wait_us, rate_milli, cap, why}: granted 1/0; when 0, microseconds until a
 -- retry may succeed; the provider's effective perMinute now x 1000 (-1 = none); the effective
 -- concurrency (-1 = none); why = "" or the limiting level: "suspended:<rule>",
@@ -45,8 +48,9 @@ local lease_ms = tonumber(ARGV[8])
 local debt = tonumber(ARGV[9])
 local mode = ARGV[10]
 
-if mode == 'take' then
-  -- the key lives a day past its newest group (a new field renews it; fields are ~40 bytes)
+if mode == 'take' and ARGV[11] == '1' then
+  -- the key lives a day past its newest group (a new field renews it; fields are ~40 bytes;
+  -- the operator deletes fields older than a day)
   if redis.call('HSET', KEYS[6], group, now_ms) == 1 then
     redis.call('PEXPIRE', KEYS[6], 86400000)
   end
