@@ -117,7 +117,16 @@ def resolve_group(
     return provider_plan.resolve(spec, namespace, list(namespaced), list(cluster), _MX.lookup)
 
 
-def _demand(spec: models.SendGroupSpec, status: Mapping[str, Any], key: str) -> Any:
+def _demand(
+    spec: models.SendGroupSpec,
+    status: Mapping[str, Any],
+    key: str,
+    last_request: float | None = None,
+    redis_now: float = 0.0,
+) -> Any:
+    """The group as the share computation sees it; ``last_request``: unix seconds of its
+    workers' last permit request (the provider's ``demand`` hash), ``redis_now``: the
+    provider Redis' clock."""
     now = datetime.now(UTC)
     rate = spec.rate
     warmup = spec.warmup
@@ -128,17 +137,18 @@ def _demand(spec: models.SendGroupSpec, status: Mapping[str, Any], key: str) -> 
         warmup_growth_per_day=warmup.growth_per_day if warmup else 2.0,
         warmup_since=warmup.since if warmup else None,
     )
-    sending = (
+    running = (
         not spec.paused
         and spec.state == models.State.ACTIVE
         and status.get("phase") == models.Phase.RUNNING.value
     ) or (spec.state == models.State.COMPLETED and status.get("phase") == "Running")
+    queued = int((status.get("queue") or {}).get("total") or 0)
     return provider_plan.GroupDemand(
         key=key,
         priority=spec.priority,
         weight=spec.weight,
         limit=policy.allowed_per_minute(now),
-        sending=sending,
+        sending=running and provider_plan.has_work(queued, last_request, redis_now),
     )
 
 
@@ -168,7 +178,7 @@ async def _pass(
     provider = parse_provider(_plain(body))
     cluster = _parse_providers(_values(kwargs.get("cluster_providers"), ""))
     groups_index = kwargs.get("provider_groups") or {}
-    demands: list[provider_plan.GroupDemand] = []
+    members: list[tuple[models.SendGroupSpec, Mapping[str, Any], str]] = []
     for (g_ns, g_name), entries in list(groups_index.items()):
         if g_ns is None or (own_ns is not None and g_ns != own_ns):
             continue
@@ -179,25 +189,36 @@ async def _pass(
                 continue
             r = await _resolution(g_ns, g_name, spec, kwargs, cluster)
             if r.provider is not None and (r.provider.kind, r.provider.name) == (kind, name):
-                demands.append(_demand(spec, entry["status"], f"{g_ns}/{g_name}"))
+                members.append((spec, entry["status"], f"{g_ns}/{g_name}"))
     if provider.invalid is not None or _was_invalid(provider):
         status, event = provider_plan.invalid_status(provider, datetime.now(UTC))
         if event is not None:
             kopf.event(body, type=event.type, reason=event.reason, message=event.message)
             # held, or released: the groups resolved to it follow within about a second
-            for demand in demands:
-                memo.runtime.kick(demand.key, PROVIDER_INTERVAL)
+            for _, _, key in members:
+                memo.runtime.kick(key, PROVIDER_INTERVAL)
         if status is not None:
             patch.status.update(status.model_dump(mode="json", by_alias=True))
         if provider.invalid is not None:
             return
     per_minute = provider.spec.rate.per_minute if provider.spec.rate else None
-    allocation = provider_plan.shares(per_minute, demands)
     pid = provider_plan.provider_id(kind, name, own_ns)
     url = await _redis_url(memo, provider, own_ns)
     client = await memo.runtime.queues.client(url)
-    fields = provider_plan.share_fields(allocation)
     state = await provider_io.read_state(client, url, pid)
+    await provider_io.forget_demand(
+        client,
+        url,
+        pid,
+        [g for g, at in state.demand.items() if state.now - at > provider_io.DEMAND_FORGET],
+    )
+    demands = [
+        _demand(spec, st, key, state.demand.get(key), state.now) for spec, st, key in members
+    ]
+    # shares of the rate the scale rules in force leave (a high group keeps its share first)
+    scaled = provider_plan.scaled_rate(per_minute, state.rules, state.now)
+    allocation = provider_plan.shares(scaled, demands)
+    fields = provider_plan.share_fields(allocation)
     last = _written.get(pid)
     if (
         last is None

@@ -11,9 +11,9 @@ Errors are :class:`ProviderStateUnavailable` with a message that never carries t
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, Final, cast
 
 import redis.asyncio as aioredis
 
@@ -30,23 +30,35 @@ class ProviderStateUnavailable(Exception):
 @dataclass(frozen=True, slots=True)
 class ProviderState:
     """``rules``: effects in force (or recovering); ``replies``: rule -> the reply that last
-    fired it; ``now``: Redis' clock, unix seconds; ``shares_present``: the shares hash exists."""
+    fired it; ``now``: Redis' clock, unix seconds; ``shares_present``: the shares hash exists;
+    ``demand``: group id -> unix seconds of its workers' last permit request."""
 
     rules: list[RuleState] = field(default_factory=list)
     replies: dict[str, str] = field(default_factory=dict)
     now: float = 0.0
     #: whether the ``shares`` hash exists (gone after a Redis restart without persistence)
     shares_present: bool = False
+    demand: dict[str, float] = field(default_factory=dict)
 
 
 def _text(value: bytes | str) -> str:
     return value.decode(errors="replace") if isinstance(value, bytes) else value
 
 
+#: Seconds the shares hash lives after its last write (the operator rewrites it at least every
+#: 30 s): with no operator to follow the rules' recovery, the shares (split from a scaled rate,
+#: a normal group's maybe 0) go, and the groups share the provider's own level without
+#: priorities instead of staying held at the scaled split.
+SHARES_TTL: Final = 150
+#: Seconds after which a group's entry in the ``demand`` hash is deleted (a deleted group's).
+DEMAND_FORGET: Final = 86400.0
+
+
 async def write_shares(
     client: aioredis.Redis[bytes], url: str, provider_id: str, allocation: Mapping[str, float]
 ) -> None:
-    """Replace the provider's shares with ``allocation`` (group key -> recipients/min)."""
+    """Replace the provider's shares with ``allocation`` (group key -> recipients/min); the
+    hash expires :data:`SHARES_TTL` seconds later unless written again."""
     keys = ProviderKeys(provider_id)
     try:
         async with client.pipeline(transaction=True) as pipe:
@@ -54,6 +66,7 @@ async def write_shares(
             fields = share_fields(allocation)
             if fields:
                 pipe.hset(keys.shares, mapping=fields)  # type: ignore[arg-type]
+                pipe.expire(keys.shares, SHARES_TTL)
             await pipe.execute()
     except (*REDIS_ERRORS, OSError) as exc:
         raise ProviderStateUnavailable(
@@ -62,11 +75,11 @@ async def write_shares(
 
 
 async def read_state(client: aioredis.Redis[bytes], url: str, provider_id: str) -> ProviderState:
-    """The provider's rules and recent firings, one MULTI/EXEC round trip. On Redis Cluster
-    (whose pipelines refuse keyless commands such as TIME) the three reads go in a plain
-    pipeline (redis-py 7.4's cluster MULTI fails on HGETALL's reply callback) and the clock is
-    read by a second call, on the node that owns the provider's hash tag: the clock the
-    workers' scripts use."""
+    """The provider's rules, recent firings and groups' last permit requests, one MULTI/EXEC
+    round trip. On Redis Cluster (whose pipelines refuse keyless commands such as TIME) the
+    reads go in a plain pipeline (redis-py 7.4's cluster MULTI fails on HGETALL's reply
+    callback) and the clock is read by a second call, on the node that owns the provider's
+    hash tag: the clock the workers' scripts use."""
     keys = ProviderKeys(provider_id)
     cluster = is_cluster(client)
     try:
@@ -76,13 +89,14 @@ async def read_state(client: aioredis.Redis[bytes], url: str, provider_id: str) 
             if not cluster:
                 pipe.time()
             pipe.exists(keys.shares)
+            pipe.hgetall(keys.demand)
             results = await pipe.execute()
         if cluster:
-            raw_rules, fired, present = results
+            raw_rules, fired, present, raw_demand = results
             c = cast(Any, client)
             now = await c.time(target_nodes=c.get_node_from_key(keys.rules))
         else:
-            raw_rules, fired, now, present = results
+            raw_rules, fired, now, present, raw_demand = results
     except (*REDIS_ERRORS, OSError) as exc:
         raise ProviderStateUnavailable(
             f"provider state at {safe_host(url)}: {type(exc).__name__}"
@@ -97,4 +111,26 @@ async def read_state(client: aioredis.Redis[bytes], url: str, provider_id: str) 
         parts = _text(entry).split("|", 5)
         if len(parts) == 6 and parts[0] not in replies:
             replies[parts[0]] = parts[5]
-    return ProviderState(rules, replies, int(now[0]) + int(now[1]) / 1e6, bool(present))
+    demand: dict[str, float] = {}
+    for group, value in raw_demand.items():
+        try:
+            demand[_text(group)] = int(_text(value)) / 1000
+        except ValueError:
+            continue
+    return ProviderState(rules, replies, int(now[0]) + int(now[1]) / 1e6, bool(present), demand)
+
+
+async def forget_demand(
+    client: aioredis.Redis[bytes], url: str, provider_id: str, groups: Sequence[str]
+) -> None:
+    """Delete ``groups``' entries from the provider's ``demand`` hash (entries older than
+    :data:`DEMAND_FORGET`: groups deleted or long idle; the hash would otherwise keep every
+    group that ever sent)."""
+    if not groups:
+        return
+    try:
+        await client.hdel(ProviderKeys(provider_id).demand, *groups)
+    except (*REDIS_ERRORS, OSError) as exc:
+        raise ProviderStateUnavailable(
+            f"provider state at {safe_host(url)}: {type(exc).__name__}"
+        ) from None

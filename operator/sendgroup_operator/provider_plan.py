@@ -218,6 +218,24 @@ class GroupDemand:
     sending: bool = True
 
 
+#: Seconds a group's last permit request counts as work (a group whose status shows no queued
+#: job but whose workers asked for a permit this recently keeps, or gets, its share).
+DEMAND_WINDOW: Final = 30.0
+
+
+def has_work(queued: int, last_request: float | None, now: float) -> bool:
+    """Whether a running group competes for a share: its status shows queued jobs
+    (``queue.total``: ready + delayed + reserved), or its workers asked for a permit in the
+    last :data:`DEMAND_WINDOW` seconds (``last_request``/``now``: unix seconds on the
+    provider Redis' clock). An emptied group thus frees its share about 30 s after its last
+    mail instead of holding it until ``idleAfter``; a group refilled after that asks with
+    share 0 (refused, once a second) and is given its share at the next pass, within about
+    two seconds."""
+    if queued > 0:
+        return True
+    return last_request is not None and now - last_request <= DEMAND_WINDOW
+
+
 def _water_fill(budget: float, groups: Sequence[GroupDemand]) -> tuple[dict[str, float], float]:
     """Weighted max-min fair split of ``budget`` (Bertsekas & Gallager, "Data Networks" 6.5.2,
     with weights): raise a level L; a group gets ``min(limit, weight * L)``. Returns the
@@ -429,6 +447,18 @@ class ProviderEvent:
     message: str
 
 
+def scaled_rate(per_minute: float | None, rules: Sequence[RuleState], now: float) -> float | None:
+    """``per_minute`` scaled by the lowest factor among scale rules at ``now`` (recovery
+    included; suspensions ignored: the permit script refuses every group while one holds):
+    the budget :func:`shares` splits, so a ``high`` group keeps its share before ``normal``
+    groups get any when a ScaleRate rule holds. The permit script scales the provider level
+    at once and applies the shares as written (the next pass, within a second, rewrites them).
+    None without a provider rate."""
+    if per_minute is None:
+        return None
+    return per_minute * min([r.factor(now) for r in rules] or [1.0])
+
+
 def effective_rate(
     per_minute: float | None, rules: Sequence[RuleState], now: float
 ) -> float | None:
@@ -438,8 +468,7 @@ def effective_rate(
         return None
     if any(r.action == "suspend" and r.holds(now) for r in rules):
         return 0.0
-    factor = min([r.factor(now) for r in rules] or [1.0])
-    return per_minute * factor
+    return scaled_rate(per_minute, rules, now)
 
 
 def provider_status(
@@ -469,11 +498,12 @@ def provider_status(
     per_minute = provider.spec.rate.per_minute if provider.spec.rate else None
     eff = effective_rate(per_minute, rules, ts)
     status.effective_rate = EffectiveRate(per_minute=None if eff is None else round(eff, 3))
-    factor = 1.0 if per_minute in (None, 0) or eff is None else eff / per_minute
+    # the allocation is already of the scaled rate (scaled_rate); a suspension shows as 0
+    suspended = eff == 0.0 and bool(per_minute)
     status.shares = [
         ProviderShare(
             group=key,
-            per_minute=round(value * factor, 3),
+            per_minute=0.0 if suspended else round(value, 3),
             priority=by_key[key].priority if key in by_key else Priority.NORMAL,
             weight=by_key[key].weight if key in by_key else 1,
         )

@@ -136,6 +136,33 @@ def test_shares_split_the_budget_and_group_limits_apply_inside(redis_url: str) -
     assert 9 <= b_got <= 11, b_got  # 5 s at 2/s
 
 
+def test_under_a_scale_rule_the_shares_apply_as_written_so_a_high_group_keeps_its_own(
+    redis_url: str,
+) -> None:
+    """Provider 1200/min under ScaleRate(20%): 240/min in all. The operator splits those 240
+    (high first: high 240, normal 0); the script applies the shares as written and scales only
+    the provider level. Before, it scaled each share again (high at 48/min, 1/5 of its share:
+    review finding "ScaleRate slows a high group as much as a normal one")."""
+
+    async def body(make: Callable[..., ProviderPacer]) -> tuple[int, str, float | None]:
+        high = make(_provider(perMinute=1200, group="ns/high"))
+        normal = make(_provider(perMinute=1200, group="ns/normal"))
+        sec, usec = await high.redis.time()
+        now_ms = sec * 1000 + usec // 1000
+        await high.redis.hset(
+            high.keys.rules, "unusual-rate", f"scale|20|{now_ms}|{now_ms + 60000}|10|60000"
+        )
+        await high.redis.hset(high.keys.shares, mapping={"ns/high": "240", "ns/normal": "0"})
+        refused = await normal.try_take("n1")
+        start = time.monotonic()
+        (t,) = await _drive([(high, "h1")], 5.5)
+        return _in_window(t, start + 0.5, start + 5.5), refused.why, refused.per_minute
+
+    got, why, per_minute = _run(redis_url, body)
+    assert why == "share" and per_minute == 240.0
+    assert 18 <= got <= 22, got  # 5 s at 4/s: the whole scaled rate (was ~4: 48/min)
+
+
 def test_a_zero_share_waits_and_a_new_share_takes_effect_at_once(redis_url: str) -> None:
     async def body(make: Callable[..., ProviderPacer]) -> tuple[str, bool, float]:
         p = make(_provider(perMinute=600, group="ns/normal"))
@@ -297,16 +324,54 @@ def test_the_operator_writes_shares_and_reads_the_rules_the_workers_fired(redis_
         await provider_io.write_shares(p.redis, redis_url, "csp/test", {"ns/normal": 600.0})
         granted = await p.try_take("l1")
         shares = await p.redis.hgetall(p.keys.shares)
+        ttl = await p.redis.ttl(p.keys.shares)
         await p.record_reply("421 4.7.0 [TSS04] Messages temporarily deferred")
         state = await provider_io.read_state(p.redis, redis_url, "csp/test")
-        return refused.why, granted.granted, shares, state
+        return refused.why, granted.granted, shares, state, ttl
 
-    why, granted, shares, state = _run(redis_url, body)
+    why, granted, shares, state, ttl = _run(redis_url, body)
     assert (why, granted) == ("share", True)
     assert shares == {b"ns/normal": b"600.000"}  # replaced, not merged
+    assert 0 < ttl <= provider_io.SHARES_TTL  # gone if no operator writes them again
     assert [(r.name, r.action) for r in state.rules] == [("blocked", "suspend")]
     assert 59 <= state.rules[0].until - state.now <= 60
     assert state.replies == {"blocked": "421 4.7.0 [TSS04] Messages temporarily deferred"}
+    # both permit calls ("take", refused or granted) recorded that ns/normal asks to send
+    assert set(state.demand) == {"ns/normal"}
+    assert 0 <= state.now - state.demand["ns/normal"] <= 2, (state.now, state.demand)
+
+
+def test_a_group_that_asks_for_permits_is_seen_to_have_work(redis_url: str) -> None:
+    """Review finding: an emptied group kept its share until idleAfter (its phase stayed
+    Running), so an empty high group held the whole budget. A "take" call records the group's
+    request (the provider's demand hash); "peek", "give" and "release" do not; the operator
+    counts a group with nothing queued as having work only while it asked recently."""
+    from sendgroup_operator import provider_io, provider_plan
+
+    async def body(make: Callable[..., ProviderPacer]) -> tuple[Any, Any, int]:
+        asking = make(_provider(perMinute=600, group="ns/asking"))
+        quiet = make(_provider(perMinute=600, group="ns/quiet"))
+        await provider_io.write_shares(
+            asking.redis, redis_url, "csp/test", {"ns/asking": 0.0, "ns/quiet": 600.0}
+        )
+        refused = await asking.try_take("a1")  # a zero share: refused, but it asked
+        await quiet.release("q1")
+        await quiet.give_back("q1")
+        await quiet.try_take("q1", demand=False)  # an idle lane's poll: granted, not recorded
+        state = await provider_io.read_state(asking.redis, redis_url, "csp/test")
+        ttl = await asking.redis.pttl(asking.keys.demand)
+        return refused.why, state, ttl
+
+    why, state, ttl = _run(redis_url, body)
+    assert why == "share"
+    assert set(state.demand) == {"ns/asking"}, state.demand
+    assert 86_000_000 <= ttl <= 86_400_000, ttl  # a day past its newest group
+    assert state.shares_present
+    assert provider_plan.has_work(0, state.demand.get("ns/asking"), state.now)
+    assert not provider_plan.has_work(0, state.demand.get("ns/quiet"), state.now)
+    later = state.now + provider_plan.DEMAND_WINDOW + 1
+    assert not provider_plan.has_work(0, state.demand["ns/asking"], later)
+    assert provider_plan.has_work(3, None, later)  # queued jobs are work without asking
 
 
 def test_a_short_lease_does_not_cut_a_long_ones_life(redis_url: str) -> None:

@@ -214,3 +214,56 @@ def test_a_high_group_that_arrives_gets_its_share_within_a_second(
     # ~33 or ~100
     assert 45 <= high <= 55, high
     assert 45 <= rest <= 55, rest
+
+
+def test_an_idle_worker_keeps_no_demand_alive_and_a_job_brings_its_share_back(
+    redis_url: str, smtp_sink: SmtpSink, workers: list[WorkerProcess]
+) -> None:
+    """Review finding: a worker asks for a permit before it looks for a job, so its idle lanes,
+    polling every ``block_for``, told the operator the group had work for ever and an emptied
+    group never freed its provider share. Now only a permit request with a sign of work (the
+    lane sent a mail, or a job woke it) is recorded in the provider's ``demand`` hash. With a
+    share of 0 and no sign of work a lane waits for work, not for a permit; a job then makes
+    it ask (recorded), and the share the operator writes next lets the mail go."""
+    import redis as sync_redis
+
+    from sendgroup_worker.provider import ProviderKeys
+
+    keys = ProviderKeys(PROVIDER_ID)
+    r = sync_redis.Redis.from_url(redis_url)
+
+    def demand_age() -> float | None:
+        value = r.hget(keys.demand, "ns/idle")
+        if value is None:
+            return None
+        sec, usec = r.time()
+        return (sec * 1000 + usec // 1000 - int(value)) / 1000
+
+    def delivered(domain: str) -> int:
+        return _arrivals(smtp_sink, 0, time.time() + 1, domain)
+
+    provider = _provider_env("ns/idle", perMinute=600)
+    _start_group(workers, redis_url, smtp_sink.port, "idle", 1, provider, WORKER_BLOCK_FOR="1")
+    # a starting lane asks once (it has not looked yet), then finds nothing and goes idle
+    wait_for(lambda: demand_age() is not None, 30, "the worker's first permit request")
+    time.sleep(6)  # six block_for timeouts of idle polling
+    age = demand_age()
+    assert age is not None and age >= 5, f"idle polls were recorded as demand (age {age})"
+    assert delivered("@idle.example") == 0
+
+    # the operator saw no work and wrote the group a share of 0
+    r.hset(keys.shares, mapping={"ns/idle": "0", "ns/other": "600"})
+    time.sleep(2)
+    idle_age = demand_age()
+    assert idle_age is not None and idle_age >= 7, "a lane polled for a permit with no work"
+    _fill(redis_url, "idle", 1)
+    pushed = time.time()
+    wait_for(
+        lambda: (a := demand_age()) is not None and a < time.time() - pushed + 0.5,
+        10,
+        "the job's permit request recorded (share 0: refused)",
+    )
+    time.sleep(1.5)
+    assert delivered("@idle.example") == 0, "sent with a share of 0"
+    r.hset(keys.shares, "ns/idle", "600")  # the operator's next pass
+    wait_for(lambda: delivered("@idle.example") == 1, 10, "the mail after the share came back")

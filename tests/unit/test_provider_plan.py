@@ -261,17 +261,18 @@ def test_provider_status_conditions_shares_and_events() -> None:
         GroupDemand("mail/a"),
         GroupDemand("mail/b", sending=False),
     ]
-    allocation = shares(3000, demands)
     rule = provider_plan.RuleState("unusual-rate", "scale", 20, t - 10, t + 1790)
+    allocation = shares(provider_plan.scaled_rate(3000, [rule], t), demands)
     status, events, changed = provider_plan.provider_status(
         GOOGLE, demands, allocation, [rule], {"unusual-rate": "421 4.7.28 unusual rate"}, [], now
     )
     assert changed
     assert status.groups == 2
     assert status.effective_rate.per_minute == 600
+    # 20 % of 3000 = 600: the high group keeps its 300 first, the normal one gets the rest
     assert [(s.group, s.per_minute) for s in status.shares] == [
-        ("mail/a", 540.0),
-        ("mail/urgent", 60.0),
+        ("mail/a", 300.0),
+        ("mail/urgent", 300.0),
     ]
     assert [(a.rule, a.action, a.reply) for a in status.active_rules] == [
         ("unusual-rate", "ScaleRate(20%)", "421 4.7.28 unusual rate")
@@ -372,3 +373,73 @@ def test_a_provider_without_redis_gets_the_operators_default_on_every_worker(
     by_name = {e["name"]: e for e in container["env"]}
     assert by_name["REDIS_URL"]["value"] == "redis://group-own:6379/0"
     assert by_name["PROVIDER_REDIS_URL"] == {"name": "PROVIDER_REDIS_URL", **want}
+
+
+def test_a_scale_rule_shrinks_the_budget_that_is_shared_so_high_groups_keep_theirs() -> None:
+    """Review finding: the shares were split from the full rate and the permit script scaled
+    each by the rule's factor, so ScaleRate(20%) slowed a high group as much as a normal one
+    (60/min of its 300 while a normal group still sent). Now the operator splits the scaled
+    rate: high first, then normal; a suspension shows every share at 0."""
+    from datetime import UTC, datetime
+
+    now = datetime(2026, 12, 1, 12, 0, 0, tzinfo=UTC)
+    t = now.timestamp()
+    demands = [GroupDemand("mail/urgent", H, limit=300), GroupDemand("mail/news")]
+    scale = provider_plan.RuleState("unusual-rate", "scale", 20, t - 10, t + 60, 50, 30)
+    assert provider_plan.scaled_rate(1200, [scale], t) == 240
+    assert shares(provider_plan.scaled_rate(1200, [scale], t), demands) == {
+        "mail/urgent": 240.0,
+        "mail/news": 0.0,
+    }
+    # recovering additively (50 % per 30 s after the rule ended): 70 % of 1200 = 840
+    recovering = t + 60 + 1
+    assert provider_plan.scaled_rate(1200, [scale], recovering) == 840
+    assert shares(840, demands) == {"mail/urgent": 300.0, "mail/news": 540.0}
+    assert provider_plan.scaled_rate(1200, [], t) == 1200
+    assert provider_plan.scaled_rate(None, [scale], t) is None
+    suspend = provider_plan.RuleState("blocked", "suspend", 0, t - 1, t + 60)
+    assert provider_plan.scaled_rate(1200, [suspend], t) == 1200  # the script refuses all
+    status, _, _ = provider_plan.provider_status(
+        GOOGLE, demands, shares(1200, demands), [suspend], {}, [], now
+    )
+    assert status.effective_rate.per_minute == 0
+    assert [(s.group, s.per_minute) for s in status.shares] == [
+        ("mail/news", 0.0),
+        ("mail/urgent", 0.0),
+    ]
+
+
+def test_a_running_group_competes_for_a_share_only_while_it_has_work() -> None:
+    """Review finding: an emptied group kept its share until idleAfter (phase Running), so an
+    empty high group held the whole budget and every normal group of the provider waited."""
+    from sendgroup_operator import provider_handlers
+
+    spec = models.SendGroupSpec.model_validate(
+        {"campaign": "c", "host": "gmail.com", "priority": "high"}
+    )
+    running = {"phase": "Running", "queue": {"total": 0}}
+    now = 1_000_000.0
+
+    def sending(status: dict[str, Any], asked: float | None = None, s: Any = spec) -> bool:
+        demand = provider_handlers._demand(s, status, "mail/g", asked, now)
+        return bool(demand.sending)
+
+    assert not sending(running)  # empty, nobody asked: no share
+    assert sending(running, asked=now - 5)  # its workers asked 5 s ago
+    assert not sending(running, asked=now - provider_plan.DEMAND_WINDOW - 1)
+    assert sending({"phase": "Running", "queue": {"total": 7}})  # queued jobs
+    assert not sending({"phase": "Paused", "queue": {"total": 7}}, asked=now)
+    paused = spec.model_copy(update={"paused": True})
+    assert not sending({"phase": "Running", "queue": {"total": 7}}, s=paused)
+    # the high group empty: the normal group gets the whole budget
+    demands = [
+        provider_handlers._demand(spec, running, "mail/high", None, now),
+        provider_handlers._demand(
+            spec.model_copy(update={"priority": Priority.NORMAL}),
+            {"phase": "Running", "queue": {"total": 100}},
+            "mail/normal",
+            None,
+            now,
+        ),
+    ]
+    assert shares(1200, demands) == {"mail/high": 0.0, "mail/normal": 1200.0}

@@ -1,13 +1,14 @@
 """Pacing per receiving provider, across every group and campaign (the worker's side).
 
 A provider (``SendProvider``/``ClusterSendProvider``) has one budget, ``perMinute`` recipients
-and ``concurrency`` SMTP transactions in flight, shared by every group resolved to it. Each
-mail takes one permit in ONE Redis round trip (``scripts/provider_permit.lua``): the provider's
-GCRA, the group's GCRA at ``min(group's share, group's own rate after warm-up)`` (the share is
-written by the operator, scaled by active rules), the rules in force (suspension, scaled rate,
-concurrency cap) and a concurrency lease that expires by itself (a killed worker cannot keep
-one). Rates count recipients: a mail to n recipients takes one permit and charges n - 1 more
-as *debt* on the lane's next permit call (no extra round trip).
+and ``concurrency`` SMTP transactions in flight, shared by every group resolved to it. Each mail
+takes one permit in ONE Redis round trip (``scripts/provider_permit.lua``): the provider's GCRA,
+the group's GCRA at ``min(group's share, group's own rate after warm-up)`` (the share is written
+by the operator: its split of the rate the scale rules in force leave, high groups first), the
+rules in force (suspension, the provider's scaled rate, concurrency cap) and a concurrency lease
+that expires by itself (a killed worker cannot keep one). Rates count recipients: a mail to n
+recipients takes one permit and charges n - 1 more as *debt* on the lane's next permit call (no
+extra round trip).
 
 A reply from the provider that matches a pushback rule (codes and/or an RE2 pattern; RE2 runs
 in linear time, so no pattern can stall a worker) is counted in Redis across all workers of all
@@ -16,7 +17,7 @@ permit call reads it, so it reaches every worker at its next permit (within one 
 second at most while waiting: waits are capped at :data:`MAX_WAIT_STEP`).
 
 Keys (all under one Redis Cluster hash tag per provider, in the provider's Redis):
-``sendgroups:provider:{<id>}:tat|leases|rules|shares|fired|group:<group>|matches:<rule>``,
+``sendgroups:provider:{<id>}:tat|leases|rules|shares|demand|fired|group:<group>|matches:<rule>``,
 ``<id>`` = ``csp/<name>`` or ``sp/<namespace>/<name>``.
 
 The operator gives the worker its provider's parameters as JSON in ``SENDGROUP_PROVIDER``
@@ -141,6 +142,11 @@ class ProviderKeys:
         return self._key("shares")
 
     @property
+    def demand(self) -> str:
+        """Groups' last permit request: hash group id -> unix ms (read by the operator)."""
+        return self._key("demand")
+
+    @property
     def fired(self) -> str:
         """Recent rule firings, newest first (read by the operator)."""
         return self._key("fired")
@@ -213,7 +219,7 @@ class ProviderPacer:
             return 0.0, 0
         return max(rate, 1e-6), self.policy.burst_at(rate)
 
-    async def _call(self, lane: str, debt: int, mode: str) -> Permit:
+    async def _call(self, lane: str, debt: int, mode: str, demand: bool = False) -> Permit:
         g_rate, g_burst = self._group_limits()
         c = self.config
         granted, wait_us, rate_milli, cap, why = await self._permit(
@@ -223,6 +229,7 @@ class ProviderPacer:
                 self.keys.leases,
                 self.keys.rules,
                 self.keys.shares,
+                self.keys.demand,
             ],
             args=[
                 c.per_minute or 0,
@@ -235,6 +242,7 @@ class ProviderPacer:
                 self.lease_ms,
                 max(0, debt),
                 mode,
+                "1" if demand else "0",
             ],
         )
         why_text = why.decode() if isinstance(why, bytes) else str(why)
@@ -248,11 +256,22 @@ class ProviderPacer:
         self.last = permit
         return permit
 
-    async def try_take(self, lane: str, debt: int = 0) -> Permit:
-        """One permit and the lane's lease now, or a refusal with the time to wait."""
-        return await self._call(lane, debt, "take")
+    async def try_take(self, lane: str, debt: int = 0, demand: bool = True) -> Permit:
+        """One permit and the lane's lease now, or a refusal with the time to wait.
+        ``demand``: the lane has a sign of work (it just sent a mail, or was woken by a job);
+        only such calls tell the operator that the group has work (the provider's ``demand``
+        hash, :func:`sendgroup_operator.provider_plan.has_work`), so an idle lane's poll
+        keeps no share alive."""
+        return await self._call(lane, debt, "take", demand)
 
-    async def take(self, lane: str, stop: asyncio.Event, debt: int = 0, wait: float = 0.0) -> bool:
+    async def take(
+        self,
+        lane: str,
+        stop: asyncio.Event,
+        debt: int = 0,
+        wait: float = 0.0,
+        demand: bool = True,
+    ) -> bool:
         """Wait until a permit is granted (True), or ``stop`` is set (False).
 
         One waiting lane per process polls the budget at a time; the others queue behind it
@@ -275,7 +294,7 @@ class ProviderPacer:
                         await asyncio.wait_for(stop.wait(), min(pause, MAX_WAIT_STEP))
                     if stop.is_set():
                         break
-                permit = await self.try_take(lane, debt)
+                permit = await self.try_take(lane, debt, demand)
                 debt = 0
                 if permit.granted:
                     return True

@@ -175,6 +175,10 @@ class _Lane:
     debt: int = 0
     #: whether the lane holds a provider concurrency lease (from its last granted permit)
     leased: bool = False
+    #: whether the lane has a sign of work: it sent a mail, or a job (or another lane that
+    #: found one) woke it; False after it found the queue empty and its wait timed out.
+    #: Provider pacing: only permit requests with a sign of work count as the group's demand.
+    wants: bool = True
 
 
 class Worker:
@@ -366,9 +370,10 @@ class Worker:
         self._log_pause(False)
         if not result.jobs:
             await self._give_back(lane, granted)
-            await self._wait_for_work()
+            lane.wants = await self._wait_for_work()
             return
         self.taken += 1
+        lane.wants = True
         job = result.jobs[0]
         if self.pacer is not None:
             lane.debt = _recipients(job) - 1
@@ -424,14 +429,21 @@ class Worker:
         granted at once); 0 when the worker stopped while waiting."""
         assert self.pacer is not None
         lane_id = self.pacer.lane_id(lane.index)
-        permit = await self.pacer.try_take(lane_id, lane.debt)
+        permit = await self.pacer.try_take(lane_id, lane.debt, demand=lane.wants)
         lane.debt = 0
         if not permit.granted:
             lane.leased = False  # a refused call drops the lane's lease
             await self._flush(lane)  # do not hold an acknowledgement while waiting
+            if permit.why == "share" and not lane.wants:
+                # no share, and no sign of work: wait for work, not for a permit (a poll for
+                # a permit with no work to send would keep no share alive: see try_take)
+                lane.wants = await self._wait_for_work()
+                return 0
             if permit.why.startswith("suspended:"):
                 log.debug("provider %s: %s", self.pacer.config.id, permit.why)
-            if not await self.pacer.take(lane_id, self.stopping, wait=permit.wait):
+            if not await self.pacer.take(
+                lane_id, self.stopping, wait=permit.wait, demand=lane.wants
+            ):
                 await self.pacer.release(lane_id)
                 return 0
         lane.leased = True
@@ -471,35 +483,43 @@ class Worker:
         async with self._idle:
             self._idle.notify(1)
 
-    async def _wait_for_work(self) -> None:
+    async def _wait_for_work(self) -> bool:
         """Wait for work: one lane at a time blocks on Redis (:meth:`_block_on_redis`), the
-        others wait to be woken by a lane that found a job (or 30 s, or the stop)."""
+        others wait to be woken by a lane that found a job (or 30 s, or the stop). True when
+        something signalled work (a token, a due delayed job or expired reservation, a lane
+        that found a job), False when the wait just timed out (or the worker stops)."""
         if not self._blocker:
             self._blocker = True
             try:
-                await self._block_on_redis()
+                return await self._block_on_redis()
             finally:
                 self._blocker = False
-            return
         async with self._idle:
             if self.stopping.is_set():  # stop() may have notified before this lane got here
-                return
-            with contextlib.suppress(TimeoutError):
+                return False
+            try:
                 await asyncio.wait_for(self._idle.wait(), 30.0)
+            except TimeoutError:
+                return False
+            return not self.stopping.is_set()
 
-    async def _block_on_redis(self) -> None:
+    async def _block_on_redis(self) -> bool:
         """Block on the notify list until a token arrives, the next delayed job or expired
-        reservation is due, ``block_for`` passes, or the worker stops."""
+        reservation is due, ``block_for`` passes, or the worker stops. True when a token
+        came or something is due, False on the timeout or the stop."""
         async with self.client.pipeline(transaction=False) as pipe:
             pipe.zrange(self.keys.delayed, 0, 0, withscores=True)
             pipe.zrange(self.keys.reserved, 0, 0, withscores=True)
             firsts = await pipe.execute()
         timeout = self.config.block_for
+        due = False
         for first in firsts:
             if first:
-                timeout = min(timeout, float(first[0][1]) - self.clock.now())
+                at = float(first[0][1]) - self.clock.now()
+                if at <= timeout:
+                    timeout, due = at, True
         if timeout <= 0.001:
-            return
+            return True
         timeout = max(timeout, 0.01)
         pop = asyncio.ensure_future(self.blocking.blpop([self.keys.notify], timeout=timeout))
         stop = asyncio.ensure_future(self.stopping.wait())
@@ -512,7 +532,9 @@ class Worker:
                     with contextlib.suppress(asyncio.CancelledError, *REDIS_DOWN):
                         await task
         if pop.done() and not pop.cancelled():
-            pop.result()  # raises the Redis error, if any
+            # raises the Redis error, if any; a token, or the due job's time came
+            return pop.result() is not None or due
+        return False
 
     # --- one job ---------------------------------------------------------------------------
     async def _process(self, lane: _Lane, job: Reserved, reserved_until: float) -> None:

@@ -2,7 +2,8 @@
 -- in one atomic call (hierarchical GCRA). Sources: GCRA as in gcra.lua (ITU-T I.371, ATM Forum
 -- TM 4.1; Brandur Leach, "Rate limiting, cells, and GCRA"); hierarchical token/cell schedulers
 -- as in HTB (Linux traffic control: a child is bounded by its own rate and its parent's).
--- Nothing is taken unless every level allows it, so a denied call changes no state.
+-- Nothing is taken unless every level allows it, so a denied call takes nothing (it only
+-- records the group's demand, KEYS[6], and drops the lane's lease).
 --
 -- Every key shares the provider's hash tag (one Redis Cluster slot). Redis' clock (TIME).
 -- KEYS[1] provider TAT (integer microseconds)
@@ -10,8 +11,11 @@
 -- KEYS[3] leases: sorted set, member = lane id, score = lease expiry (ms)
 -- KEYS[4] rules: hash, field = rule name, value = "action|value|since_ms|until_ms|step_pct|every_ms"
 --         (written by provider_pushback.lua); action one of suspend, scale, cap
--- KEYS[5] shares: hash, field = group id, value = the group's share (recipients per minute),
---         written by the operator; no field = no share limit (the provider's budget still holds)
+-- KEYS[5] shares: hash, field = group id, value = the group's share (recipients per minute) of
+--         the rate after scale rules, written by the operator; no field = no share limit (the
+--         provider's budget still holds)
+-- KEYS[6] demand: hash, field = group id, value = the time (ms) of the group's last "take" call
+--         with a sign of work (ARGV[11]), read by the operator: such a group has work (a share)
 -- ARGV[1] provider perMinute (0 = no provider-wide rate)
 -- ARGV[2] provider burst (>= 1)
 -- ARGV[3] provider concurrency (0 = no limit)
@@ -24,6 +28,8 @@
 --         charged to both TATs unconditionally (rates count recipients, not jobs)
 -- ARGV[10] mode: "take" (one permit + lease), "give" (return one permit, release the lease),
 --          "release" (release the lease only), "peek" (state only)
+-- ARGV[11] "1": the calling lane has a sign of work (it sent a mail, or a job woke it), so a
+--          "take" records the group's demand; "0": an idle lane's poll (records nothing)
 -- Returns {granted, wait_us, rate_milli, cap, why}: granted 1/0; when 0, microseconds until a
 -- retry may succeed; the provider's effective perMinute now x 1000 (-1 = none); the effective
 -- concurrency (-1 = none); why = "" or the limiting level: "suspended:<rule>",
@@ -41,6 +47,14 @@ local lane = ARGV[7]
 local lease_ms = tonumber(ARGV[8])
 local debt = tonumber(ARGV[9])
 local mode = ARGV[10]
+
+if mode == 'take' and ARGV[11] == '1' then
+  -- the key lives a day past its newest group (a new field renews it; fields are ~40 bytes;
+  -- the operator deletes fields older than a day)
+  if redis.call('HSET', KEYS[6], group, now_ms) == 1 then
+    redis.call('PEXPIRE', KEYS[6], 86400000)
+  end
+end
 
 -- pushback rules in force: suspension, the lowest rate factor, the lowest concurrency cap
 local factor = 1.0
@@ -112,9 +126,12 @@ if p_rate > 0 then
   if factor < 1 then burst = math.max(1, math.min(p_burst, math.ceil(p_rate * factor / 60))) end
   levels[#levels + 1] = {KEYS[1], T, (burst - 1) * T, 'provider'}
 end
+-- the share as written: the operator splits the rate its scale rules leave (high groups
+-- first) and rewrites the shares within a second of a rule firing; the provider level above
+-- is scaled at once, so the sum holds meanwhile
 local share = tonumber(redis.call('HGET', KEYS[5], group) or '-1')
 local g_limit = -1
-if share >= 0 then g_limit = share * factor end
+if share >= 0 then g_limit = share end
 if g_rate > 0 and (g_limit < 0 or g_rate < g_limit) then g_limit = g_rate end
 if g_limit > 0 then
   local T = 60000000 / g_limit
