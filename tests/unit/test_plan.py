@@ -465,3 +465,6 @@ def test_passes_close_together_do_not_call_a_trickle_idle() -> None:
     assert later.status.idle_since == at(10 + p.QUIET_WINDOW)
     busy = run(s, later.status, dep(3), q(0, delivered=6), at(12.1))
     assert busy.status.idle_since is None
+    # a new group's first measurement, nothing queued and nothing ever sent: idle at once (200
+    # idle groups each wrote their status a second time, 10 s later, without this)
+    assert run(s, measure=q(0), now=at(20)).status.idle_since == at(20)

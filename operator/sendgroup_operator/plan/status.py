@@ -94,11 +94,12 @@ def record_measure(b: Decisions, m: QueueMeasure) -> None:
     # the measurement of the last written status, at least QUIET_WINDOW seconds earlier (a
     # trickle drained in milliseconds always samples empty: the counters, read in the same
     # atomic call, tell that work went through). Cleared by any activity.
-    # A window shorter than QUIET_WINDOW (or no earlier measurement) proves nothing either way
-    # when it saw no activity: idleSince is left as it was.
+    # A window shorter than QUIET_WINDOW proves nothing either way when it saw no activity:
+    # idleSince is left as it was. The first measurement compares with counters of zero: a
+    # new group with nothing queued and nothing ever sent is idle from then on.
     activity = m.delivered != b.old.progress.delivered or m.failed_total != b.old.progress.failed
     since = b.old.queue.measured_at
-    quiet_long_enough = since is not None and (now - since).total_seconds() >= QUIET_WINDOW
+    quiet_long_enough = since is None or (now - since).total_seconds() >= QUIET_WINDOW
     st.progress.delivered = m.delivered
     st.progress.failed = m.failed_total
     if m.total == 0 and not activity:
