@@ -199,12 +199,24 @@ def job_image(spec: models.SendGroupSpec, settings: Settings) -> str:
     return image(spec, settings)
 
 
-def _value(setting: ws.WorkerSetting, value: object) -> dict[str, Any]:
+def env_value(setting: ws.WorkerSetting, value: object) -> dict[str, Any]:
+    """A container env entry for ``setting`` with a plain value."""
     return {"name": setting.env, "value": str(value)}
 
 
-def _secret(setting: ws.WorkerSetting, secret: str, key: str) -> dict[str, Any]:
+def env_secret(setting: ws.WorkerSetting, secret: str, key: str) -> dict[str, Any]:
+    """A container env entry for ``setting`` read from a Secret's key."""
     return {"name": setting.env, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}}
+
+
+def default_redis_env(setting: ws.WorkerSetting, settings: Settings) -> dict[str, Any]:
+    """``setting`` (``REDIS_URL``, ``PROVIDER_REDIS_URL``) from the operator's default Redis:
+    its Secret (``defaultRedisSecretRef``, same name in the group's namespace) when set, the
+    plain ``defaultRedisUrl`` otherwise."""
+    default_secret = settings.default_redis_secret_ref
+    if default_secret is not None:
+        return env_secret(setting, *default_secret)
+    return env_value(setting, settings.default_redis_url)
 
 
 def redis_env(spec: models.SendGroupSpec, settings: Settings) -> dict[str, Any]:
@@ -214,13 +226,10 @@ def redis_env(spec: models.SendGroupSpec, settings: Settings) -> dict[str, Any]:
     plain ``defaultRedisUrl`` otherwise."""
     redis = spec.redis
     if redis is not None and redis.secret_ref is not None:
-        return _secret(ws.REDIS_URL, redis.secret_ref.name, redis.secret_ref.key)
+        return env_secret(ws.REDIS_URL, redis.secret_ref.name, redis.secret_ref.key)
     if redis is not None and redis.url:
-        return _value(ws.REDIS_URL, redis.url)
-    default_secret = settings.default_redis_secret_ref
-    if default_secret is not None:
-        return _secret(ws.REDIS_URL, *default_secret)
-    return _value(ws.REDIS_URL, settings.default_redis_url)
+        return env_value(ws.REDIS_URL, redis.url)
+    return default_redis_env(ws.REDIS_URL, settings)
 
 
 def worker_env(
@@ -235,42 +244,42 @@ def worker_env(
     w = spec.worker
     smtp = spec.smtp or models.SmtpSpec()
     env = [
-        _value(ws.QUEUE, spec.queue_name(ref.name)),
-        _value(ws.KEY_PREFIX, settings.key_prefix),
-        _value(ws.GROUP, ref.name),
-        _value(ws.NAMESPACE, ref.namespace),
+        env_value(ws.QUEUE, spec.queue_name(ref.name)),
+        env_value(ws.KEY_PREFIX, settings.key_prefix),
+        env_value(ws.GROUP, ref.name),
+        env_value(ws.NAMESPACE, ref.namespace),
         redis_env(spec, settings),
-        _value(ws.SMTP_HOST, smtp.host or settings.default_smtp_host),
-        _value(ws.SMTP_PORT, smtp.port or settings.default_smtp_port),
-        _value(ws.SMTP_TLS, (smtp.tls.value if smtp.tls else settings.default_smtp_tls)),
-        _value(ws.TRIES, w.tries),
-        _value(ws.BACKOFF, ",".join(str(b) for b in w.backoff)),
-        _value(ws.TIMEOUT, w.timeout),
-        _value(ws.RETRY_AFTER, w.retry_after),
-        _value(ws.BACKPRESSURE_SUSPEND_AFTER, spec.backpressure.suspend_after),
-        _value(
+        env_value(ws.SMTP_HOST, smtp.host or settings.default_smtp_host),
+        env_value(ws.SMTP_PORT, smtp.port or settings.default_smtp_port),
+        env_value(ws.SMTP_TLS, (smtp.tls.value if smtp.tls else settings.default_smtp_tls)),
+        env_value(ws.TRIES, w.tries),
+        env_value(ws.BACKOFF, ",".join(str(b) for b in w.backoff)),
+        env_value(ws.TIMEOUT, w.timeout),
+        env_value(ws.RETRY_AFTER, w.retry_after),
+        env_value(ws.BACKPRESSURE_SUSPEND_AFTER, spec.backpressure.suspend_after),
+        env_value(
             ws.BACKPRESSURE_SUSPEND_FOR,
             int(durations.parse_seconds(spec.backpressure.suspend_for)),
         ),
-        _value(ws.METRICS_PORT, WORKER_METRICS_PORT),
-        _value(ws.HEALTH_PORT, WORKER_HEALTH_PORT),
-        _value(ws.STALL_AFTER, (w.probes or models.WorkerProbesSpec()).stall_after),
+        env_value(ws.METRICS_PORT, WORKER_METRICS_PORT),
+        env_value(ws.HEALTH_PORT, WORKER_HEALTH_PORT),
+        env_value(ws.STALL_AFTER, (w.probes or models.WorkerProbesSpec()).stall_after),
     ]
     if smtp.secret_ref is not None:
-        env.append(_secret(ws.SMTP_USERNAME, smtp.secret_ref.name, smtp.secret_ref.username_key))
-        env.append(_secret(ws.SMTP_PASSWORD, smtp.secret_ref.name, smtp.secret_ref.password_key))
+        env.append(env_secret(ws.SMTP_USERNAME, smtp.secret_ref.name, smtp.secret_ref.username_key))
+        env.append(env_secret(ws.SMTP_PASSWORD, smtp.secret_ref.name, smtp.secret_ref.password_key))
     if spec.rate is not None and spec.rate.per_minute is not None:
-        env.append(_value(ws.RATE_PER_MINUTE, spec.rate.per_minute))
+        env.append(env_value(ws.RATE_PER_MINUTE, spec.rate.per_minute))
         burst = spec.rate.burst or -(-spec.rate.per_minute // 60)
-        env.append(_value(ws.RATE_BURST, burst))
+        env.append(env_value(ws.RATE_BURST, burst))
     if spec.warmup is not None and spec.warmup.start_per_hour is not None:
-        env.append(_value(ws.WARMUP_START_PER_HOUR, spec.warmup.start_per_hour))
-        env.append(_value(ws.WARMUP_GROWTH_PER_DAY, spec.warmup.growth_per_day))
+        env.append(env_value(ws.WARMUP_START_PER_HOUR, spec.warmup.start_per_hour))
+        env.append(env_value(ws.WARMUP_GROWTH_PER_DAY, spec.warmup.growth_per_day))
         since = spec.warmup.since.isoformat() if spec.warmup.since else ref.created_at
         if since:
-            env.append(_value(ws.WARMUP_SINCE, since))
+            env.append(env_value(ws.WARMUP_SINCE, since))
     if spec.backpressure.patterns:
-        env.append(_value(ws.BACKPRESSURE_PATTERNS, "\n".join(spec.backpressure.patterns)))
+        env.append(env_value(ws.BACKPRESSURE_PATTERNS, "\n".join(spec.backpressure.patterns)))
     env.extend(dict(entry) for entry in provider_env)
     return env
 
@@ -505,9 +514,9 @@ def _laravel_container(
     queue = spec.queue_name(ref.name)
     smtp = spec.smtp or models.SmtpSpec()
     identity = [
-        _value(ws.QUEUE, queue),
-        _value(ws.GROUP, ref.name),
-        _value(ws.NAMESPACE, ref.namespace),
+        env_value(ws.QUEUE, queue),
+        env_value(ws.GROUP, ref.name),
+        env_value(ws.NAMESPACE, ref.namespace),
     ]
     return {
         "command": builders_laravel.queue_work_command(spec, queue),
@@ -595,8 +604,8 @@ def job(
     message (``FallbackToLogsOnError``) when it fails."""
     meta = _metadata(ref, job_name(ref.name, kind, number), kind)
     env = [
-        _value(ws.QUEUE, spec.queue_name(ref.name)),
-        _value(ws.KEY_PREFIX, settings.key_prefix),
+        env_value(ws.QUEUE, spec.queue_name(ref.name)),
+        env_value(ws.KEY_PREFIX, settings.key_prefix),
         redis_env(spec, settings),
     ]
     key_ref = settings.dump_signing_secret_ref

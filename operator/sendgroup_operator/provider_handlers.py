@@ -24,7 +24,7 @@ from typing import Any, Final
 import kopf
 import pydantic
 
-from sendgroup_operator import models, plan, provider_io, provider_plan
+from sendgroup_operator import conditions, models, plan, provider_io, provider_plan
 from sendgroup_operator.provider_dns import MxCache
 from sendgroup_operator.provider_models import (
     CLUSTER_PLURAL,
@@ -250,7 +250,7 @@ async def _pass(
 
 
 def _was_invalid(provider: SendProvider) -> bool:
-    ready = next((c for c in provider.status.conditions if c.type == "Ready"), None)
+    ready = conditions.find(provider.status.conditions, conditions.READY)
     return ready is not None and ready.reason == provider_plan.INVALID_SPEC
 
 

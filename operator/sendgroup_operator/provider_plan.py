@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from sendgroup_operator import conditions, durations, models
+from sendgroup_contract import worker_settings as ws
+from sendgroup_operator import builders, conditions, durations, models
 from sendgroup_operator.conditions import set_condition
 from sendgroup_operator.models import (
     CLUSTER_PROVIDER_KIND,
@@ -337,15 +338,11 @@ def provider_redis_env(spec: SendProviderSpec, settings: Settings) -> dict[str, 
     different Redis servers would each get the whole budget."""
     redis = spec.redis
     if redis is not None and redis.url:
-        return {"name": "PROVIDER_REDIS_URL", "value": redis.url}
+        return builders.env_value(ws.PROVIDER_REDIS_URL, redis.url)
     if redis is not None and redis.secret_ref is not None:
-        ref = {"name": redis.secret_ref.name, "key": redis.secret_ref.key}
-        return {"name": "PROVIDER_REDIS_URL", "valueFrom": {"secretKeyRef": ref}}
-    default_secret = settings.default_redis_secret_ref
-    if default_secret is not None:
-        ref = {"name": default_secret[0], "key": default_secret[1]}
-        return {"name": "PROVIDER_REDIS_URL", "valueFrom": {"secretKeyRef": ref}}
-    return {"name": "PROVIDER_REDIS_URL", "value": settings.default_redis_url}
+        ref = redis.secret_ref
+        return builders.env_secret(ws.PROVIDER_REDIS_URL, ref.name, ref.key)
+    return builders.default_redis_env(ws.PROVIDER_REDIS_URL, settings)
 
 
 def worker_provider_env(
@@ -358,14 +355,9 @@ def worker_provider_env(
 ) -> list[dict[str, Any]]:
     """Env entries of the worker container for its provider: ``SENDGROUP_PROVIDER`` (JSON) and
     ``PROVIDER_REDIS_URL`` (:func:`provider_redis_env`)."""
+    config = worker_provider_config(kind, name, namespace, spec, group_key)
     return [
-        {
-            "name": "SENDGROUP_PROVIDER",
-            "value": json.dumps(
-                worker_provider_config(kind, name, namespace, spec, group_key),
-                separators=(",", ":"),
-            ),
-        },
+        builders.env_value(ws.PROVIDER, json.dumps(config, separators=(",", ":"))),
         provider_redis_env(spec, settings),
     ]
 
@@ -607,7 +599,7 @@ def invalid_status(
     Normal event ``SpecAccepted`` (its ``Ready`` then comes from :func:`provider_status`)."""
     old = provider.status
     generation = provider.metadata.get("generation")
-    ready = next((c for c in old.conditions if c.type == "Ready"), None)
+    ready = conditions.find(old.conditions, conditions.READY)
     was = (ready.reason, ready.message) if ready is not None else None
     if provider.invalid is None:
         if was is not None and was[0] == INVALID_SPEC:
