@@ -11,7 +11,8 @@ Errors are :class:`ProviderStateUnavailable` with a message that never carries t
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import contextlib
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, cast
 
@@ -41,6 +42,18 @@ class ProviderState:
     demand: dict[str, float] = field(default_factory=dict)
 
 
+@contextlib.contextmanager
+def _unavailable(url: str) -> Iterator[None]:
+    """Redis and socket errors of the calls inside as :class:`ProviderStateUnavailable`, whose
+    message names the host only (never the URL's password)."""
+    try:
+        yield
+    except (*REDIS_ERRORS, OSError) as exc:
+        raise ProviderStateUnavailable(
+            f"provider state at {safe_host(url)}: {type(exc).__name__}"
+        ) from None
+
+
 def _text(value: bytes | str) -> str:
     return value.decode(errors="replace") if isinstance(value, bytes) else value
 
@@ -60,7 +73,7 @@ async def write_shares(
     """Replace the provider's shares with ``allocation`` (group key -> recipients/min); the
     hash expires :data:`SHARES_TTL` seconds later unless written again."""
     keys = ProviderKeys(provider_id)
-    try:
+    with _unavailable(url):
         async with client.pipeline(transaction=True) as pipe:
             pipe.delete(keys.shares)
             fields = share_fields(allocation)
@@ -68,10 +81,6 @@ async def write_shares(
                 pipe.hset(keys.shares, mapping=fields)  # type: ignore[arg-type]
                 pipe.expire(keys.shares, SHARES_TTL)
             await pipe.execute()
-    except (*REDIS_ERRORS, OSError) as exc:
-        raise ProviderStateUnavailable(
-            f"provider state at {safe_host(url)}: {type(exc).__name__}"
-        ) from None
 
 
 async def read_state(client: aioredis.Redis[bytes], url: str, provider_id: str) -> ProviderState:
@@ -82,7 +91,7 @@ async def read_state(client: aioredis.Redis[bytes], url: str, provider_id: str) 
     hash tag: the clock the workers' scripts use."""
     keys = ProviderKeys(provider_id)
     cluster = is_cluster(client)
-    try:
+    with _unavailable(url):
         async with client.pipeline(transaction=not cluster) as pipe:
             pipe.hgetall(keys.rules)
             pipe.lrange(keys.fired, 0, 99)
@@ -97,10 +106,6 @@ async def read_state(client: aioredis.Redis[bytes], url: str, provider_id: str) 
             now = await c.time(target_nodes=c.get_node_from_key(keys.rules))
         else:
             raw_rules, fired, now, present, raw_demand = results
-    except (*REDIS_ERRORS, OSError) as exc:
-        raise ProviderStateUnavailable(
-            f"provider state at {safe_host(url)}: {type(exc).__name__}"
-        ) from None
     rules = []
     for name, value in raw_rules.items():
         parsed = RuleState.parse(_text(name), _text(value))
@@ -128,9 +133,5 @@ async def forget_demand(
     group that ever sent)."""
     if not groups:
         return
-    try:
+    with _unavailable(url):
         await client.hdel(ProviderKeys(provider_id).demand, *groups)
-    except (*REDIS_ERRORS, OSError) as exc:
-        raise ProviderStateUnavailable(
-            f"provider state at {safe_host(url)}: {type(exc).__name__}"
-        ) from None

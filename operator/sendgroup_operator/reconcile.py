@@ -192,9 +192,14 @@ async def redis_url(rt: Runtime, namespace: str, spec: models.SendGroupSpec) -> 
     return rt.settings.default_redis_url
 
 
+async def _job_pods(rt: Runtime, namespace: str, job_name: str) -> list[dict[str, Any]]:
+    """The pods of one Job (the label the Job controller puts on them)."""
+    return await rt.kube.list_pods(namespace, f"batch.kubernetes.io/job-name={job_name}")
+
+
 async def _summary(rt: Runtime, namespace: str, job_name: str) -> dict[str, Any] | None:
     """The JSON summary line a succeeded Job's pod printed, or None."""
-    pods = await rt.kube.list_pods(namespace, f"batch.kubernetes.io/job-name={job_name}")
+    pods = await _job_pods(rt, namespace, job_name)
     for pod in pods:
         if (pod.get("status") or {}).get("phase") != "Succeeded":
             continue
@@ -241,8 +246,8 @@ def job_pod_waiting(pods: Sequence[Mapping[str, Any]]) -> str | None:
     condition, containers' ``state.waiting``): ``pod NAME not scheduled: MESSAGE`` or ``pod
     NAME waiting: REASON: MESSAGE``; None when any pod runs or succeeded, or every pending pod
     is starting the usual way (``ContainerCreating``, ``PodInitializing``); failed pods (an
-    earlier attempt) are skipped. The texts are Kubernetes' own
-    (scheduler, kubelet), flattened to one line of at most :data:`WAITING_MAX` characters."""
+    earlier attempt) are skipped. The texts are Kubernetes' own (scheduler, kubelet),
+    flattened to one line of at most :data:`WAITING_MAX` characters."""
     why: str | None = None
     for pod in pods:
         status = pod.get("status") or {}
@@ -323,9 +328,7 @@ async def observe(
     job = observed_jobs.get(op.job_name) if op is not None else None
     if op is not None and job is not None and job.succeeded == 0 and not job.failed_final:
         # the operation in flight: say why its pod has not started, if it has not
-        job_pods = await rt.kube.list_pods(
-            group.namespace, f"batch.kubernetes.io/job-name={op.job_name}"
-        )
+        job_pods = await _job_pods(rt, group.namespace, op.job_name)
         observed_jobs[op.job_name] = dataclasses.replace(job, waiting=job_pod_waiting(job_pods))
     elif op is not None and op.kind == "dump" and job is not None and job.succeeded > 0:
         summary = await _summary(rt, group.namespace, op.job_name)
