@@ -166,7 +166,7 @@ def test_a_high_group_that_arrives_gets_its_share_within_a_second(
     own rate 600/min arrives; the operator's pass writes the new shares (the pure function and
     the Redis adapter the operator uses, called here at the moment the group's first mail
     arrives). From 1 s later the high group gets 10/s and the two normal groups 10/s together,
-    each within 5 %."""
+    each within what GCRA allows a window (rate x window + burst) and 10 % below."""
     import asyncio
 
     import redis.asyncio
@@ -203,17 +203,24 @@ def test_a_high_group_that_arrives_gets_its_share_within_a_second(
     wait_for(lambda: _arrivals(smtp_sink, 0, time.time() + 1, "@h.example") > 0, 30, "h arrives")
     write([*normal, provider_plan.GroupDemand("ns/h", Priority.HIGH, limit=600)])
     t_h = time.time()
-    wait_for(lambda: time.time() > t_h + 6.0, 10, "5 s of the new shares")
-    high = _arrivals(smtp_sink, t_h + 1.0, t_h + 6.0, "@h.example")
-    rest = _arrivals(smtp_sink, t_h + 1.0, t_h + 6.0, "@n1.example") + _arrivals(
-        smtp_sink, t_h + 1.0, t_h + 6.0, "@n2.example"
+    window = 8.0  # seconds, from 1 s after the write
+    wait_for(lambda: time.time() > t_h + 1.0 + window, 15, f"{window} s of the new shares")
+    high = _arrivals(smtp_sink, t_h + 1.0, t_h + 1.0 + window, "@h.example")
+    rest = _arrivals(smtp_sink, t_h + 1.0, t_h + 1.0 + window, "@n1.example") + _arrivals(
+        smtp_sink, t_h + 1.0, t_h + 1.0 + window, "@n2.example"
     )
-    print(f"5 s from 1 s after the high group's share was written: high {high}, normal {rest}")
-    # 50 each expected; +-5 in a 5 s window: a burst token or a mail at the window's edge
-    # moves a count by one or two (54 seen on a 2-core runner); a share not applied gives
-    # ~33 or ~100
-    assert 45 <= high <= 55, high
-    assert 45 <= rest <= 55, rest
+    print(f"{window} s from 1 s after the high group's share was written: high {high}, normal {rest}")
+    # GCRA bounds any window of W seconds to rate x W + burst (burst = ceil(perMinute / 60)
+    # unless set): the high group 10/s, burst 10; the normal groups 5/s each, burst 5 each. A
+    # lane held back before the window (the provider level full) spends its burst inside it:
+    # stop 25's CI saw 56 in a 5 s window (50 + 6), inside the bound. Below: 10 % for a 2-core
+    # runner's stalls, and for the normal groups also the high group's burst, which comes out
+    # of the same provider budget (seen: high 84-85, normal 75-76 in 8 s). A share not applied
+    # gives the high group ~2/3 of this and the normal groups ~4/3 (the three would split the
+    # provider's 20/s).
+    expected = 10 * window
+    assert 0.9 * expected <= high <= expected + 10, high
+    assert 0.9 * expected - 10 <= rest <= expected + 5 + 5, rest
 
 
 def test_an_idle_worker_keeps_no_demand_alive_and_a_job_brings_its_share_back(
