@@ -3,9 +3,13 @@
 A group's ``spec.host`` that no provider claims by domain is classified by its MX hosts (a
 Google Workspace domain has MX ``aspmx.l.google.com``). Answers are cached for their TTL
 (bounded by :data:`MIN_TTL`..:data:`MAX_TTL`); "no such domain" and "no MX record" are
-cached as an empty answer for :data:`NEGATIVE_TTL`; a DNS failure (timeout, no server) raises
-:class:`MxLookupError` and is remembered for :data:`ERROR_TTL` only, so passes do not each
-wait for a timeout and a later pass tries again.
+cached as an empty answer for :data:`NEGATIVE_TTL`; a DNS failure (timeout, no server) is
+remembered for :data:`ERROR_TTL` only, so passes do not each wait for a timeout and a later
+pass tries again. Meanwhile the last answer read is served stale, up to :data:`STALE_MAX`
+past its expiry (RFC 8767, "Serving Stale Data to Improve DNS Resiliency": a resolver may
+answer from expired data when the authorities cannot be reached; it suggests 1 to 3 days),
+so a resolver outage does not move a group off its provider; with no answer to serve it
+raises :class:`MxLookupError`.
 """
 
 from __future__ import annotations
@@ -24,6 +28,9 @@ MAX_TTL: Final = 86400.0
 NEGATIVE_TTL: Final = 300.0
 #: A DNS failure is remembered this long (seconds), so passes do not each wait for a timeout.
 ERROR_TTL: Final = 30.0
+#: How long past its expiry an answer is served when the lookup fails (seconds; RFC 8767
+#: section 5 suggests 1 to 3 days).
+STALE_MAX: Final = 3 * 86400.0
 
 
 class MxLookupError(RuntimeError):
@@ -35,6 +42,9 @@ class _Entry:
     hosts: tuple[str, ...]
     expires: float
     error: str = ""
+    #: until when ``hosts`` (the last answer read) may be served while lookups fail
+    #: (monotonic seconds; 0: no answer to serve)
+    stale_until: float = 0.0
 
 
 class MxCache:
@@ -86,7 +96,8 @@ class MxCache:
         return cls(nameservers=servers, port=port)
 
     def lookup(self, domain: str) -> Sequence[str]:
-        """MX hosts of ``domain``; raises :class:`MxLookupError` on DNS trouble."""
+        """MX hosts of ``domain``; on DNS trouble the last answer read (served stale, see the
+        module docstring), else raises :class:`MxLookupError`."""
         if self.disabled:
             return ()
         key = domain.lower().rstrip(".")
@@ -94,24 +105,36 @@ class MxCache:
         entry = self._cache.get(key)
         if entry is not None and entry.expires > now:
             if entry.error:
+                if entry.stale_until > now:
+                    return entry.hosts
                 raise MxLookupError(entry.error)
             return entry.hosts
         self.queries += 1
         try:
             answer = self.resolver.resolve(key, "MX")
         except (dns.resolver.NXDOMAIN, dns.resolver.NoAnswer):
-            self._cache[key] = _Entry((), now + NEGATIVE_TTL)
+            self._answer(key, (), now + NEGATIVE_TTL)
             return ()
         except (dns.exception.Timeout, dns.resolver.NoNameservers) as exc:
-            error = f"MX lookup of {key}: {type(exc).__name__}"
-            self._cache[key] = _Entry((), now + ERROR_TTL, error)
-            raise MxLookupError(error) from None
+            return self._failed(key, entry, f"MX lookup of {key}: {type(exc).__name__}", now)
         except dns.exception.DNSException as exc:
-            error = f"MX lookup of {key}: {exc}"
-            self._cache[key] = _Entry((), now + ERROR_TTL, error)
-            raise MxLookupError(error) from None
+            return self._failed(key, entry, f"MX lookup of {key}: {exc}", now)
         records = sorted(answer, key=lambda r: (r.preference, str(r.exchange)))
         hosts = tuple(str(r.exchange).lower().rstrip(".") for r in records)
         ttl = float(answer.rrset.ttl) if answer.rrset is not None else MIN_TTL
-        self._cache[key] = _Entry(hosts, now + min(MAX_TTL, max(MIN_TTL, ttl)))
+        self._answer(key, hosts, now + min(MAX_TTL, max(MIN_TTL, ttl)))
         return hosts
+
+    def _answer(self, key: str, hosts: tuple[str, ...], expires: float) -> None:
+        self._cache[key] = _Entry(hosts, expires, stale_until=expires + STALE_MAX)
+
+    def _failed(self, key: str, entry: _Entry | None, error: str, now: float) -> Sequence[str]:
+        """Remember the failure for :data:`ERROR_TTL`; serve the last answer while it may be
+        served stale, else raise."""
+        stale = entry is not None and entry.stale_until > now
+        hosts = entry.hosts if entry is not None and stale else ()
+        until = entry.stale_until if entry is not None and stale else 0.0
+        self._cache[key] = _Entry(hosts, now + ERROR_TTL, error, until)
+        if stale:
+            return hosts
+        raise MxLookupError(error) from None

@@ -111,10 +111,26 @@ def resolve_group(
     namespace: str,
     namespaced: Iterable[SendProvider],
     cluster: Iterable[SendProvider],
+    previous: models.ResolvedProvider | None = None,
 ) -> provider_plan.Resolution:
-    """The group's provider (pure resolution with the shared MX cache). Blocking on DNS at
-    most the resolver's timeout: call it through ``asyncio.to_thread`` from async code."""
-    return provider_plan.resolve(spec, namespace, list(namespaced), list(cluster), _MX.lookup)
+    """The group's provider (pure resolution with the shared MX cache; ``previous``: its
+    ``status.provider``, kept through a DNS failure). Blocking on DNS at most the resolver's
+    timeout: call it through ``asyncio.to_thread`` from async code."""
+    return provider_plan.resolve(
+        spec, namespace, list(namespaced), list(cluster), _MX.lookup, previous
+    )
+
+
+def previous_provider(status: Mapping[str, Any]) -> models.ResolvedProvider | None:
+    """``status.provider`` of a group's stored status (an index entry), None when absent or
+    not readable."""
+    raw = status.get("provider")
+    if not isinstance(raw, Mapping):
+        return None
+    try:
+        return models.ResolvedProvider.model_validate(raw)
+    except pydantic.ValidationError:
+        return None
 
 
 def _demand(
@@ -142,7 +158,10 @@ def _demand(
         and spec.state == models.State.ACTIVE
         and status.get("phase") == models.Phase.RUNNING.value
     ) or (spec.state == models.State.COMPLETED and status.get("phase") == "Running")
-    queued = int((status.get("queue") or {}).get("total") or 0)
+    queue = status.get("queue") or {}
+    # delayed jobs are not work yet: a lane whose delayed job falls due asks for a permit,
+    # which the demand hash records (has_work's second sign)
+    queued = int(queue.get("ready") or 0) + int(queue.get("reserved") or 0)
     return provider_plan.GroupDemand(
         key=key,
         priority=spec.priority,
@@ -187,7 +206,9 @@ async def _pass(
                 spec = models.SendGroupSpec.model_validate(entry["spec"])
             except pydantic.ValidationError:
                 continue
-            r = await _resolution(g_ns, g_name, spec, kwargs, cluster)
+            r = await _resolution(
+                g_ns, g_name, spec, kwargs, cluster, previous_provider(entry["status"] or {})
+            )
             if r.provider is not None and (r.provider.kind, r.provider.name) == (kind, name):
                 members.append((spec, entry["status"], f"{g_ns}/{g_name}"))
     if provider.invalid is not None or _was_invalid(provider):
@@ -260,6 +281,7 @@ async def _resolution(
     spec: models.SendGroupSpec,
     indexes: Mapping[str, Any],
     cluster: list[SendProvider],
+    previous: models.ResolvedProvider | None = None,
 ) -> provider_plan.Resolution:
     """The group's resolution, reused for :data:`RESOLUTION_REUSE` seconds (same spec)."""
     key = (namespace, name, spec.model_dump_json())
@@ -270,7 +292,7 @@ async def _resolution(
     if len(_resolved) > 10_000:
         _resolved.clear()
     namespaced = _parse_providers(_values(indexes.get("namespaced_providers"), namespace))
-    r = await asyncio.to_thread(resolve_group, spec, namespace, namespaced, cluster)
+    r = await asyncio.to_thread(resolve_group, spec, namespace, namespaced, cluster, previous)
     _resolved[key] = (now, r)
     return r
 
@@ -319,14 +341,16 @@ async def group_provider(
     spec: models.SendGroupSpec,
     indexes: Mapping[str, Any],
     settings: Settings,
+    previous: models.ResolvedProvider | None = None,
 ) -> GroupProvider:
     """Resolve one group from kopf's provider indexes (``indexes``: the handler's kwargs, which
     kopf fills with every index: ``namespaced_providers`` and ``cluster_providers``), with the
     provider's rules in force from its status there. MX lookups run in a thread (cached by
-    TTL). ``settings``: the operator's default Redis, the provider's when it names none."""
+    TTL). ``settings``: the operator's default Redis, the provider's when it names none;
+    ``previous``: the group's ``status.provider`` (kept through a DNS failure)."""
     namespaced = _parse_providers(_values(indexes.get("namespaced_providers"), namespace))
     cluster = _parse_providers(_values(indexes.get("cluster_providers"), ""))
-    r = await asyncio.to_thread(resolve_group, spec, namespace, namespaced, cluster)
+    r = await asyncio.to_thread(resolve_group, spec, namespace, namespaced, cluster, previous)
     env: list[dict[str, Any]] = []
     rules: list[plan.ProviderRule] = []
     if r.provider is not None and r.spec is not None:

@@ -364,10 +364,18 @@ _MX_SUFFIX: Final = pydantic.TypeAdapter(
 
 
 def _valid_entries(raw: Any, adapter: pydantic.TypeAdapter[str], limit: int) -> list[str] | None:
+    """The entries of ``raw`` that are valid once written the way the CRD now asks (lower
+    case, no trailing dot, no surrounding blanks; a single string read as a list of one):
+    ``Gmail.com`` claims ``gmail.com``, as resolution (which lower-cases the group's host)
+    always meant. Anything else (a number, an object, a bad pattern) is dropped."""
+    if isinstance(raw, str):
+        raw = [raw]
     if not isinstance(raw, list):
         return None
     kept: list[str] = []
     for entry in raw[:limit]:
+        if isinstance(entry, str):
+            entry = entry.strip().lower().rstrip(".")
         try:
             kept.append(adapter.validate_python(entry))
         except pydantic.ValidationError:

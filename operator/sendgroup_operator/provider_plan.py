@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, Final
 
@@ -99,6 +99,7 @@ def resolve(
     namespaced: Sequence[SendProvider],
     cluster: Sequence[SendProvider],
     mx: MxLookup,
+    previous: ResolvedProvider | None = None,
 ) -> Resolution:
     """Which provider ``spec`` (a group in ``namespace``) sends under.
 
@@ -107,8 +108,12 @@ def resolve(
     MX suffixes), then ClusterSendProviders (domains, then MX suffixes); among several claims
     the earliest created wins. MX records are looked up only when a provider has MX suffixes
     and no domain matched. A DNS failure gives status Unknown (``MxLookupFailed``; the caller
-    retries), a host that matches nothing status False (``NoProviderMatched``: the group sends
-    under its own limits only). A provider whose spec the operator cannot use
+    retries) and never drops a provider's limits it can still name: the group keeps
+    ``previous`` (its ``status.provider``, an MX match) while that provider exists, or takes
+    the next claim that needs no DNS (a ClusterSendProvider's domain after a namespaced MX
+    suffix), in resolution order (:func:`_lookup_failed`); else none (its own limits). A host
+    that matches nothing gives status False (``NoProviderMatched``: the group sends under its
+    own limits only). A provider whose spec the operator cannot use
     (:func:`~sendgroup_operator.provider_models.parse_provider`) still claims its name and its
     ``match``: a group resolved to it gets status False, ``ProviderInvalid``, and ``held``
     (no workers), never the unlimited sending of a group without a provider."""
@@ -142,13 +147,7 @@ def resolve(
                 try:
                     mx_hosts = [h.lower().rstrip(".") for h in mx(host)]
                 except Exception as exc:  # the adapter's DNS error, whatever its type
-                    return Resolution(
-                        None,
-                        "Unknown",
-                        "MxLookupFailed",
-                        f"MX lookup of {host} failed ({exc}); retrying. The group sends under "
-                        "its own limits meanwhile",
-                    )
+                    return _lookup_failed(host, str(exc), kind, namespaced, cluster, previous)
             mx_hit = _mx_match(mx_hosts, pool)
             if mx_hit is not None:
                 p, mx_host = mx_hit
@@ -161,6 +160,64 @@ def resolve(
         f"no SendProvider or ClusterSendProvider matches {host}"
         + (f" (MX {', '.join(mx_hosts)})" if mx_hosts else "")
         + ": the group sends under its own limits only",
+    )
+
+
+def _lookup_failed(
+    host: str,
+    error: str,
+    failed_in: ProviderKind,
+    namespaced: Sequence[SendProvider],
+    cluster: Sequence[SendProvider],
+    previous: ResolvedProvider | None,
+) -> Resolution:
+    """The MX lookup of ``host`` failed while the ``failed_in`` pool's MX suffixes were being
+    tried: status Unknown, reason ``MxLookupFailed``, with the provider whose limits the group
+    keeps meanwhile, in resolution order: ``previous`` when it was an MX match that may still
+    hold (its provider exists, still has MX suffixes, and its pool is the failed one), then a
+    ClusterSendProvider's domain (after a namespaced pool's failure), then ``previous`` as a
+    ClusterSendProvider MX match; else none. Held as usual when that provider is unusable."""
+    text = f"MX lookup of {host} failed ({error}); retrying"
+
+    def kept(kind: ProviderKind) -> Resolution | None:
+        if previous is None or previous.kind != kind or not previous.via.startswith("mx "):
+            return None
+        pool = namespaced if kind == ProviderKind.SEND_PROVIDER else cluster
+        found = next((p for p in pool if _name(p) == previous.name), None)
+        if found is None or not found.spec.match.mx_suffixes:
+            return None
+        return _unknown(_resolved(previous, found, "MxLookupFailed"), text, "keeps")
+
+    if failed_in == ProviderKind.SEND_PROVIDER:
+        same = kept(ProviderKind.SEND_PROVIDER)
+        if same is not None:
+            return same
+        hit = _domain_match(host, cluster)
+        if hit is not None:
+            chosen = ResolvedProvider(
+                kind=ProviderKind.CLUSTER_SEND_PROVIDER, name=_name(hit), via=f"domain {host}"
+            )
+            return _unknown(_resolved(chosen, hit, "MxLookupFailed"), text, "sends")
+    later = kept(ProviderKind.CLUSTER_SEND_PROVIDER)
+    if later is not None:
+        return later
+    return Resolution(
+        None, "Unknown", "MxLookupFailed", f"{text}. The group sends under its own limits meanwhile"
+    )
+
+
+def _unknown(r: Resolution, text: str, verb: str) -> Resolution:
+    """``r`` (a provider the group sends under meanwhile) as status Unknown, ``MxLookupFailed``;
+    a held resolution keeps its status False and reason (the group must not send)."""
+    if r.held:
+        return r
+    assert r.provider is not None
+    return replace(
+        r,
+        status="Unknown",
+        reason="MxLookupFailed",
+        message=f"{text}. The group {verb} sending under {r.provider.kind} {r.provider.name} "
+        f"({r.provider.via}) meanwhile",
     )
 
 
@@ -225,8 +282,9 @@ DEMAND_WINDOW: Final = 30.0
 
 
 def has_work(queued: int, last_request: float | None, now: float) -> bool:
-    """Whether a running group competes for a share: its status shows queued jobs
-    (``queue.total``: ready + delayed + reserved), or its workers asked for a permit in the
+    """Whether a running group competes for a share: its status shows jobs to send now
+    (``queued``: ``queue.ready + queue.reserved``; delayed jobs are not work until they fall
+    due, when a lane asks for a permit), or its workers asked for a permit in the
     last :data:`DEMAND_WINDOW` seconds (``last_request``/``now``: unix seconds on the
     provider Redis' clock). An emptied group thus frees its share about 30 s after its last
     mail instead of holding it until ``idleAfter``; a group refilled after that asks with

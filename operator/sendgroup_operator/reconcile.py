@@ -684,7 +684,7 @@ async def _pass(
     allowed = rt.allowed(key, min(want, plan.desired_workers(spec, rt.settings)))
     now = now or _now()
     chosen = await provider_handlers.group_provider(
-        group.namespace, group.name, spec, providers or {}, rt.settings
+        group.namespace, group.name, spec, providers or {}, rt.settings, status.provider
     )
     rt.provider_env[key] = chosen.env
     result = plan.plan(

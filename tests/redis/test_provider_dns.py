@@ -9,7 +9,13 @@ from collections.abc import Iterator
 import pytest
 
 from sendgroup_operator import models, provider_plan
-from sendgroup_operator.provider_dns import ERROR_TTL, NEGATIVE_TTL, MxCache, MxLookupError
+from sendgroup_operator.provider_dns import (
+    ERROR_TTL,
+    NEGATIVE_TTL,
+    STALE_MAX,
+    MxCache,
+    MxLookupError,
+)
 from sendgroup_operator.provider_models import SendProvider
 from tests.support.dns_server import MxDnsServer
 
@@ -78,3 +84,29 @@ def test_nxdomain_is_cached_briefly_and_a_timeout_is_an_error_not_cached(
     spec = models.SendGroupSpec.model_validate({"campaign": "c", "host": "slow.example"})
     r = provider_plan.resolve(spec, "mail", [], [GOOGLE], cache.lookup)
     assert (r.status, r.reason) == ("Unknown", "MxLookupFailed")
+
+
+def test_a_resolver_outage_serves_the_last_answer_so_the_group_keeps_its_provider(
+    dns_server: MxDnsServer,
+) -> None:
+    """Review finding: a DNS failure after the answer's TTL moved a Workspace group off its
+    provider (status Unknown, no provider: its workers rolled without the provider's limits).
+    The last answer is now served stale for up to STALE_MAX past its expiry (RFC 8767), each
+    failure remembered for ERROR_TTL; after that the lookup fails."""
+    now = [0.0]
+    cache = MxCache(["127.0.0.1"], port=dns_server.port, timeout=0.5, clock=lambda: now[0])
+    spec = models.SendGroupSpec.model_validate({"campaign": "c", "host": "workspace-customer.com"})
+    assert provider_plan.resolve(spec, "mail", [], [GOOGLE], cache.lookup).reason == "MxMatched"
+    dns_server.silent.add("workspace-customer.com")
+    now[0] += 121  # past the TTL: the server no longer answers
+    r = provider_plan.resolve(spec, "mail", [], [GOOGLE], cache.lookup)
+    assert (r.reason, r.provider and r.provider.name) == ("MxMatched", "google")
+    assert dns_server.queries["workspace-customer.com"] == 2  # it did ask again
+    cache.lookup("workspace-customer.com")
+    assert dns_server.queries["workspace-customer.com"] == 2  # the failure is remembered
+    now[0] += STALE_MAX
+    with pytest.raises(MxLookupError):
+        cache.lookup("workspace-customer.com")
+    dns_server.silent.discard("workspace-customer.com")
+    now[0] += ERROR_TTL + 1
+    assert cache.lookup("workspace-customer.com")[0] == "aspmx.l.google.com"

@@ -177,6 +177,42 @@ def test_a_zero_share_waits_and_a_new_share_takes_effect_at_once(redis_url: str)
     assert why == "share" and ok and took < 0.2
 
 
+def test_a_share_that_rises_rescales_the_wait_to_the_new_rate(redis_url: str) -> None:
+    """Review finding: a group's TAT was counted at the rate in force when it was written, so
+    a group that sent one mail at a share of 1/min (burst 1) and then got 600/min waited the
+    old 60 s for its next permit (179 s and 46 s were seen after a scale rule ended). When the
+    rate rises the backlog is now cut to what one grant at the new rate leaves (tolerance +
+    interval), never below its cells at the new interval (a debt stays charged); when it
+    falls, the past stays charged at the old rate."""
+
+    async def body(make: Callable[..., ProviderPacer]) -> tuple[float, ...]:
+        p = make(_provider(perMinute=6000, group="ns/g"))
+        await p.redis.hset(p.keys.shares, "ns/g", "1")
+        assert (await p.try_take("l1")).granted
+        slow = await p.try_take("l1")  # at 1/min: the next cell in ~60 s
+        await p.redis.hset(p.keys.shares, "ns/g", "600")
+        fast = await p.try_take("l1")  # 600/min, burst 10: 0.9 s tolerance, 0.1 s a cell
+        t0 = time.monotonic()
+        assert await p.take("l1", asyncio.Event())
+        took = time.monotonic() - t0
+        # 60/min, burst 1: a debt of 30 recipients puts the group ~31 s ahead; at 600/min
+        # those 31 cells are 3.1 s (cut to 1 s they would forgive the debt)
+        await p.redis.hset(p.keys.shares, "ns/g", "60")
+        await p.try_take("l1", debt=30)
+        await p.redis.hset(p.keys.shares, "ns/g", "600")
+        debt = await p.try_take("l1")
+        # falling again, to 6/min: the ~3 s ahead are not re-charged at 10 s a cell
+        await p.redis.hset(p.keys.shares, "ns/g", "6")
+        fell = await p.try_take("l1")
+        return slow.wait, fast.wait, took, debt.wait, fell.wait
+
+    slow, fast, took, debt, fell = _run(redis_url, body)
+    assert slow > 55.0, slow
+    assert fast <= 0.15 and took < 0.3, (fast, took)
+    assert 2.0 <= debt <= 3.2, debt
+    assert 2.5 <= fell <= 3.3, fell
+
+
 def test_concurrency_leases_expire_so_a_killed_worker_leaks_nothing(redis_url: str) -> None:
     """Concurrency 2: two lanes hold leases; a third is refused until a lease is released or,
     for a lane that vanished (its process killed: it never releases), until the lease expires

@@ -209,7 +209,9 @@ def test_a_high_group_that_arrives_gets_its_share_within_a_second(
     rest = _arrivals(smtp_sink, t_h + 1.0, t_h + 1.0 + window, "@n1.example") + _arrivals(
         smtp_sink, t_h + 1.0, t_h + 1.0 + window, "@n2.example"
     )
-    print(f"{window} s from 1 s after the high group's share was written: high {high}, normal {rest}")
+    print(
+        f"{window} s from 1 s after the high group's share was written: high {high}, normal {rest}"
+    )
     # GCRA bounds any window of W seconds to rate x W + burst (burst = ceil(perMinute / 60)
     # unless set): the high group 10/s, burst 10; the normal groups 5/s each, burst 5 each. A
     # lane held back before the window (the provider level full) spends its burst inside it:
@@ -250,19 +252,21 @@ def test_an_idle_worker_keeps_no_demand_alive_and_a_job_brings_its_share_back(
         return _arrivals(smtp_sink, 0, time.time() + 1, domain)
 
     provider = _provider_env("ns/idle", perMinute=600)
-    _start_group(workers, redis_url, smtp_sink.port, "idle", 1, provider, WORKER_BLOCK_FOR="1")
-    # a starting lane asks once (it has not looked yet), then finds nothing and goes idle
-    wait_for(lambda: demand_age() is not None, 30, "the worker's first permit request")
+    (worker,) = _start_group(
+        workers, redis_url, smtp_sink.port, "idle", 1, provider, WORKER_BLOCK_FOR="1"
+    )
+    # its lanes ask for permits and find nothing, once a block_for (1 s)
+    wait_for(lambda: "worker started" in worker.log(), 30, "the worker started")
     time.sleep(6)  # six block_for timeouts of idle polling
-    age = demand_age()
-    assert age is not None and age >= 5, f"idle polls were recorded as demand (age {age})"
+    # review finding: a starting lane's first request counted as demand (it had not looked
+    # yet), so every rollout of an idle group took a share for 30 s
+    assert demand_age() is None, f"a starting or idle lane was recorded as demand: {demand_age()}"
     assert delivered("@idle.example") == 0
 
     # the operator saw no work and wrote the group a share of 0
     r.hset(keys.shares, mapping={"ns/idle": "0", "ns/other": "600"})
     time.sleep(2)
-    idle_age = demand_age()
-    assert idle_age is not None and idle_age >= 7, "a lane polled for a permit with no work"
+    assert demand_age() is None, "a lane polled for a permit with no work"
     _fill(redis_url, "idle", 1)
     pushed = time.time()
     wait_for(

@@ -104,6 +104,20 @@ def test_one_bad_match_entry_does_not_drop_the_providers_other_claims() -> None:
     assert odd.invalid is not None and odd.spec.match.domains is None
 
 
+def test_a_claim_written_in_another_case_or_as_one_string_is_kept() -> None:
+    """Review finding: the salvage dropped ``Gmail.com`` and ``domains: gmail.com`` (a string,
+    not a list), both stored before the CRD's rules, so a gmail.com group resolved to no
+    provider and sent without its limits. They claim what they say, written the CRD's way."""
+    raw = _raw()
+    raw["spec"]["match"] = {"domains": " Gmail.COM. ", "mxSuffixes": [".Google.com", 7]}
+    bad = parse_provider(raw)
+    assert bad.invalid is not None
+    assert (bad.spec.match.domains, bad.spec.match.mx_suffixes) == (["gmail.com"], [".google.com"])
+    for host in ("gmail.com", "GMAIL.com", "workspace.example"):
+        r = provider_plan.resolve(_spec(host), "mail", [], [bad], _mx)
+        assert r.provider is not None and r.held, (host, r)
+
+
 def test_a_namespaced_invalid_provider_wins_over_a_cluster_one_and_holds() -> None:
     """Precedence is unchanged: the namespaced provider for gmail.com is the one that applies,
     broken or not; falling through to the cluster provider would silently change budgets."""

@@ -107,6 +107,51 @@ def test_no_mx_lookup_when_a_domain_matches_or_nobody_has_mx_suffixes() -> None:
     assert r.reason == "NoProviderMatched"
 
 
+def test_a_dns_failure_keeps_the_limits_the_group_can_still_name() -> None:
+    """Review finding: with a namespaced SendProvider that has MX suffixes, a DNS failure
+    returned "no provider" before the ClusterSendProvider that claims the host by domain was
+    tried, and a group that matched by MX lost its provider: either way its workers rolled
+    without the provider's limits. Now, in resolution order: the previous MX match while its
+    provider exists and still has suffixes, a cluster domain claim, else none."""
+
+    def down(domain: str) -> Sequence[str]:
+        raise TimeoutError("DNS timeout")
+
+    ours_mx = _p("SendProvider", "our-mx", match={"mxSuffixes": [".example.net"]})
+
+    def resolve(host: str, namespaced: list[SendProvider], previous: Any = None) -> tuple[Any, ...]:
+        r = provider_plan.resolve(_spec(host), "mail", namespaced, [GOOGLE, MS], down, previous)
+        name = f"{r.provider.kind}/{r.provider.name}" if r.provider else None
+        assert r.status == "Unknown" and r.reason == "MxLookupFailed", r
+        return name, r.message
+
+    # a namespaced MX-suffix provider cannot be asked: gmail.com's cluster claim holds
+    name, message = resolve("gmail.com", [ours_mx])
+    assert name == "ClusterSendProvider/google"
+    assert "sending under ClusterSendProvider google (domain gmail.com) meanwhile" in message
+    # the group matched the namespaced provider by MX before: it keeps it (that claim comes
+    # before a cluster domain)
+    before = models.ResolvedProvider(kind="SendProvider", name="our-mx", via="mx mx.example.net")
+    assert resolve("gmail.com", [ours_mx], before)[0] == "SendProvider/our-mx"
+    # a Workspace group keeps google through the outage
+    was = models.ResolvedProvider(
+        kind="ClusterSendProvider", name="google", via="mx aspmx.l.google.com"
+    )
+    name, message = resolve("workspace-customer.com", [], was)
+    assert name == "ClusterSendProvider/google" and "keeps sending under" in message
+    # not kept: the provider is gone, has no MX suffixes left, or the match was by domain
+    assert resolve("workspace-customer.com", [], was.model_copy(update={"name": "gone"}))[0] is None
+    no_suffix = _p("ClusterSendProvider", "google", match={"domains": ["gmail.com"]})
+    r = provider_plan.resolve(
+        _spec("workspace-customer.com"), "m", [ours_mx], [no_suffix], down, was
+    )
+    assert r.provider is None and "own limits" in r.message
+    by_domain = was.model_copy(update={"via": "domain workspace-customer.com"})
+    assert resolve("workspace-customer.com", [], by_domain)[0] is None
+    # a previous cluster MX match does not win over a cluster domain claim
+    assert resolve("outlook.com", [ours_mx], was)[0] == "ClusterSendProvider/microsoft"
+
+
 def test_overlapping_cluster_claims_are_reported_on_the_later_provider() -> None:
     later = _p(
         "ClusterSendProvider",
@@ -427,16 +472,20 @@ def test_a_running_group_competes_for_a_share_only_while_it_has_work() -> None:
     assert not sending(running)  # empty, nobody asked: no share
     assert sending(running, asked=now - 5)  # its workers asked 5 s ago
     assert not sending(running, asked=now - provider_plan.DEMAND_WINDOW - 1)
-    assert sending({"phase": "Running", "queue": {"total": 7}})  # queued jobs
-    assert not sending({"phase": "Paused", "queue": {"total": 7}}, asked=now)
+    assert sending({"phase": "Running", "queue": {"ready": 7, "total": 7}})  # ready jobs
+    assert sending({"phase": "Running", "queue": {"reserved": 1, "total": 1}})  # being sent
+    # review finding: only delayed jobs (a retry's backoff, a job pushed for later) held a
+    # share until they fell due; a due job's lane asks for a permit (the second sign)
+    assert not sending({"phase": "Running", "queue": {"delayed": 7, "total": 7}})
+    assert not sending({"phase": "Paused", "queue": {"ready": 7, "total": 7}}, asked=now)
     paused = spec.model_copy(update={"paused": True})
-    assert not sending({"phase": "Running", "queue": {"total": 7}}, s=paused)
+    assert not sending({"phase": "Running", "queue": {"ready": 7, "total": 7}}, s=paused)
     # the high group empty: the normal group gets the whole budget
     demands = [
         provider_handlers._demand(spec, running, "mail/high", None, now),
         provider_handlers._demand(
             spec.model_copy(update={"priority": Priority.NORMAL}),
-            {"phase": "Running", "queue": {"total": 100}},
+            {"phase": "Running", "queue": {"ready": 100, "total": 100}},
             "mail/normal",
             None,
             now,

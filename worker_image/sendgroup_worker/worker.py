@@ -176,9 +176,12 @@ class _Lane:
     #: whether the lane holds a provider concurrency lease (from its last granted permit)
     leased: bool = False
     #: whether the lane has a sign of work: it sent a mail, or a job (or another lane that
-    #: found one) woke it; False after it found the queue empty and its wait timed out.
-    #: Provider pacing: only permit requests with a sign of work count as the group's demand.
-    wants: bool = True
+    #: found one) woke it; False at start (it has not looked yet: a rollout of an idle group
+    #: must not claim a share for the operator's demand window, 30 s)
+    #: and after it found the queue empty and its wait timed out. Provider pacing: only permit
+    #: requests with a sign of work count as the group's demand (a group with ready jobs gets
+    #: its share from its measured queue anyway).
+    wants: bool = False
 
 
 class Worker:

@@ -6,8 +6,8 @@
 -- records the group's demand, KEYS[6], and drops the lane's lease).
 --
 -- Every key shares the provider's hash tag (one Redis Cluster slot). Redis' clock (TIME).
--- KEYS[1] provider TAT (integer microseconds)
--- KEYS[2] this group's TAT inside the provider (integer microseconds)
+-- KEYS[1] provider TAT: "<tat> <interval>" (microseconds; see tat_of)
+-- KEYS[2] this group's TAT inside the provider, the same way
 -- KEYS[3] leases: sorted set, member = lane id, score = lease expiry (ms)
 -- KEYS[4] rules: hash, field = rule name, value = "action|value|since_ms|until_ms|step_pct|every_ms"
 --         (written by provider_pushback.lua); action one of suspend, scale, cap
@@ -105,16 +105,44 @@ if p_rate > 0 then rate_milli = math.floor(p_rate * factor * 1000) end
 local cap_out = -1
 if cap > 0 then cap_out = cap end
 
-local function tat_of(key)
-  local v = tonumber(redis.call('GET', key) or '0')
+-- A TAT is stored with the emission interval it was counted in: "<tat_us> <interval_us>".
+-- When the rate rose since (a share rose, a scale rule ended), the backlog ahead of now is cut
+-- to what a grant at the new rate leaves at most (tolerance + interval), but not below the
+-- same number of cells at the new interval (a debt of N recipients stays N cells): a group
+-- whose share goes from 1/min to 600/min waits 0.1 s, not the 60 s a cell cost at the old
+-- rate (179 s and 46 s were seen), and a rule's end gives no burst beyond the configured one.
+-- When the rate fell, the TAT is kept as it is: the past stays charged at the rate it was
+-- sent at, the new rate applies from now. A plain number (written before the interval was
+-- stored) is read at the current interval. The second value says whether the backlog was
+-- cut: the caller stores it at once (the cut is relative to now; read again later from the
+-- old value it would never shrink).
+local function tat_of(key, interval, tolerance)
+  local raw = redis.call('GET', key)
+  local v = 0
+  if raw then
+    local tat, was = string.match(raw, '^([0-9]+) ([0-9.]+)$')
+    if tat then
+      v = tonumber(tat)
+      was = tonumber(was)
+      if v > now_us and interval < was * (1 - 1e-6) then
+        local backlog = v - now_us
+        v = now_us + math.max(backlog * interval / was,
+                              math.min(backlog, tolerance + interval))
+        return v, true
+      end
+    else
+      v = tonumber(raw) or 0
+    end
+  end
   if v < now_us then v = now_us end
-  return v
+  return v, false
 end
-local function store(key, v)
+local function store(key, v, interval)
   if v <= now_us then
     redis.call('DEL', key)
   else
-    redis.call('SET', key, string.format('%.0f', v), 'PX', math.ceil((v - now_us) / 1000) + 1000)
+    redis.call('SET', key, string.format('%.0f %.3f', v, interval), 'PX',
+               math.ceil((v - now_us) / 1000) + 1000)
   end
 end
 
@@ -141,7 +169,7 @@ if g_limit > 0 then
 end
 
 if debt > 0 then
-  for _, l in ipairs(levels) do store(l[1], tat_of(l[1]) + debt * l[2]) end
+  for _, l in ipairs(levels) do store(l[1], tat_of(l[1], l[2], l[3]) + debt * l[2], l[2]) end
 end
 
 if g_limit == 0 and mode == 'take' then
@@ -155,7 +183,7 @@ if mode == 'release' or mode == 'peek' then
   return {0, 0, rate_milli, cap_out, ''}
 end
 if mode == 'give' then
-  for _, l in ipairs(levels) do store(l[1], tat_of(l[1]) - l[2]) end
+  for _, l in ipairs(levels) do store(l[1], tat_of(l[1], l[2], l[3]) - l[2], l[2]) end
   if lane ~= '' then redis.call('ZREM', KEYS[3], lane) end
   return {0, 0, rate_milli, cap_out, ''}
 end
@@ -171,7 +199,8 @@ local wait = 0
 local why = ''
 local tats = {}
 for i, l in ipairs(levels) do
-  local tat = tat_of(l[1])
+  local tat, cut = tat_of(l[1], l[2], l[3])
+  if cut then store(l[1], tat, l[2]) end
   tats[i] = tat
   local over = tat - now_us - l[3]
   if over > 0 and over > wait then
@@ -203,5 +232,5 @@ if lane ~= '' then
     redis.call('PEXPIRE', KEYS[3], lease_ms + 1000)
   end
 end
-for i, l in ipairs(levels) do store(l[1], tats[i] + l[2]) end
+for i, l in ipairs(levels) do store(l[1], tats[i] + l[2], l[2]) end
 return {1, 0, rate_milli, cap_out, ''}
