@@ -209,7 +209,9 @@ def test_a_high_group_that_arrives_gets_its_share_within_a_second(
     rest = _arrivals(smtp_sink, t_h + 1.0, t_h + 1.0 + window, "@n1.example") + _arrivals(
         smtp_sink, t_h + 1.0, t_h + 1.0 + window, "@n2.example"
     )
-    print(f"{window} s from 1 s after the high group's share was written: high {high}, normal {rest}")
+    print(
+        f"{window} s from 1 s after the high group's share was written: high {high}, normal {rest}"
+    )
     # GCRA bounds any window of W seconds to rate x W + burst (burst = ceil(perMinute / 60)
     # unless set): the high group 10/s, burst 10; the normal groups 5/s each, burst 5 each. A
     # lane held back before the window (the provider level full) spends its burst inside it:
