@@ -54,6 +54,9 @@ RESOLUTION_REUSE: Final = 1.0
 _MX = MxCache.from_env(os.environ.get("SENDGROUP_DNS_SERVERS"))
 _written: dict[str, tuple[float, dict[str, str]]] = {}
 _resolved: dict[tuple[str, str, str], tuple[float, provider_plan.Resolution]] = {}
+#: group key -> its last two measurements seen in the index (its send rate: a share capped by
+#: what the group uses, :func:`provider_plan.usable`); in memory, rebuilt after a restart
+_samples: dict[str, tuple[provider_plan.SendSample | None, provider_plan.SendSample]] = {}
 
 
 @kopf.index(*SG)
@@ -139,10 +142,13 @@ def _demand(
     key: str,
     last_request: float | None = None,
     redis_now: float = 0.0,
+    used: float | None = None,
 ) -> Any:
     """The group as the share computation sees it; ``last_request``: unix seconds of its
     workers' last permit request (the provider's ``demand`` hash), ``redis_now``: the
-    provider Redis' clock."""
+    provider Redis' clock; ``used``: jobs/min it sent between its last two measurements
+    (:func:`provider_plan.send_rate`). Its backlog: ``queue.ready + queue.reserved`` of its
+    last measurement (None before its first: not capped by its use)."""
     now = datetime.now(UTC)
     rate = spec.rate
     warmup = spec.warmup
@@ -161,13 +167,17 @@ def _demand(
     queue = status.get("queue") or {}
     # delayed jobs are not work yet: a lane whose delayed job falls due asks for a permit,
     # which the demand hash records (has_work's second sign)
-    queued = int(queue.get("ready") or 0) + int(queue.get("reserved") or 0)
+    backlog = int(queue.get("ready") or 0) + int(queue.get("reserved") or 0)
+    queued = backlog
+    measured = bool(queue.get("measuredAt"))
     return provider_plan.GroupDemand(
         key=key,
         priority=spec.priority,
         weight=spec.weight,
         limit=policy.allowed_per_minute(now),
         sending=running and provider_plan.has_work(queued, last_request, redis_now),
+        backlog=backlog if measured else None,
+        used=used,
     )
 
 
@@ -234,7 +244,8 @@ async def _pass(
         [g for g, at in state.demand.items() if state.now - at > provider_io.DEMAND_FORGET],
     )
     demands = [
-        _demand(spec, st, key, state.demand.get(key), state.now) for spec, st, key in members
+        _demand(spec, st, key, state.demand.get(key), state.now, _send_rate(key, st))
+        for spec, st, key in members
     ]
     # shares of the rate the scale rules in force leave (a high group keeps its share first)
     scaled = provider_plan.scaled_rate(per_minute, state.rules, state.now)
@@ -268,6 +279,18 @@ async def _pass(
             memo.runtime.kick(demand.key, PROVIDER_INTERVAL)
     if changed:
         patch.status.update(status.model_dump(mode="json", by_alias=True))
+
+
+def _send_rate(key: str, status: Mapping[str, Any]) -> float | None:
+    """Jobs/min the group sent between its last two measurements seen in its status (kept in
+    :data:`_samples`); None until there are two."""
+    if len(_samples) > 10_000:
+        _samples.clear()
+    kept = provider_plan.next_samples(_samples.get(key), provider_plan.send_sample(status))
+    if kept is None:
+        return None
+    _samples[key] = kept
+    return provider_plan.send_rate(kept)
 
 
 def _was_invalid(provider: SendProvider) -> bool:

@@ -267,13 +267,20 @@ def overlapping_claims(cluster: Sequence[SendProvider]) -> dict[str, list[str]]:
 class GroupDemand:
     """One group resolved to a provider: ``key`` ``namespace/name``; ``priority``, ``weight``;
     ``limit`` its own allowed rate (recipients/min after warm-up; None = unlimited);
-    ``sending``: has work and is neither paused nor finished (others hold no share)."""
+    ``sending``: has work and is neither paused nor finished (others hold no share).
+
+    What the group can use (:func:`usable`), from its status: ``backlog`` jobs ready +
+    reserved at its last measurement (None = not known: the group is not capped by its use,
+    the rule before work-conserving shares); ``used`` jobs/min it sent (delivered + failed)
+    between its last two measurements (:func:`send_rate`; None = not known yet, taken as 0)."""
 
     key: str
     priority: Priority = Priority.NORMAL
     weight: int = 1
     limit: float | None = None
     sending: bool = True
+    backlog: int | None = None
+    used: float | None = None
 
 
 #: Seconds a group's last permit request counts as work (a group whose status shows no queued
@@ -321,22 +328,145 @@ def _water_fill(budget: float, groups: Sequence[GroupDemand]) -> tuple[dict[str,
     return shares, max(0.0, left)
 
 
-def shares(per_minute: float | None, groups: Sequence[GroupDemand]) -> dict[str, float]:
-    """Each sending group's share of a provider's ``per_minute`` (recipients/min): ``high``
-    groups first, max-min fair by weight among them (each capped by its own limit); ``normal``
-    groups share what is left the same way; groups not sending hold no share (0). Without a
-    provider rate there is nothing to share: {} (the worker then applies no share limit).
+#: Factor on a group's measured send rate (``used``, jobs/min) that it may use: room to grow
+#: between two measurements of its status (a group that grows past it builds a backlog, which
+#: lifts its cap: see :func:`usable`).
+USE_HEADROOM: Final = 1.5
+#: Seconds in which a group's backlog (ready + reserved jobs) could be sent: a backlog of B
+#: jobs can use ``60 * B / DRAIN_SECONDS`` per minute (100 jobs: 1,200/min). A group whose
+#: backlog its share would send in less than this is capped; a larger backlog is not.
+DRAIN_SECONDS: Final = 5.0
+#: Fraction of the budget that the floors of the sending groups add up to (each group's
+#: floor: this x budget / sending groups, recipients/min): a group with no measured use
+#: (new, or after an operator restart) still sends while its backlog shows in its status.
+FLOOR_FRACTION: Final = 0.05
 
-    The shares of sending groups sum to ``min(per_minute, sum of their limits)``."""
+
+def usable(group: GroupDemand, floor: float) -> float | None:
+    """What ``group`` can use now, recipients/min (None = no cap: its use is not known):
+    ``max(floor, USE_HEADROOM * used, 60 * backlog / DRAIN_SECONDS)``. Jobs are counted as
+    one recipient each (the workers' counters count jobs): a group whose mails have several
+    recipients is under-measured, sends at its cap, builds a backlog and is lifted by it.
+    Work-conserving as HTB's borrowing (Linux ``tc-htb``: a class is served at its rate and
+    lends what it does not use) and as max-min fairness with demands (Bertsekas & Gallager,
+    "Data Networks" 6.5.2: a group's demand caps its share)."""
+    if group.backlog is None:
+        return None
+    return max(
+        floor,
+        USE_HEADROOM * max(0.0, group.used or 0.0),
+        60.0 * max(0, group.backlog) / DRAIN_SECONDS,
+    )
+
+
+def _capped(group: GroupDemand, cap: float | None) -> GroupDemand:
+    """``group`` with its limit lowered to ``cap`` (recipients/min; None = unchanged)."""
+    if cap is None or (group.limit is not None and group.limit <= cap):
+        return group
+    return GroupDemand(group.key, group.priority, group.weight, cap, group.sending)
+
+
+def shares(per_minute: float | None, groups: Sequence[GroupDemand]) -> dict[str, float]:
+    """Each sending group's share of a provider's ``per_minute`` (recipients/min), work
+    conserving: ``high`` groups first, max-min fair by weight among them, each capped by its
+    own limit and by what it can use (:func:`usable`: its measured send rate with headroom,
+    or its backlog, at least a floor); ``normal`` groups share what is left the same way.
+    What is still left (every sending group capped) goes back to the capped groups up to
+    their own limits, ``high`` first: a capped group that grows is not held at its cap until
+    its status shows it. Groups not sending hold no share (0). Without a provider rate there
+    is nothing to share: {} (the worker then applies no share limit).
+
+    The shares of sending groups sum to ``min(per_minute, sum of their limits)``; each is at
+    most the group's own limit."""
     if per_minute is None:
         return {}
     out = {g.key: 0.0 for g in groups}
     left = float(per_minute)
+    sending = [g for g in groups if g.sending]
+    floor = FLOOR_FRACTION * left / max(1, len(sending))
+    capped = {g.key: _capped(g, usable(g, floor)) for g in sending}
     for priority in (Priority.HIGH, Priority.NORMAL):
-        tier = [g for g in groups if g.sending and g.priority == priority]
+        tier = [capped[g.key] for g in sending if g.priority == priority]
         given, left = _water_fill(left, tier)
         out.update(given)
+    # the rest (only when every sending group is capped): back to the capped groups up to
+    # their own limits, high first
+    for priority in (Priority.HIGH, Priority.NORMAL):
+        if left <= 1e-9:
+            break
+        room = [
+            GroupDemand(
+                g.key, g.priority, g.weight, None if g.limit is None else g.limit - out[g.key]
+            )
+            for g in sending
+            if g.priority == priority and capped[g.key] is not g
+        ]
+        given, left = _water_fill(left, [r for r in room if r.limit is None or r.limit > 0])
+        for key, extra in given.items():
+            out[key] += extra
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class SendSample:
+    """One measurement of a group's counters: ``at`` unix seconds (``status.queue.measuredAt``)
+    and ``sent`` jobs (``status.progress.delivered + failed``)."""
+
+    at: float
+    sent: int
+
+
+#: Seconds two measurements must lie apart for a send rate (two passes can write statuses
+#: milliseconds apart: see ``plan.status.QUIET_WINDOW``).
+MIN_RATE_WINDOW: Final = 2.0
+
+
+def send_sample(status: Mapping[str, Any]) -> SendSample | None:
+    """The counters of a group's status dict (the kopf index entry, camelCase); None before
+    its first measurement."""
+    queue = status.get("queue") or {}
+    at = queue.get("measuredAt")
+    if not at:
+        return None
+    try:
+        when = datetime.fromisoformat(str(at).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+    progress = status.get("progress") or {}
+    return SendSample(when, int(progress.get("delivered") or 0) + int(progress.get("failed") or 0))
+
+
+def next_samples(
+    kept: tuple[SendSample | None, SendSample] | None, new: SendSample | None
+) -> tuple[SendSample | None, SendSample] | None:
+    """The two measurements to keep after seeing ``new`` (``kept``: earlier, latest): a new
+    measurement becomes the latest; the latest becomes the earlier one only when it is at least
+    :data:`MIN_RATE_WINDOW` seconds older than ``new``."""
+    if new is None:
+        return kept
+    if kept is None:
+        return None, new
+    earlier, latest = kept
+    if new == latest:
+        return kept
+    if new.at - latest.at >= MIN_RATE_WINDOW:
+        return latest, new
+    return earlier, new
+
+
+def send_rate(kept: tuple[SendSample | None, SendSample] | None) -> float | None:
+    """Jobs/min sent between the two measurements (:func:`next_samples`); None when there
+    are not two of them at least :data:`MIN_RATE_WINDOW` seconds apart, or the counters went
+    back (a flushed Redis)."""
+    if kept is None:
+        return None
+    earlier, latest = kept
+    if earlier is None:
+        return None
+    seconds = latest.at - earlier.at
+    if seconds < MIN_RATE_WINDOW or latest.sent < earlier.sent:
+        return None
+    return 60.0 * (latest.sent - earlier.sent) / seconds
 
 
 # ----------------------------------------------------------------------------- worker env

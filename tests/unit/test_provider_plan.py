@@ -197,7 +197,8 @@ H, N = Priority.HIGH, Priority.NORMAL
             [GroupDemand("urgent", H, limit=300), GroupDemand("a"), GroupDemand("b")],
             {"urgent": 300, "a": 450, "b": 450},
         ),
-        # an unlimited high group takes the whole budget: normals wait
+        # an unlimited high group whose use is not known (no measurement) takes the whole
+        # budget: normals wait (a measured one is capped by its use: test_provider_borrow)
         (1200, [GroupDemand("urgent", H), GroupDemand("a")], {"urgent": 1200, "a": 0}),
         # paused / idle / finished groups hold no share
         (1200, [GroupDemand("a"), GroupDemand("b", sending=False)], {"a": 1200, "b": 0}),
