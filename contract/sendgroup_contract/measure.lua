@@ -8,9 +8,18 @@
 --         staging keys present, purge marker present (0/1), lock or restore progress
 --         present (0/1), backpressure `until` (unix ms) as text or "", pause marker
 --         present (0/1)}
+-- A head job larger than 64 KiB is not decoded (a producer's 100 MB job would hold the shared
+-- Redis for the whole decode on every pass): its pushedAt/createdAt is read from its last
+-- 4 KiB, where Laravel's payload ends with them (after `data`); else it is reported as "".
 local head = redis.call('LINDEX', KEYS[1], 0)
 local pushed_at = ''
-if head then
+if head and #head > 65536 then
+  local tail = string.sub(head, -4096)
+  local p = string.match(tail, '"pushedAt"%s*:%s*"([0-9.eE+-]+)"')
+    or string.match(tail, '"pushedAt"%s*:%s*([0-9.eE+-]+)')
+    or string.match(tail, '"createdAt"%s*:%s*([0-9.eE+-]+)')
+  if p then pushed_at = p end
+elseif head then
   local ok, obj = pcall(cjson.decode, head)
   if ok and type(obj) == 'table' then
     local p = obj['pushedAt']

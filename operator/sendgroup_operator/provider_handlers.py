@@ -321,8 +321,10 @@ async def _resolution(
 
 
 async def _redis_url(memo: Any, provider: SendProvider, namespace: str | None) -> str:
-    """The provider's Redis: ``spec.redis.url``, its Secret (in the provider's namespace, the
-    operator's first watched namespace for a ClusterSendProvider), or the operator's default
+    """The provider's Redis: ``spec.redis.url``, its Secret (in the provider's namespace; for a
+    ClusterSendProvider in the operator's own namespace, never a tenant's: review finding, it
+    was the first watched namespace, whose tenant then chose where the state of every
+    tenant's groups under that provider lived), or the operator's default
     (``defaultRedisUrl``, whatever Redis its groups use: the workers get the same one in
     ``PROVIDER_REDIS_URL``, see :func:`provider_plan.provider_redis_env`)."""
     rt = memo.runtime
@@ -330,7 +332,7 @@ async def _redis_url(memo: Any, provider: SendProvider, namespace: str | None) -
     if redis is not None and redis.url:
         return redis.url
     if redis is not None and redis.secret_ref is not None:
-        ns = namespace or (rt.settings.namespaces[0] if rt.settings.namespaces else "default")
+        ns = namespace or rt.settings.namespace
         value = await rt.kube.secret_value(ns, redis.secret_ref.name, redis.secret_ref.key)
         if value:
             return str(value)

@@ -256,3 +256,34 @@ def test_push_interrupted_by_redis_oom_says_how_far_it_got_and_resumes(tmp_path:
         assert recipients == [f"r{i}@x.example" for i in range(rows)]
     finally:
         server.cleanup()
+
+
+def test_a_huge_head_job_is_measured_without_decoding_it(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    """Review finding (issue 16): the measurement decoded the ready list's head job as JSON
+    inside Redis on every pass, with no size limit: a 30 MB job pushed by one tenant's producer
+    held the shared Redis for every tenant at each of its group's passes (363 ms of script per
+    pass measured here; 135 ms without the decode, of which Redis' own copy of the element
+    into Lua is most). A head over 64 KiB is now read from its last 4 KiB, where Laravel's
+    payload ends with pushedAt/createdAt. The head below is not JSON at all up front: a
+    decode would find no pushedAt."""
+    keys = QueueKeys("mail-hugehead")
+    raw = "not json " + "x" * 30_000_000 + ', "pushedAt": "1700000000.25"}'
+    redis_client.rpush(keys.ready, raw)
+    redis_client.rpush(keys.ready, "y" * 70_000)  # big, nothing to read: no pushedAt
+
+    async def go() -> tuple[int, float | None]:
+        queues = RedisQueues()
+        try:
+            m = await queues.measure(redis_url, "mail-hugehead")
+        finally:
+            await queues.close()
+        return m.ready, m.oldest_pushed_at
+
+    try:
+        assert asyncio.run(go()) == (2, 1700000000.25)
+        redis_client.lpop(keys.ready)
+        assert asyncio.run(go()) == (1, None)
+    finally:
+        redis_client.delete(keys.ready)

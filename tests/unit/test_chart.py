@@ -433,6 +433,23 @@ def test_listed_namespaces_each_get_role_peering_worker_account_and_claim() -> N
     assert ours.namespaces == ("mail", "campaigns")
 
 
+def test_the_operators_own_namespace_unwatched_gets_only_secret_reads() -> None:
+    """A ClusterSendProvider's redis.secretRef is read in the operator's own namespace (it
+    was the first watched namespace: a tenant's); when that namespace is not watched, a Role
+    there lets the operator get Secrets and nothing else."""
+    objects = render({"watchNamespaces": "team-a, team-b"})
+    own = [o for o in find(objects, "Role") if o["metadata"]["namespace"] == "mail"]
+    assert [r["rules"] for r in own] == [
+        [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}]
+    ]
+    [binding] = [o for o in find(objects, "RoleBinding") if o["metadata"]["namespace"] == "mail"]
+    assert binding["roleRef"]["name"] == own[0]["metadata"]["name"]
+    assert binding["subjects"][0]["name"] == "sg-sendgroup-operator"
+    # watched, or all namespaces: no second Role
+    assert len(find(render(), "Role")) == 1
+    assert find(render({"watchNamespaces": "*"}), "Role") == []
+
+
 def test_worker_account_has_no_token_and_no_binding() -> None:
     objects = render()
     [worker] = find(objects, "ServiceAccount", "sg-sendgroup-operator-worker")

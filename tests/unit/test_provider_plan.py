@@ -493,3 +493,32 @@ def test_a_running_group_competes_for_a_share_only_while_it_has_work() -> None:
         ),
     ]
     assert shares(1200, demands) == {"mail/high": 0.0, "mail/normal": 1200.0}
+
+
+def test_a_cluster_providers_redis_secret_is_read_in_the_operators_own_namespace() -> None:
+    """Review finding (issue 16): a ClusterSendProvider's ``redis.secretRef`` was read in the
+    first watched namespace, a tenant's, whose Secret then chose the Redis where the shares
+    and rules of every tenant's groups under that provider lived. The Kubernetes adapter
+    here records where it is asked (the resolution of the namespace is what is tested)."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from sendgroup_operator import provider_handlers
+
+    asked: list[tuple[str, str, str]] = []
+
+    class Kube:
+        async def secret_value(self, ns: str, name: str, key: str) -> str:
+            asked.append((ns, name, key))
+            return "redis://provider-state:6379/0"
+
+    settings = Settings(namespace="sendgroup-system", watch_namespaces=("team-a", "team-b"))
+    memo = SimpleNamespace(runtime=SimpleNamespace(settings=settings, kube=Kube()))
+    spec = {"match": {"domains": ["gmail.com"]}, "redis": {"secretRef": {"name": "r", "key": "u"}}}
+    cluster = _p("ClusterSendProvider", "google", **spec)
+    url = asyncio.run(provider_handlers._redis_url(memo, cluster, None))
+    assert url == "redis://provider-state:6379/0"
+    assert asked == [("sendgroup-system", "r", "u")]
+    mine = _p("SendProvider", "ours", **spec)
+    asyncio.run(provider_handlers._redis_url(memo, mine, "team-b"))
+    assert asked[-1] == ("team-b", "r", "u")
