@@ -17,7 +17,7 @@ import asyncio
 import os
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Final
 
@@ -380,11 +380,21 @@ async def group_provider(
     rules: list[plan.ProviderRule] = []
     if r.provider is not None and r.spec is not None:
         own_ns = namespace if r.provider.kind == models.PROVIDER_KIND else None
+        smtp_host = spec.smtp.host if spec.smtp is not None else None
+        untrusted = provider_plan.untrusted_replies(r.provider.kind, r.spec, smtp_host, settings)
         env = provider_plan.worker_provider_env(
-            r.provider.kind, r.provider.name, own_ns, r.spec, f"{namespace}/{name}", settings
+            r.provider.kind,
+            r.provider.name,
+            own_ns,
+            r.spec,
+            f"{namespace}/{name}",
+            settings,
+            pushback=untrusted is None,
         )
         pool = namespaced if r.provider.kind == models.PROVIDER_KIND else cluster
         found = next((p for p in pool if p.metadata.get("name") == r.provider.name), None)
         if found is not None:
             rules = provider_plan.group_rules(found)
+        if untrusted is not None:
+            r = replace(r, message=f"{r.message}; {untrusted}")
     return GroupProvider(r, env, rules)

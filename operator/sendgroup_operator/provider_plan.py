@@ -533,6 +533,31 @@ def provider_redis_env(spec: SendProviderSpec, settings: Settings) -> dict[str, 
     return builders.default_redis_env(ws.PROVIDER_REDIS_URL, settings)
 
 
+def untrusted_replies(
+    kind: str, spec: SendProviderSpec, smtp_host: str | None, settings: Settings
+) -> str | None:
+    """Why a group's SMTP replies must not fire the provider's pushback rules, or None (they
+    may). A ClusterSendProvider's rule, once fired, slows or suspends every tenant's groups of
+    that provider, and a group's ``spec.smtp.host`` is its tenant's choice: a tenant pointing
+    it at its own server could answer ``421 unusual rate`` and hold everyone (security review,
+    issue 16). Its replies count only when the group talks to the operator's default relay
+    (``smtp_host`` None or ``defaultSmtp.host``: the platform runs it) or to a host under one
+    of the provider's ``mxSuffixes`` (the provider's own MX, whose DNS no tenant controls). A
+    namespaced SendProvider's rules only reach its own namespace's groups: always trusted."""
+    if kind != CLUSTER_PROVIDER_KIND or smtp_host is None:
+        return None
+    host = smtp_host.lower().rstrip(".")
+    if host == settings.default_smtp_host.lower().rstrip("."):
+        return None
+    if any(host.endswith(suffix) for suffix in spec.match.mx_suffixes or []):
+        return None
+    return (
+        f"spec.smtp.host {host} is neither the operator's default relay nor a host under the "
+        "provider's mxSuffixes: its replies fire none of the provider's pushback rules (a rule "
+        "slows every tenant's groups); the rules in force still apply to it"
+    )
+
+
 def worker_provider_env(
     kind: str,
     name: str,
@@ -540,10 +565,15 @@ def worker_provider_env(
     spec: SendProviderSpec,
     group_key: str,
     settings: Settings,
+    pushback: bool = True,
 ) -> list[dict[str, Any]]:
     """Env entries of the worker container for its provider: ``SENDGROUP_PROVIDER`` (JSON) and
-    ``PROVIDER_REDIS_URL`` (:func:`provider_redis_env`)."""
+    ``PROVIDER_REDIS_URL`` (:func:`provider_redis_env`). ``pushback`` False: the worker gets
+    no rules to fire (:func:`untrusted_replies`); it still obeys those in force (the permit
+    script reads them from Redis)."""
     config = worker_provider_config(kind, name, namespace, spec, group_key)
+    if not pushback:
+        config["rules"] = []
     return [
         builders.env_value(ws.PROVIDER, json.dumps(config, separators=(",", ":"))),
         provider_redis_env(spec, settings),

@@ -522,3 +522,51 @@ def test_a_cluster_providers_redis_secret_is_read_in_the_operators_own_namespace
     mine = _p("SendProvider", "ours", **spec)
     asyncio.run(provider_handlers._redis_url(memo, mine, "team-b"))
     assert asked[-1] == ("team-b", "r", "u")
+
+
+def test_a_tenants_own_smtp_server_fires_no_rule_of_a_shared_provider() -> None:
+    """Security review (issue 16): a ClusterSendProvider's rule slows or suspends every
+    tenant's groups, and ``spec.smtp.host`` is the tenant's choice: pointed at its own server,
+    a ``421 unusual rate`` held everyone. Its workers now get no rules to fire, and its
+    ProviderResolved message says why; a group on the default relay or on the provider's own
+    MX keeps them, and a namespaced SendProvider (its own namespace only) always does."""
+    import asyncio
+
+    from sendgroup_operator import provider_handlers
+    from sendgroup_worker.provider import ProviderConfig
+
+    rule = {
+        "name": "unusual-rate",
+        "codes": [421],
+        "trigger": {"immediate": True},
+        "action": {"scaleRate": 20},
+        "duration": "10m",
+    }
+    match = {"domains": ["gmail.com"], "mxSuffixes": [".google.com"]}
+    body = {"match": match, "rate": {"perMinute": 600}, "pushback": {"rules": [rule]}}
+
+    def raw(kind: str) -> dict[str, Any]:
+        return {"kind": kind, "metadata": {"name": "google"}, "spec": body}
+
+    settings = Settings(default_smtp_host="relay.platform.svc")
+
+    def fired_by(smtp: dict[str, Any] | None, kind: str = "ClusterSendProvider") -> list[str]:
+        spec = _spec("gmail.com", **({"smtp": smtp} if smtp else {}))
+        if kind == "ClusterSendProvider":
+            indexes: dict[str, Any] = {"cluster_providers": {"": [raw(kind)]}}
+        else:
+            indexes = {"namespaced_providers": {"mail": [raw(kind)]}}
+        chosen = asyncio.run(provider_handlers.group_provider("mail", "g", spec, indexes, settings))
+        env = {e["name"]: e.get("value") for e in chosen.env}
+        config = ProviderConfig.model_validate_json(env["SENDGROUP_PROVIDER"])
+        fires = [r.name for r in config.rules]
+        said = "fire none of the provider's pushback rules" in chosen.resolution.message
+        assert said == (not fires), chosen.resolution.message
+        return fires
+
+    assert fired_by({"host": "smtp.tenant-a.example", "port": 2525}) == []
+    assert fired_by({"host": "Relay.Platform.svc."}) == ["unusual-rate"]
+    assert fired_by(None) == ["unusual-rate"]
+    assert fired_by({"host": "aspmx.l.google.com", "port": 25}) == ["unusual-rate"]
+    assert fired_by({"host": "google.com.tenant-a.example"}) == []
+    assert fired_by({"host": "smtp.tenant-a.example"}, "SendProvider") == ["unusual-rate"]
