@@ -541,20 +541,23 @@ def untrusted_replies(
     that provider, and a group's ``spec.smtp.host`` is its tenant's choice: a tenant pointing
     it at its own server could answer ``421 unusual rate`` and hold everyone (security review,
     issue 16). Its replies count only when the group talks to the operator's default relay
-    (``smtp_host`` None or ``defaultSmtp.host``: the platform runs it) or to a host under one
-    of the provider's ``mxSuffixes`` (the provider's own MX, whose DNS no tenant controls). A
-    namespaced SendProvider's rules only reach its own namespace's groups: always trusted."""
+    (``smtp_host`` None or ``defaultSmtp.host``: the platform runs it) or to the provider's
+    own hosts: under one of its ``mxSuffixes`` or its ``domains`` (Outlook.com's MX
+    ``outlook-com.olc.protection.outlook.com`` is under ``outlook.com``, Yandex's
+    ``mx.yandex.ru`` under ``yandex.ru``), whose DNS no tenant controls. A namespaced
+    SendProvider's rules only reach its own namespace's groups: always trusted."""
     if kind != CLUSTER_PROVIDER_KIND or smtp_host is None:
         return None
     host = smtp_host.lower().rstrip(".")
     if host == settings.default_smtp_host.lower().rstrip("."):
         return None
-    if any(host.endswith(suffix) for suffix in spec.match.mx_suffixes or []):
+    own = [*(spec.match.mx_suffixes or []), *(f".{d}" for d in spec.match.domains or [])]
+    if any(host.endswith(suffix) for suffix in own):
         return None
     return (
-        f"spec.smtp.host {host} is neither the operator's default relay nor a host under the "
-        "provider's mxSuffixes: its replies fire none of the provider's pushback rules (a rule "
-        "slows every tenant's groups); the rules in force still apply to it"
+        f"spec.smtp.host {host} is neither the operator's default relay nor a host of the "
+        "provider (under its mxSuffixes or domains): its replies fire none of the provider's "
+        "pushback rules (a rule slows every tenant's groups); the rules in force still apply"
     )
 
 

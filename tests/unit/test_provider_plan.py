@@ -569,4 +569,43 @@ def test_a_tenants_own_smtp_server_fires_no_rule_of_a_shared_provider() -> None:
     assert fired_by(None) == ["unusual-rate"]
     assert fired_by({"host": "aspmx.l.google.com", "port": 25}) == ["unusual-rate"]
     assert fired_by({"host": "google.com.tenant-a.example"}) == []
+    assert fired_by({"host": "gmail.com.evil.example"}) == []
     assert fired_by({"host": "smtp.tenant-a.example"}, "SendProvider") == ["unusual-rate"]
+
+
+def test_every_shipped_provider_with_rules_can_fire_them_from_its_own_mx() -> None:
+    """Review finding: the trust rule first looked at mxSuffixes only, and the shipped
+    microsoft-consumer (no suffixes) and yandex (mx.yandex.ru, suffix .yandex.net) providers'
+    rules could then never fire. Each shipped ClusterSendProvider with rules, talked to at its
+    real MX host, fires them."""
+    import yaml
+
+    from sendgroup_operator.provider_models import parse_provider
+
+    real_mx = {
+        "google": "gmail-smtp-in.l.google.com",
+        "microsoft-consumer": "outlook-com.olc.protection.outlook.com",
+        "microsoft-365": "contoso-com.mail.protection.outlook.com",
+        "yahoo-aol": "mta5.am0.yahoodns.net",
+        "apple": "mx01.mail.icloud.com",
+        "gmx-webde": "mx00.gmx.net",
+        "mailru": "mxs.mail.ru",
+        "yandex": "mx.yandex.ru",
+    }
+    path = "helm/sendgroup-operator/files/default-providers.yaml"
+    with open(path, encoding="utf-8") as f:
+        shipped = yaml.safe_load(f)["providers"]
+    settings = Settings(default_smtp_host="relay.platform.svc")
+    checked = []
+    for name, spec in shipped.items():
+        provider = parse_provider(
+            {"kind": "ClusterSendProvider", "metadata": {"name": name}, "spec": spec}
+        )
+        assert provider.invalid is None, provider.invalid
+        if not provider.spec.pushback.rules:
+            continue
+        host = real_mx[name]
+        why = provider_plan.untrusted_replies("ClusterSendProvider", provider.spec, host, settings)
+        assert why is None, (name, why)
+        checked.append(name)
+    assert len(checked) >= 5, checked
