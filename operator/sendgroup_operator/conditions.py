@@ -50,6 +50,10 @@ REASON_RUNTIME_NOT_ALLOWED: Final = "RuntimeNotAllowed"
 #: group is held, no workers, instead of sending without the provider's limits; the rest of
 #: its lifecycle goes on as for :data:`REASON_RUNTIME_NOT_ALLOWED`; phase Pending.
 REASON_PROVIDER_INVALID: Final = "ProviderInvalid"
+#: Ready reason (and ``ProviderResolved`` reason) of a group whose ``spec.provider`` names a
+#: provider that does not exist (a typo): held as for :data:`REASON_PROVIDER_INVALID`, never
+#: sent outside the limits it named.
+REASON_PROVIDER_NOT_FOUND: Final = "ProviderNotFound"
 REFUSED_REASONS: Final = frozenset(
     {
         REASON_INVALID_SPEC,
@@ -58,6 +62,7 @@ REFUSED_REASONS: Final = frozenset(
         REASON_QUEUE_NAME_NOT_ALLOWED,
         REASON_RUNTIME_NOT_ALLOWED,
         REASON_PROVIDER_INVALID,
+        REASON_PROVIDER_NOT_FOUND,
     }
 )
 #: Reasons of the Dumped condition.

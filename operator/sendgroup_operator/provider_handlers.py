@@ -68,7 +68,10 @@ def provider_groups(
         (namespace, name): {
             "spec": dict(body.get("spec") or {}),
             "status": dict(body.get("status") or {}),
-            "metadata": {"creationTimestamp": body["metadata"].get("creationTimestamp")},
+            "metadata": {
+                "creationTimestamp": body["metadata"].get("creationTimestamp"),
+                "generation": body["metadata"].get("generation"),
+            },
         }
     }
 
@@ -124,16 +127,31 @@ def resolve_group(
     )
 
 
-def previous_provider(status: Mapping[str, Any]) -> models.ResolvedProvider | None:
-    """``status.provider`` of a group's stored status (an index entry), None when absent or
-    not readable."""
-    raw = status.get("provider")
-    if not isinstance(raw, Mapping):
-        return None
+def previous_provider(
+    status: Mapping[str, Any], generation: int | None
+) -> models.ResolvedProvider | None:
+    """``status.provider`` of a group's stored status (an index entry) when it was resolved
+    for the spec of ``generation`` (its ``ProviderResolved`` condition's
+    ``observedGeneration``: a changed ``spec.host`` must not keep the old host's provider
+    through a DNS failure), else None (also when absent or not readable)."""
     try:
-        return models.ResolvedProvider.model_validate(raw)
+        parsed = models.SendGroupStatus.model_validate(
+            {"provider": status.get("provider"), "conditions": status.get("conditions") or []}
+        )
     except pydantic.ValidationError:
         return None
+    return kept_provider(parsed, generation)
+
+
+def kept_provider(
+    status: models.SendGroupStatus, generation: int | None
+) -> models.ResolvedProvider | None:
+    """``status.provider`` when its ``ProviderResolved`` condition was written for the spec of
+    ``generation``, else None (see :func:`previous_provider`)."""
+    resolved = conditions.find(status.conditions, provider_plan.PROVIDER_RESOLVED)
+    if generation is None or resolved is None or resolved.observed_generation != generation:
+        return None
+    return status.provider
 
 
 def _demand(
@@ -217,7 +235,14 @@ async def _pass(
             except pydantic.ValidationError:
                 continue
             r = await _resolution(
-                g_ns, g_name, spec, kwargs, cluster, previous_provider(entry["status"] or {})
+                g_ns,
+                g_name,
+                spec,
+                kwargs,
+                cluster,
+                previous_provider(
+                    entry["status"] or {}, (entry.get("metadata") or {}).get("generation")
+                ),
             )
             if r.provider is not None and (r.provider.kind, r.provider.name) == (kind, name):
                 members.append((spec, entry["status"], f"{g_ns}/{g_name}"))

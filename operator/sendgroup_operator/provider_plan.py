@@ -103,7 +103,8 @@ def resolve(
 ) -> Resolution:
     """Which provider ``spec`` (a group in ``namespace``) sends under.
 
-    ``spec.provider`` wins when set (it must exist: else status False, ``ProviderNotFound``).
+    ``spec.provider`` wins when set (it must exist: else status False, ``ProviderNotFound``,
+    and ``held``: a typo must not send without the limits it named).
     Otherwise, for ``spec.host`` (lower-cased): namespaced SendProviders first (domains, then
     MX suffixes), then ClusterSendProviders (domains, then MX suffixes); among several claims
     the earliest created wins. MX records are looked up only when a provider has MX suffixes
@@ -126,9 +127,11 @@ def resolve(
             return Resolution(
                 None,
                 "False",
-                "ProviderNotFound",
+                conditions.REASON_PROVIDER_NOT_FOUND,
                 f"spec.provider names {ref.kind} {ref.name}{where}, which does not exist: "
-                "the group sends under its own limits until it does",
+                "the group is held, no workers, until it does (a group never sends outside "
+                "the limits it named)",
+                held=True,
             )
         chosen = ResolvedProvider(kind=ref.kind, name=ref.name, via="spec.provider")
         return _resolved(chosen, found, "ProviderReferenced")

@@ -684,7 +684,12 @@ async def _pass(
     allowed = rt.allowed(key, min(want, plan.desired_workers(spec, rt.settings)))
     now = now or _now()
     chosen = await provider_handlers.group_provider(
-        group.namespace, group.name, spec, providers or {}, rt.settings, status.provider
+        group.namespace,
+        group.name,
+        spec,
+        providers or {},
+        rt.settings,
+        provider_handlers.kept_provider(status, group.generation),
     )
     rt.provider_env[key] = chosen.env
     result = plan.plan(
@@ -699,6 +704,7 @@ async def _pass(
         chosen.env,
         chosen.rules,
         chosen.held,
+        chosen.resolution.reason,
     )
     if provider_plan.record_resolution(result.status, chosen.resolution, now, group.generation):
         result.write_status = True

@@ -196,3 +196,33 @@ def test_the_provider_says_invalid_spec_once() -> None:
     assert fixed.invalid is None
     none, accepted = provider_plan.invalid_status(fixed, T0)
     assert none is None and accepted is not None and accepted.reason == "SpecAccepted"
+
+
+def test_a_group_naming_a_provider_that_does_not_exist_is_held_as_not_found() -> None:
+    """Review finding: ``spec.provider`` with a typo (``gogle``) resolved to no provider and
+    the group sent under its own limits only, outside the budget it named. It is held, Ready
+    False with reason ProviderNotFound (not ProviderInvalid), until the provider exists."""
+    indexes = {"namespaced_providers": {}, "cluster_providers": {"": [_raw()]}}
+    typo = _spec("gmail.com", provider={"kind": "ClusterSendProvider", "name": "gogle"})
+    chosen = asyncio.run(provider_handlers.group_provider("mail", "g1", typo, indexes, Settings()))
+    assert chosen.env == [] and chosen.held is not None and "gogle" in chosen.held
+    assert chosen.resolution.reason == conditions.REASON_PROVIDER_NOT_FOUND
+    group = p.Group("mail", "g1", "uid-1", 1, T0)
+    result = p.plan(
+        group,
+        typo,
+        models.SendGroupStatus(),
+        p.Observed(jobs_listed=True),
+        p.QueueMeasure(ready=10),
+        2,
+        Settings(),
+        T0,
+        chosen.env,
+        chosen.rules,
+        chosen.held,
+        chosen.resolution.reason,
+    )
+    ready = conditions.find(result.status.conditions, conditions.READY)
+    assert ready is not None and (ready.status, ready.reason) == ("False", "ProviderNotFound")
+    assert not any(type(a).__name__ == "CreateDeployment" for a in result.actions)
+    assert [e.reason for e in result.events] == ["ProviderNotFound"]

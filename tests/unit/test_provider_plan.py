@@ -94,8 +94,12 @@ def test_resolution(
         r.provider.via if r.provider else None,
     )
     assert got == expected, r.message
-    if r.provider is None:
+    # review finding: a misspelt spec.provider sent with no provider limit at all; it is held
+    assert r.held == (r.reason == "ProviderNotFound")
+    if r.provider is None and not r.held:
         assert "own limits" in r.message
+    if r.held:
+        assert "held, no workers" in r.message
 
 
 def test_no_mx_lookup_when_a_domain_matches_or_nobody_has_mx_suffixes() -> None:
@@ -150,6 +154,38 @@ def test_a_dns_failure_keeps_the_limits_the_group_can_still_name() -> None:
     assert resolve("workspace-customer.com", [], by_domain)[0] is None
     # a previous cluster MX match does not win over a cluster domain claim
     assert resolve("outlook.com", [ours_mx], was)[0] == "ClusterSendProvider/microsoft"
+
+
+def test_the_previous_provider_is_kept_only_for_the_spec_it_was_resolved_for() -> None:
+    """Review finding: a group whose ``spec.host`` changed during a DNS outage kept the old
+    host's provider ("keeps sending under google") for a host nobody had resolved. The
+    previous provider counts only when its ProviderResolved condition was written for the
+    current generation."""
+    from sendgroup_operator import provider_handlers
+
+    status = {
+        "provider": {
+            "kind": "ClusterSendProvider",
+            "name": "google",
+            "via": "mx aspmx.l.google.com",
+        },
+        "conditions": [
+            {
+                "type": "ProviderResolved",
+                "status": "True",
+                "reason": "MxMatched",
+                "message": "sends under ClusterSendProvider google (mx aspmx.l.google.com)",
+                "lastTransitionTime": "2026-12-01T00:00:00Z",
+                "observedGeneration": 3,
+            }
+        ],
+    }
+    kept = provider_handlers.previous_provider(status, 3)
+    assert kept is not None and kept.name == "google"
+    assert provider_handlers.previous_provider(status, 4) is None  # spec changed since
+    assert provider_handlers.previous_provider(status, None) is None
+    assert provider_handlers.previous_provider({"provider": "garbage"}, 3) is None
+    assert provider_handlers.previous_provider({}, 3) is None
 
 
 def test_overlapping_cluster_claims_are_reported_on_the_later_provider() -> None:

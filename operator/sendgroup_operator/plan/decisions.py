@@ -35,6 +35,7 @@ class Decisions:
         self.provider_rules: Sequence[ProviderRule] = ()
         #: why the group must not send: its provider's spec is unusable (no workers)
         self.provider_hold: str | None = None
+        self.provider_hold_reason: str = conditions.REASON_PROVIDER_INVALID
 
     def cond(self, type_: str, status: ConditionStatus, reason: str, message: str) -> None:
         old = conditions.find(self.old.conditions, type_)

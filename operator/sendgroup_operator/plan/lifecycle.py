@@ -127,6 +127,7 @@ def plan(
     provider_env: Sequence[Mapping[str, Any]] = (),
     provider_rules: Sequence[ProviderRule] = (),
     provider_hold: str | None = None,
+    provider_hold_reason: str = conditions.REASON_PROVIDER_INVALID,
 ) -> Plan:
     """Decide one reconciliation pass for one SendGroup (see the module docstring).
 
@@ -136,15 +137,17 @@ def plan(
     in force (its ``status.activeRules``): a Suspend rule sets ``Suspended``, a ScaleRate or
     CapConcurrency rule ``Throttled``, each naming the rule; a pass follows the earliest
     ``until`` so the condition clears on time. ``provider_hold``: the group resolved to a
-    provider whose spec the operator cannot use (the message names it): no workers, ``Ready``
-    False with reason ``ProviderInvalid`` and one Warning event, as for a runtime the operator
-    cannot run; it never sends without its provider's limits.
+    provider whose spec the operator cannot use (the message names it), or names in
+    ``spec.provider`` one that does not exist: no workers, ``Ready`` False with reason
+    ``provider_hold_reason`` (``ProviderInvalid``, ``ProviderNotFound``) and one Warning event,
+    as for a runtime the operator cannot run; it never sends without its provider's limits.
     Raises ``durations.InvalidDuration`` only for a spec the CRD would have rejected.
     """
     b = Decisions(group, spec, status, now)
     b.provider_env = provider_env
     b.provider_rules = [r for r in provider_rules if r.holds(now)]
     b.provider_hold = provider_hold
+    b.provider_hold_reason = provider_hold_reason
     st = b.status
     if (
         st.operation is not None
@@ -391,7 +394,7 @@ def _serve(
         _cannot_run(b, dep, refusal)
         return
     if b.provider_hold is not None:
-        _cannot_run(b, dep, b.provider_hold, conditions.REASON_PROVIDER_INVALID)
+        _cannot_run(b, dep, b.provider_hold, b.provider_hold_reason)
         return
     idle = total == 0 and measured and elapsed(st.idle_since, now, spec.reaper.idle_after)
     if idle and dep is not None:
