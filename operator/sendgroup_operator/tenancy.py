@@ -22,10 +22,10 @@ import re
 from collections.abc import Sequence
 from typing import Final, Literal
 
+from sendgroup_contract import keys as contract_keys
 from sendgroup_contract.keys import QueueKeys
 from sendgroup_operator import conditions, models
-from sendgroup_worker import loopback, redisurl
-from sendgroup_worker.provider import ProviderKeys
+from sendgroup_worker import redisurl
 
 QueueNamePolicy = Literal["auto", "namespace", "off"]
 
@@ -116,7 +116,9 @@ _NAMESPACE_RE: Final = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 #: first) is refused with NOPERM. Keys are checked separately (:func:`tenant_acl_rules`), also
 #: for every command a script calls (Redis 7 checks each ``redis.call`` as if sent).
 TENANT_ACL_COMMANDS: Final[tuple[tuple[str, tuple[str, ...]], ...]] = (
-    # redis-py's health check and the worker's /readyz (AUTH needs no rule)
+    # redis-py's health check and the worker's /readyz. AUTH needs no rule. Not CLIENT SETINFO
+    # (redis-py names its library on each connection and ignores a refusal; Redis 7.0 does
+    # not know the subcommand, so SETUSER would refuse the rule)
     ("connection", ("ping",)),
     # every queue, rate-limit, backpressure and provider step is a Lua script run by its SHA
     # (loaded once); no SCRIPT FLUSH/KILL, no FUNCTION
@@ -168,20 +170,20 @@ def tenant_acl_rules(
     Raises ValueError for a name that is not a namespace."""
     if not _NAMESPACE_RE.fullmatch(namespace):
         raise ValueError(f"{namespace!r} is not a Kubernetes namespace name")
-    # key names spelled where the keys are made (QueueKeys, loopback, ProviderKeys), cut
-    # where the part a pattern leaves open begins
+    # key names spelled where every key is made (sendgroup_contract.keys), cut where the part
+    # a pattern leaves open begins
     plain = QueueKeys(f"{namespace}.q", key_prefix).base.removesuffix("q")
     tagged = QueueKeys(f"{{{namespace}.q}}", key_prefix).base.removesuffix("q}")
-    provider = ProviderKeys(f"sp/{namespace}/p").tat.removesuffix("p}:tat")
+    provider = contract_keys.provider_key(f"sp/{namespace}/p", "").removesuffix("p}:")
     keys = [
         f"~{_glob_literal(plain)}*",
         f"~{_glob_literal(tagged)}*",
-        f"~{_glob_literal(loopback.outcome_stream_key(namespace, key_prefix))}",
-        f"~{_glob_literal(loopback.suppression_set_key(namespace, key_prefix))}",
+        f"~{_glob_literal(contract_keys.outcome_stream_key(namespace, key_prefix))}",
+        f"~{_glob_literal(contract_keys.suppression_set_key(namespace, key_prefix))}",
         f"~{_glob_literal(provider)}*",
     ]
     for name in cluster_providers:
-        shared = ProviderKeys(f"csp/{name}").tat.removesuffix("tat")
+        shared = contract_keys.provider_key(f"csp/{name}", "")
         keys.append(f"~{_glob_literal(shared)}*")
     commands = [f"+{c}" for _, group in TENANT_ACL_COMMANDS for c in group]
     return ["reset", "resetchannels", *keys, "-@all", *commands]
