@@ -98,6 +98,26 @@ def hash_tag(name: str) -> str | None:
     return name[start + 1 : end]
 
 
+def outcome_stream_key(namespace: str, prefix: str = "") -> str:
+    """A namespace's outcome stream, ``<prefix>sendgroups:<namespace>:outcomes``
+    (``sendgroup_worker.loopback``)."""
+    return f"{prefix}sendgroups:{namespace}:outcomes"
+
+
+def suppression_set_key(namespace: str, prefix: str = "") -> str:
+    """A namespace's suppression set, ``<prefix>sendgroups:<namespace>:suppressed``
+    (``sendgroup_worker.loopback``)."""
+    return f"{prefix}sendgroups:{namespace}:suppressed"
+
+
+def provider_key(provider_id: str, suffix: str) -> str:
+    """One key of a provider's pacing state, ``sendgroups:provider:{<id>}:<suffix>``
+    (``sendgroup_worker.provider.ProviderKeys``): no client-side prefix (the state is not the
+    producers'), all of a provider's keys under one hash tag; ``<id>`` = ``csp/<name>`` or
+    ``sp/<namespace>/<name>``."""
+    return f"sendgroups:provider:{{{provider_id}}}:{suffix}"
+
+
 @dataclass(frozen=True, slots=True)
 class QueueKeys:
     """All key names of one queue, with the client-side ``prefix`` applied.

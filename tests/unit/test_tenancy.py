@@ -71,3 +71,32 @@ def test_settings() -> None:
     assert Settings.from_env({}).queue_name_policy == "auto"
     with pytest.raises(SettingsError, match="SENDGROUP_QUEUE_NAME_POLICY"):
         Settings.from_env({"SENDGROUP_QUEUE_NAME_POLICY": "strict"})
+
+
+def test_tenant_acl_rules_name_only_the_namespace_keys_and_listed_commands() -> None:
+    """The rules a namespace's Redis user gets (docs/security.md, "Redis credentials per
+    tenant"; proven on a real server in tests/redis/test_tenant_acl.py)."""
+    rules = tenancy.tenant_acl_rules("team-a", "laravel_database_", ["big*mail"])
+    assert rules[:2] == ["reset", "resetchannels"]  # no key, command or channel left over
+    keys = [r for r in rules if r.startswith("~")]
+    assert keys == [
+        "~laravel_database_queues:team-a.*",
+        "~laravel_database_queues:{team-a.*",
+        "~laravel_database_sendgroups:team-a:outcomes",
+        "~laravel_database_sendgroups:team-a:suppressed",
+        "~sendgroups:provider:{sp/team-a/*",  # provider keys carry no key prefix
+        "~sendgroups:provider:{csp/big\\*mail}:*",  # a glob character in a name is literal
+    ]
+    commands = [r for r in rules if r[0] in "+-"]
+    assert commands[0] == "-@all" and all(c.startswith("+") for c in commands[1:])
+    assert not any("@" in c for c in commands[1:])  # an explicit list, no category
+    for forbidden in ("keys", "scan", "flushall", "flushdb", "config", "script|flush", "info"):
+        assert f"+{forbidden}" not in commands
+    assert not any(r in ("allkeys", "allchannels", "nopass", "on") for r in rules)
+    assert "~queues:team-a.*" in tenancy.tenant_acl_rules("team-a")
+
+
+@pytest.mark.parametrize("bad", ["", "Team-A", "team.a", "team/a", "*", "a" * 64, "-a"])
+def test_tenant_acl_rules_refuse_what_is_not_a_namespace(bad: str) -> None:
+    with pytest.raises(ValueError, match="not a Kubernetes namespace"):
+        tenancy.tenant_acl_rules(bad)

@@ -46,6 +46,8 @@ from typing import Final
 
 import redis.asyncio
 
+from sendgroup_contract import keys as contract_keys
+
 #: Outcome values of a stream entry.
 DELIVERED: Final = "delivered"
 DEFERRED: Final = "deferred"
@@ -60,13 +62,14 @@ DEFAULT_NAMESPACE: Final = "default"
 
 
 def outcome_stream_key(namespace: str, prefix: str = "") -> str:
-    """``<prefix>sendgroups:<namespace>:outcomes``."""
-    return f"{prefix}sendgroups:{namespace or DEFAULT_NAMESPACE}:outcomes"
+    """``<prefix>sendgroups:<namespace>:outcomes`` (spelled in :mod:`sendgroup_contract.keys`)."""
+    return contract_keys.outcome_stream_key(namespace or DEFAULT_NAMESPACE, prefix)
 
 
 def suppression_set_key(namespace: str, prefix: str = "") -> str:
-    """``<prefix>sendgroups:<namespace>:suppressed``."""
-    return f"{prefix}sendgroups:{namespace or DEFAULT_NAMESPACE}:suppressed"
+    """``<prefix>sendgroups:<namespace>:suppressed`` (spelled in
+    :mod:`sendgroup_contract.keys`)."""
+    return contract_keys.suppression_set_key(namespace or DEFAULT_NAMESPACE, prefix)
 
 
 def normalize(address: str) -> str:

@@ -44,6 +44,7 @@ from typing import Final, Literal
 import re2
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from sendgroup_contract.keys import provider_key
 from sendgroup_worker.patterns import re2_problem, search
 from sendgroup_worker.ratelimit import RatePolicy, load_script
 from sendgroup_worker.redisclient import AsyncClient, AsyncScript
@@ -119,7 +120,7 @@ class ProviderKeys:
     id: str
 
     def _key(self, suffix: str) -> str:
-        return f"sendgroups:provider:{{{self.id}}}:{suffix}"
+        return provider_key(self.id, suffix)
 
     @property
     def tat(self) -> str:

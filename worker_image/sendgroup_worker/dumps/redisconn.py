@@ -83,11 +83,17 @@ def check_slot_rule(client: Client, keys: QueueKeys) -> None:
 
 
 def redis_version(client: Client) -> str:
-    """``redis_version`` from ``INFO server`` (of one node on a cluster)."""
-    if isinstance(client, redis.cluster.RedisCluster):
-        info = client.info("server", target_nodes=client.get_default_node())
-    else:
-        info = client.info("server")
+    """``redis_version`` from ``INFO server`` (of one node on a cluster), ``unknown`` when the
+    server refuses INFO: a tenant's ACL user has no INFO (``tenancy.tenant_acl_rules``: it
+    tells about the whole server), and the version is only recorded in the segment header and
+    the summary."""
+    try:
+        if isinstance(client, redis.cluster.RedisCluster):
+            info = client.info("server", target_nodes=client.get_default_node())
+        else:
+            info = client.info("server")
+    except redis.exceptions.NoPermissionError:
+        return "unknown"
     return str(info.get("redis_version", "unknown"))
 
 
