@@ -54,9 +54,10 @@ RESOLUTION_REUSE: Final = 1.0
 _MX = MxCache.from_env(os.environ.get("SENDGROUP_DNS_SERVERS"))
 _written: dict[str, tuple[float, dict[str, str]]] = {}
 _resolved: dict[tuple[str, str, str], tuple[float, provider_plan.Resolution]] = {}
-#: group key -> its last two measurements seen in the index (its send rate: a share capped by
-#: what the group uses, :func:`provider_plan.usable`); in memory, rebuilt after a restart
-_samples: dict[str, tuple[provider_plan.SendSample | None, provider_plan.SendSample]] = {}
+#: group key -> its last measurements seen in the index, oldest first (its send rate: a share
+#: capped by what the group uses, :func:`provider_plan.usable`); in memory, rebuilt after a
+#: restart
+_samples: dict[str, tuple[provider_plan.SendSample, ...]] = {}
 
 
 @kopf.index(*SG)
@@ -164,7 +165,7 @@ def _demand(
 ) -> Any:
     """The group as the share computation sees it; ``last_request``: unix seconds of its
     workers' last permit request (the provider's ``demand`` hash), ``redis_now``: the
-    provider Redis' clock; ``used``: jobs/min it sent between its last two measurements
+    provider Redis' clock; ``used``: jobs/min it sent lately
     (:func:`provider_plan.send_rate`). Its backlog: ``queue.ready + queue.reserved`` of its
     last measurement (None before its first: not capped by its use)."""
     now = datetime.now(UTC)
@@ -244,7 +245,9 @@ async def _pass(
                     entry["status"] or {}, (entry.get("metadata") or {}).get("generation")
                 ),
             )
-            if r.provider is not None and (r.provider.kind, r.provider.name) == (kind, name):
+            if r.provider is None or (r.provider.kind, r.provider.name) != (kind, name):
+                continue
+            if provider_plan.laravel_unpaced(spec) is None:  # laravel workers take no permit
                 members.append((spec, entry["status"], f"{g_ns}/{g_name}"))
     if provider.invalid is not None or _was_invalid(provider):
         status, event = provider_plan.invalid_status(provider, datetime.now(UTC))
@@ -307,7 +310,7 @@ async def _pass(
 
 
 def _send_rate(key: str, status: Mapping[str, Any]) -> float | None:
-    """Jobs/min the group sent between its last two measurements seen in its status (kept in
+    """Jobs/min the group sent lately, from the measurements seen in its status (kept in
     :data:`_samples`); None until there are two."""
     if len(_samples) > 10_000:
         _samples.clear()
@@ -422,4 +425,7 @@ async def group_provider(
             rules = provider_plan.group_rules(found)
         if untrusted is not None:
             r = replace(r, message=f"{r.message}; {untrusted}")
+        unpaced = provider_plan.laravel_unpaced(spec)
+        if unpaced is not None:
+            r = replace(r, message=f"{r.message}; {unpaced}")
     return GroupProvider(r, env, rules)

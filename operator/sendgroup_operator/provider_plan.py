@@ -275,7 +275,7 @@ class GroupDemand:
     What the group can use (:func:`usable`), from its status: ``backlog`` jobs ready +
     reserved at its last measurement (None = not known: the group is not capped by its use,
     the rule before work-conserving shares); ``used`` jobs/min it sent (delivered + failed)
-    between its last two measurements (:func:`send_rate`; None = not known yet, taken as 0)."""
+    lately (:func:`send_rate`; None = not known yet, taken as 0)."""
 
     key: str
     priority: Priority = Priority.NORMAL
@@ -439,37 +439,39 @@ def send_sample(status: Mapping[str, Any]) -> SendSample | None:
     return SendSample(when, int(progress.get("delivered") or 0) + int(progress.get("failed") or 0))
 
 
+#: Measurements kept per group (the newest ones; the rate uses the newest and the most recent
+#: one at least :data:`MIN_RATE_WINDOW` older).
+SAMPLES_KEPT: Final = 8
+
+
 def next_samples(
-    kept: tuple[SendSample | None, SendSample] | None, new: SendSample | None
-) -> tuple[SendSample | None, SendSample] | None:
-    """The two measurements to keep after seeing ``new`` (``kept``: earlier, latest): a new
-    measurement becomes the latest; the latest becomes the earlier one only when it is at least
-    :data:`MIN_RATE_WINDOW` seconds older than ``new``."""
+    kept: tuple[SendSample, ...] | None, new: SendSample | None
+) -> tuple[SendSample, ...] | None:
+    """The measurements to keep after seeing ``new`` (``kept``: oldest first): ``new`` is
+    appended unless already the newest (an older one, from a stale index entry, is ignored),
+    and at most :data:`SAMPLES_KEPT` stay. Review finding: keeping just two (earlier, latest)
+    pinned the earlier one while writes came less than 2 s apart, so the rate became a
+    lifetime average, or never came."""
     if new is None:
         return kept
-    if kept is None:
-        return None, new
-    earlier, latest = kept
-    if new == latest:
+    if not kept:
+        return (new,)
+    if new.at <= kept[-1].at:
         return kept
-    if new.at - latest.at >= MIN_RATE_WINDOW:
-        return latest, new
-    return earlier, new
+    return (*kept, new)[-SAMPLES_KEPT:]
 
 
-def send_rate(kept: tuple[SendSample | None, SendSample] | None) -> float | None:
-    """Jobs/min sent between the two measurements (:func:`next_samples`); None when there
-    are not two of them at least :data:`MIN_RATE_WINDOW` seconds apart, or the counters went
-    back (a flushed Redis)."""
-    if kept is None:
+def send_rate(kept: tuple[SendSample, ...] | None) -> float | None:
+    """Jobs/min sent between the newest measurement and the most recent one at least
+    :data:`MIN_RATE_WINDOW` seconds older (:func:`next_samples`); None when there is no such
+    pair, or the counters went back (a flushed Redis)."""
+    if not kept:
         return None
-    earlier, latest = kept
-    if earlier is None:
+    latest = kept[-1]
+    earlier = next((s for s in reversed(kept) if latest.at - s.at >= MIN_RATE_WINDOW), None)
+    if earlier is None or latest.sent < earlier.sent:
         return None
-    seconds = latest.at - earlier.at
-    if seconds < MIN_RATE_WINDOW or latest.sent < earlier.sent:
-        return None
-    return 60.0 * (latest.sent - earlier.sent) / seconds
+    return 60.0 * (latest.sent - earlier.sent) / (latest.at - earlier.at)
 
 
 # ----------------------------------------------------------------------------- worker env
@@ -561,6 +563,21 @@ def untrusted_replies(
         f"spec.smtp.host {host} is neither the operator's default relay nor a host of the "
         "provider (under its mxSuffixes or domains): its replies fire none of the provider's "
         "pushback rules (a rule slows every tenant's groups); the rules in force still apply"
+    )
+
+
+def laravel_unpaced(spec: SendGroupSpec) -> str | None:
+    """Why a ``runtime: laravel`` group's workers are not paced by its provider, or None (a
+    python-runtime group: they are). Laravel's ``queue:work`` runs the shop's own mail code
+    and knows nothing of the provider's permits (review finding: such a group was said to
+    send "under" the provider and took a share it never used, while sending unpaced). It
+    takes no share; its message says so; ``worker.rate`` does not apply either (the runtime
+    has no rate limiter of ours: use Laravel's own ``RateLimited`` middleware)."""
+    if spec.worker.runtime != models.WorkerRuntime.LARAVEL:
+        return None
+    return (
+        "runtime laravel: the provider's budget, share and rules do not pace this group's "
+        "workers (Laravel's queue:work sends on its own); it takes no share of the provider"
     )
 
 

@@ -89,15 +89,28 @@ def test_the_send_rate_comes_from_two_measurements_of_the_status() -> None:
     assert first == SendSample(1796126400.0, 100)
     kept = provider_plan.next_samples(None, first)
     assert provider_plan.send_rate(kept) is None  # one measurement: not known
-    # one second later (two passes close together): no rate yet, the earlier one kept
+    # one second later (two passes close together): no rate yet
     kept = provider_plan.next_samples(kept, SendSample(first.at + 1, 100))
-    assert kept == (None, SendSample(first.at + 1, 100))
+    assert provider_plan.send_rate(kept) is None
     kept = provider_plan.next_samples(
         kept, provider_plan.send_sample(status("2026-12-01T12:00:10Z", 101, 1))
     )
     assert provider_plan.send_rate(kept) == pytest.approx(60 * 2 / 9)
     # the counters went back (a flushed Redis): no rate
     assert provider_plan.send_rate((SendSample(0, 10), SendSample(10, 5))) is None
+    # review finding: writes 1.5 s apart at a steady 600/min gave no rate at all, and one
+    # 3 s gap then fast writes pinned the earlier sample (a lifetime average)
+    kept = None
+    for i in range(20):
+        kept = provider_plan.next_samples(kept, SendSample(1.5 * i, 15 * i))
+    assert provider_plan.send_rate(kept) == pytest.approx(600.0)
+    kept = provider_plan.next_samples(None, SendSample(0, 0))
+    kept = provider_plan.next_samples(kept, SendSample(3, 0))  # idle for the first 3 s
+    for i in range(1, 11):
+        kept = provider_plan.next_samples(kept, SendSample(3 + 1.5 * i, 15 * i))
+    assert provider_plan.send_rate(kept) == pytest.approx(600.0)
+    # an older measurement (a stale index entry) changes nothing
+    assert provider_plan.next_samples(kept, SendSample(1, 0)) == kept
     assert provider_plan.send_sample({"queue": {"total": 0}}) is None
 
     # through the operator's pass: a high group trickling, a normal group with a backlog

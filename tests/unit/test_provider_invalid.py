@@ -226,3 +226,31 @@ def test_a_group_naming_a_provider_that_does_not_exist_is_held_as_not_found() ->
     assert ready is not None and (ready.status, ready.reason) == ("False", "ProviderNotFound")
     assert not any(type(a).__name__ == "CreateDeployment" for a in result.actions)
     assert [e.reason for e in result.events] == ["ProviderNotFound"]
+
+
+def test_a_laravel_runtime_group_says_it_is_not_paced_and_takes_no_share() -> None:
+    """Review finding: a ``runtime: laravel`` group (Laravel's queue:work, which takes no
+    provider permit) was said to send "under" its provider and was given a share it never
+    used, while sending unpaced. Its message now says so, and the provider pass leaves it
+    out of the shares."""
+    from sendgroup_operator.provider_models import parse_provider as parse
+
+    good = {
+        "kind": "ClusterSendProvider",
+        "metadata": {"name": "google", "creationTimestamp": "2026-01-01T00:00:00Z"},
+        "spec": {"match": {"domains": ["gmail.com"]}, "rate": {"perMinute": 600}},
+    }
+    assert parse(good).invalid is None
+    indexes = {"namespaced_providers": {}, "cluster_providers": {"": [good]}}
+    laravel = _spec("gmail.com", worker={"runtime": "laravel", "image": "shop/app:1"})
+    chosen = asyncio.run(
+        provider_handlers.group_provider("mail", "g", laravel, indexes, Settings())
+    )
+    assert chosen.held is None and chosen.resolution.status == "True"
+    assert "do not pace this group's workers" in chosen.resolution.message
+    assert provider_plan.laravel_unpaced(laravel) is not None
+    python = asyncio.run(
+        provider_handlers.group_provider("mail", "g", _spec("gmail.com"), indexes, Settings())
+    )
+    assert "do not pace" not in python.resolution.message
+    assert provider_plan.laravel_unpaced(_spec("gmail.com")) is None
