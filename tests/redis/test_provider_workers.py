@@ -88,7 +88,7 @@ def test_three_groups_of_two_campaigns_share_the_budget_within_5_percent(
     # GCRA bounds a 20 s window of permits to 400 + burst (20); arrivals at the sink also move
     # by the jitter between a permit and its RCPT (here: +4, 0.2 s at 20/s). A quiet machine
     # gives 400-401; stop 26's CI, loaded, gave 422 (senders stalled before the window, then
-    # spent their burst in it). A budget not shared gives ~600 (three groups x 20/s).
+    # spent their burst in it). A budget not applied gives far more (each group is unlimited).
     assert 380 <= total <= 400 + 20 + 4, (total, per_group)
     assert all(n > 20 for n in per_group.values()), per_group
     assert all(w.proc.poll() is None for w in late)
