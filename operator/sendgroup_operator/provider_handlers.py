@@ -423,9 +423,7 @@ async def group_provider(
         found = next((p for p in pool if p.metadata.get("name") == r.provider.name), None)
         if found is not None:
             rules = provider_plan.group_rules(found)
-        if untrusted is not None:
-            r = replace(r, message=f"{r.message}; {untrusted}")
-        unpaced = provider_plan.laravel_unpaced(spec)
-        if unpaced is not None:
-            r = replace(r, message=f"{r.message}; {unpaced}")
+        notes = [n for n in (untrusted, provider_plan.laravel_unpaced(spec)) if n is not None]
+        if notes:
+            r = replace(r, message="; ".join([r.message, *notes]))
     return GroupProvider(r, env, rules)
