@@ -534,6 +534,70 @@ def _laravel_container(
     }
 
 
+def _env_entry(entry: Mapping[str, Any]) -> dict[str, Any]:
+    """One env entry as the API server keeps it, whatever defaults it filled in: a missing
+    ``value`` is ``""``; ``fieldRef.apiVersion`` (default ``v1``) and ``secretKeyRef.optional``
+    (default false) are dropped unless set otherwise."""
+    out: dict[str, Any] = {"name": entry.get("name")}
+    source = entry.get("valueFrom")
+    if not isinstance(source, Mapping):
+        out["value"] = entry.get("value") or ""
+        return out
+    norm: dict[str, Any] = {}
+    for kind, ref in source.items():
+        if not isinstance(ref, Mapping):
+            norm[kind] = ref
+            continue
+        ref = dict(ref)
+        if kind == "fieldRef" and ref.get("apiVersion") == "v1":
+            ref.pop("apiVersion")
+        if ref.get("optional") is False:
+            ref.pop("optional")
+        norm[kind] = ref
+    out["valueFrom"] = norm
+    return out
+
+
+def owned_fingerprint(template: Mapping[str, Any]) -> str:
+    """Hash of what the operator owns in a worker pod template and the API server never
+    defaults: each container's name, image, command, args, env (:func:`_env_entry`), envFrom
+    and volume mounts, and each volume's name and kind. Computed alike from the template the
+    operator builds and from the Deployment it reads back: a difference means someone edited
+    the Deployment (a namespace admin's ``kubectl edit`` of ``SENDGROUP_QUEUE`` or ``REDIS_URL``, an
+    added container or hostPath volume), which the template-hash annotation alone cannot see
+    (security review, issue 16). Shape: 12 hex characters."""
+    spec = template.get("spec") or {}
+
+    def container(c: Mapping[str, Any]) -> dict[str, Any]:
+        mounts = [
+            {
+                "name": m.get("name"),
+                "mountPath": m.get("mountPath"),
+                "subPath": m.get("subPath") or "",
+                "readOnly": bool(m.get("readOnly")),
+            }
+            for m in c.get("volumeMounts") or []
+        ]
+        return {
+            "name": c.get("name"),
+            "image": c.get("image"),
+            "command": list(c.get("command") or []),
+            "args": list(c.get("args") or []),
+            "env": [_env_entry(e) for e in c.get("env") or []],
+            "envFrom": list(c.get("envFrom") or []),
+            "volumeMounts": mounts,
+        }
+
+    owned = {
+        "containers": [container(c) for c in spec.get("containers") or []],
+        "initContainers": [container(c) for c in spec.get("initContainers") or []],
+        "volumes": [
+            [v.get("name"), sorted(k for k in v if k != "name")] for v in spec.get("volumes") or []
+        ],
+    }
+    return _digest(json.dumps(owned, sort_keys=True))
+
+
 def template_hash(
     ref: GroupRef,
     spec: models.SendGroupSpec,
@@ -546,6 +610,21 @@ def template_hash(
         "annotations"
     ]
     return annotations[ANNOTATION_TEMPLATE_HASH]
+
+
+def template_fingerprints(
+    ref: GroupRef,
+    spec: models.SendGroupSpec,
+    settings: Settings,
+    provider_env: Sequence[Mapping[str, Any]] = (),
+) -> tuple[str, str]:
+    """``(template hash, owned fingerprint)`` of the worker Deployment the spec asks for
+    (:func:`template_hash`, :func:`owned_fingerprint`), built once."""
+    dep = deployment(ref, spec, settings, 0, provider_env)
+    return (
+        dep["metadata"]["annotations"][ANNOTATION_TEMPLATE_HASH],
+        owned_fingerprint(dep["spec"]["template"]),
+    )
 
 
 def dumps_dir(ref: GroupRef) -> str:

@@ -275,15 +275,18 @@ def job_pod_waiting(pods: Sequence[Mapping[str, Any]]) -> str | None:
 
 def deployment_obs(raw: Mapping[str, Any]) -> plan.DeploymentObs | None:
     """What the planner needs of a worker Deployment (replicas, ready replicas, template
-    hash); None while it is being deleted."""
+    hash, the fingerprint of what the operator owns in its template); None while it is being
+    deleted."""
     meta = raw.get("metadata") or {}
     if meta.get("deletionTimestamp"):
         return None
     annotations = meta.get("annotations") or {}
+    template = (raw.get("spec") or {}).get("template")
     return plan.DeploymentObs(
         replicas=int((raw.get("spec") or {}).get("replicas") or 0),
         ready_replicas=int((raw.get("status") or {}).get("readyReplicas") or 0),
         template_hash=annotations.get(builders.ANNOTATION_TEMPLATE_HASH),
+        owned=builders.owned_fingerprint(template) if isinstance(template, Mapping) else None,
     )
 
 

@@ -222,3 +222,58 @@ def test_killed_operators_are_replaced_without_a_minute_of_silence(
     wait_for(lambda: replicas(objects, "ha2") == 3, 45, "the standby takes over")
     took = time.monotonic() - killed
     assert took < 30, f"the standby needed {took:.0f}s"
+
+
+def test_a_hand_edited_worker_deployment_is_put_back_and_an_untouched_one_left_alone(
+    kube_cluster: Any, operator: OperatorProcess, objects: Objects, redis_client: redis.Redis
+) -> None:
+    """Security review (issue 16): the operator compared only the Deployment's template-hash
+    annotation, so a namespace admin's edit of ``sg-<name>`` (workers pointed at another
+    tenant's queue) stayed. Now what the operator owns in the template is compared as read
+    back from the real API server: the edit is put back within a few passes, and the API
+    server's own defaults are not taken for an edit (no rewrite loop: the Deployment's
+    ``metadata.generation`` stands still while nothing changes)."""
+    push(redis_client, "mail-edited", 50)  # jobs: the group keeps its workers
+    objects.apply(sendgroup("edited", workers=2))
+    wait_for(lambda: replicas(objects, "edited") == 2, 60, "the worker Deployment")
+
+    def generation() -> int:
+        dep = objects.get("deployment", "sg-edited") or {}
+        return int(dep["metadata"]["generation"])
+
+    before = generation()
+    time.sleep(8)  # several passes
+    assert generation() == before, "the operator rewrote a Deployment nobody had changed"
+    env = (objects.get("deployment", "sg-edited") or {})["spec"]["template"]["spec"]["containers"][
+        0
+    ]["env"]
+    index = next(i for i, e in enumerate(env) if e["name"] == "SENDGROUP_QUEUE")
+    kube_cluster.kubectl(
+        "patch",
+        "deployment",
+        "sg-edited",
+        "-n",
+        objects.namespace,
+        "--type=json",
+        "-p",
+        json.dumps(
+            [
+                {
+                    "op": "replace",
+                    "path": f"/spec/template/spec/containers/0/env/{index}/value",
+                    "value": "team-b.newsletter",
+                }
+            ]
+        ),
+    )
+    assert container_env(objects, "edited")["SENDGROUP_QUEUE"] == "team-b.newsletter"
+    edited_at = time.monotonic()
+    wait_for(
+        lambda: container_env(objects, "edited")["SENDGROUP_QUEUE"] == "mail-edited",
+        30,
+        "the edit put back",
+    )
+    print(f"hand edit put back after {time.monotonic() - edited_at:.1f}s")
+    settled = generation()
+    time.sleep(8)
+    assert generation() == settled, "the operator kept rewriting the Deployment"

@@ -468,10 +468,13 @@ def _throttled(b: Decisions, active: bool, allowed: int) -> None:
 
 
 def _stale(b: Decisions, dep: DeploymentObs, settings: Settings) -> bool:
-    """Whether the Deployment's pod template differs from what the spec asks for."""
-    return dep.template_hash != builders.template_hash(
+    """Whether the Deployment's pod template differs from what the spec asks for: its
+    template-hash annotation (a spec change), or what the operator owns in it as read back
+    (someone edited the Deployment: :func:`~sendgroup_operator.builders.owned_fingerprint`)."""
+    want_hash, want_owned = builders.template_fingerprints(
         b.group.ref(b.spec), b.spec, settings, b.provider_env
     )
+    return dep.template_hash != want_hash or (dep.owned is not None and dep.owned != want_owned)
 
 
 def _converge(b: Decisions, dep: DeploymentObs | None, replicas: int, settings: Settings) -> None:

@@ -47,6 +47,9 @@ class DeploymentObs:
     replicas: int
     ready_replicas: int = 0
     template_hash: str | None = None
+    #: :func:`~sendgroup_operator.builders.owned_fingerprint` of its pod template as read back
+    #: (None: not known; then only the template hash is compared)
+    owned: str | None = None
 
 
 @dataclass(frozen=True)
