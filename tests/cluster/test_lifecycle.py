@@ -248,6 +248,12 @@ def test_a_hand_edited_worker_deployment_is_put_back_and_an_untouched_one_left_a
         0
     ]["env"]
     index = next(i for i, e in enumerate(env) if e["name"] == "SENDGROUP_QUEUE")
+    names = [
+        c["name"]
+        for c in (objects.get("deployment", "sg-edited") or {})["spec"]["template"]["spec"][
+            "containers"
+        ]
+    ]
     kube_cluster.kubectl(
         "patch",
         "deployment",
@@ -262,7 +268,12 @@ def test_a_hand_edited_worker_deployment_is_put_back_and_an_untouched_one_left_a
                     "op": "replace",
                     "path": f"/spec/template/spec/containers/0/env/{index}/value",
                     "value": "team-b.newsletter",
-                }
+                },
+                {
+                    "op": "add",
+                    "path": "/spec/template/spec/containers/-",
+                    "value": {"name": "sidecar", "image": "registry.invalid/sidecar:1"},
+                },
             ]
         ),
     )
@@ -274,6 +285,8 @@ def test_a_hand_edited_worker_deployment_is_put_back_and_an_untouched_one_left_a
         "the edit put back",
     )
     print(f"hand edit put back after {time.monotonic() - edited_at:.1f}s")
+    template = (objects.get("deployment", "sg-edited") or {})["spec"]["template"]["spec"]
+    assert [c["name"] for c in template["containers"]] == names, "the added sidecar stayed"
     settled = generation()
     time.sleep(8)
     assert generation() == settled, "the operator kept rewriting the Deployment"
