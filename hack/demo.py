@@ -269,7 +269,10 @@ def main(args: argparse.Namespace) -> int:
         step = "start redis-server and the SMTP sink on the pod network's gateway"
         server = RedisServer(host=node.host_address, config={"appendonly": "yes"}).start()
         sink = SmtpSink(host=node.host_address, keep_data=False).start()
-        say(f"redis-server at {server.url}, SMTP sink at {node.host_address}:{sink.port}")
+        say(
+            f"redis-server at {server.url}, SMTP sink at {node.host_address}:{sink.port} "
+            "(it accepts and counts every mail and relays nothing: no mail leaves this machine)"
+        )
 
         step = "helm install the chart (operator pod Running)"
         node.kube.kubectl("create", "namespace", NAMESPACE)
@@ -340,16 +343,23 @@ def main(args: argparse.Namespace) -> int:
         if server is not None:
             server.cleanup()
         say("taking the cluster down" + ("" if ok else f" (keeping its logs in {state_dir}/logs)"))
+        down = True
         try:
             stop_node(state_dir, keep_logs=not ok)
         except ClusterError as exc:
+            down = False
             print(f"demo: taking the cluster down failed: {exc}", file=sys.stderr)
         if ok:
             shutil.rmtree(state_dir, ignore_errors=True)
         if not dockerd_before and image_builder_dockerd_running():
             say("stopping the image builder's dockerd (this demo started it)")
             subprocess.run([str(IMAGES_BUILD), "stop-docker"], timeout=120, check=False)
-    if not ok:
+    if ok and down:
+        say(
+            "done: the cluster, node, redis-server, SMTP sink and every process this demo "
+            "started are stopped; nothing is left running"
+        )
+    else:
         print(
             f"demo: FAILED at: {step}; logs kept in {state_dir}/logs "
             "(cluster, node and images-load.log)",

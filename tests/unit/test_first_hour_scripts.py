@@ -335,3 +335,34 @@ def test_go_builds_say_they_still_run_every_interval(tmp_path: Path) -> None:
     assert proc.stdout.splitlines()[0] == "default=20"
     ticks = [line for line in proc.stderr.splitlines() if "a step: still running" in line]
     assert len(ticks) >= 2, proc.stderr
+
+
+def test_bootstrap_and_image_steps_say_they_still_run_and_how_they_failed(tmp_path: Path) -> None:
+    """hack/lib/run-logged.sh (hack/bootstrap's apt and pip steps, hack/images/build's steps):
+    a cold pip install ran 75 s without a line on a fresh machine; now a step prints a line
+    every PROGRESS_EVERY s, and a failed step prints its log's tail, one line naming the step
+    and the log, and keeps the step's exit code."""
+    log = tmp_path / "step.log"
+    script = (
+        'log() { echo "LOG $*" >&2; }; PROGRESS_EVERY=2; '
+        f"source {ROOT}/hack/lib/run-logged.sh; "
+        f"run_logged 'a step' {log} bash -c 'echo working; sleep 5'; echo ok=$?; "
+        f"run_logged 'a bad step' {log} bash -c 'echo the reason; exit 7'; echo bad=$?"
+    )
+    proc = subprocess.run(
+        ["bash", "-c", script],
+        capture_output=True,
+        text=True,
+        env={"PATH": SYSTEM_PATH, "HOME": str(tmp_path)},
+        timeout=60,
+        check=False,
+    )
+    assert proc.stdout.split() == ["ok=0", "bad=7"], proc.stdout + proc.stderr
+    ticks = [line for line in proc.stderr.splitlines() if "a step: still running" in line]
+    assert len(ticks) >= 2 and "(last: working)" in ticks[0], proc.stderr
+    lines = proc.stderr.splitlines()
+    assert "the reason" in lines
+    assert lines[-1].startswith("LOG ERROR: a bad step failed (exit 7) after ")
+    assert lines[-1].endswith(f"s; log above and in {log}")
+    for script_path in ("hack/bootstrap", "hack/images/build"):
+        assert "hack/lib/run-logged.sh" in (ROOT / script_path).read_text()
