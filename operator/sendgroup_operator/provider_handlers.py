@@ -30,6 +30,7 @@ from sendgroup_operator.provider_models import (
     CLUSTER_PLURAL,
     PLURAL,
     SendProvider,
+    ShareBy,
     parse_provider,
 )
 from sendgroup_operator.settings import Settings
@@ -277,7 +278,9 @@ async def _pass(
     ]
     # shares of the rate the scale rules in force leave (a high group keeps its share first)
     scaled = provider_plan.scaled_rate(per_minute, state.rules, state.now)
-    allocation = provider_plan.shares(scaled, demands)
+    allocation = provider_plan.shares(
+        scaled, demands, by_namespace=provider.spec.share_by is ShareBy.NAMESPACE
+    )
     fields = provider_plan.share_fields(allocation)
     last = _written.get(pid)
     if (

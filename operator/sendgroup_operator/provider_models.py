@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from datetime import datetime
+from enum import StrEnum
 from typing import Annotated, Any, Final, Literal
 
 import pydantic
@@ -235,6 +236,22 @@ class PushbackSpec(_Model):
     """Rules, each with a unique name; the first rule that matches a reply counts it."""
 
 
+class ShareBy(StrEnum):
+    """``spec.shareBy``: how the provider's budget is split among the groups with work.
+
+    ``Namespace`` (default): first max-min fair among the namespaces that have groups with
+    work, one equal part each (a namespace that needs less leaves the rest to the others), then
+    inside each namespace ``high`` first and by ``weight``: a tenant's priorities and weights
+    order its own groups and never take from another namespace (the two-level class tree of
+    Linux HTB, ``tc-htb(8)``: a class per namespace, a leaf per group). ``Group``: one pool
+    for every group of every namespace, ``high`` first cluster-wide: for a cluster whose
+    namespaces all belong to one team. A namespaced SendProvider serves one namespace, where
+    both are the same."""
+
+    NAMESPACE = "Namespace"
+    GROUP = "Group"
+
+
 class SendProviderSpec(_Model):
     """``spec`` of a SendProvider or ClusterSendProvider (one spec for both)."""
 
@@ -250,6 +267,11 @@ class SendProviderSpec(_Model):
     Redis Cluster every key of a provider shares one hash tag."""
     pushback: PushbackSpec = Field(default_factory=PushbackSpec)
     """Reactions to the provider's replies."""
+    share_by: ShareBy = ShareBy.NAMESPACE
+    """How the budget is split among groups with work: ``Namespace`` (each namespace with
+    work an equal part first, max-min fair, then its own groups by priority and weight: one
+    tenant's priorities never take from another's) or ``Group`` (one pool, ``high`` first
+    across namespaces, for namespaces of one team)."""
 
 
 # ----------------------------------------------------------------------------- status

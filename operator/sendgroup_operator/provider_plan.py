@@ -369,22 +369,77 @@ def _capped(group: GroupDemand, cap: float | None) -> GroupDemand:
     return GroupDemand(group.key, group.priority, group.weight, cap, group.sending)
 
 
-def shares(per_minute: float | None, groups: Sequence[GroupDemand]) -> dict[str, float]:
-    """Each sending group's share of a provider's ``per_minute`` (recipients/min), work
-    conserving: ``high`` groups first, max-min fair by weight among them, each capped by its
-    own limit and by what it can use (:func:`usable`: its measured send rate with headroom,
-    or its backlog, at least a floor); ``normal`` groups share what is left the same way.
+def namespace_of(key: str) -> str:
+    """The namespace of a group key ``namespace/name``."""
+    return key.partition("/")[0]
+
+
+def shares(
+    per_minute: float | None, groups: Sequence[GroupDemand], by_namespace: bool = False
+) -> dict[str, float]:
+    """Each sending group's share of a provider's ``per_minute`` (recipients/min).
+
+    ``by_namespace`` (``spec.shareBy: Namespace``): two levels, as Linux HTB's class tree
+    (``tc-htb(8)``). First the namespaces with sending groups split the budget max-min fair,
+    one equal weight each, a namespace capped by what its groups can use (the sum of their
+    :func:`usable` caps, each within the group's own limit); what every capped namespace
+    leaves goes back to them up to the sum of their groups' own limits. Then each namespace's
+    part is split among its own groups by :func:`_group_shares` (``high`` first, by weight).
+    A namespace's priorities and weights thus never take from another namespace. Otherwise
+    one pool: :func:`_group_shares` over every group.
+
+    The shares of sending groups sum to ``min(per_minute, sum of their limits)``; each is at
+    most the group's own limit; groups not sending get 0; no provider rate: {}."""
+    if per_minute is None:
+        return {}
+    if not by_namespace:
+        return _group_shares(float(per_minute), groups)
+    out = {g.key: 0.0 for g in groups}
+    sending = [g for g in groups if g.sending]
+    members: dict[str, list[GroupDemand]] = {}
+    for g in sending:
+        members.setdefault(namespace_of(g.key), []).append(g)
+    floor = FLOOR_FRACTION * float(per_minute) / max(1, len(sending))
+
+    def total(values: Sequence[float | None]) -> float | None:
+        return None if any(v is None for v in values) else sum(v for v in values if v is not None)
+
+    def cap(g: GroupDemand) -> float | None:
+        use = usable(g, floor)
+        if use is None:
+            return g.limit
+        return use if g.limit is None else min(use, g.limit)
+
+    namespaces = [GroupDemand(ns, limit=total([cap(g) for g in gs])) for ns, gs in members.items()]
+    parts, left = _water_fill(float(per_minute), namespaces)
+    if left > 1e-9:  # every namespace capped by its use: the rest back up to their limits
+        room = []
+        for ns, gs in members.items():
+            hard = total([g.limit for g in gs])
+            if hard is None or hard - parts[ns] > 1e-9:
+                room.append(GroupDemand(ns, limit=None if hard is None else hard - parts[ns]))
+        extra, _ = _water_fill(left, room)
+        for ns, more in extra.items():
+            parts[ns] += more
+    for ns, gs in members.items():
+        out.update(_group_shares(parts[ns], gs))
+    return out
+
+
+def _group_shares(per_minute: float, groups: Sequence[GroupDemand]) -> dict[str, float]:
+    """Each sending group's share of ``per_minute`` (recipients/min: the provider's budget, or
+    one namespace's part of it), work conserving: ``high`` groups first, max-min fair by
+    weight among them, each capped by its own limit and by what it can use (:func:`usable`:
+    its measured send rate with headroom, or its backlog, at least a floor); ``normal``
+    groups share what is left the same way.
     What is still left (every sending group capped) goes back to the capped groups up to
     their own limits, ``high`` first: a capped group that grows is not held at its cap until
-    its status shows it. Groups not sending hold no share (0). Without a provider rate there
-    is nothing to share: {} (the worker then applies no share limit).
+    its status shows it. Groups not sending hold no share (0).
 
     The shares of sending groups sum to ``min(per_minute, sum of their limits)``; each is at
     most the group's own limit."""
-    if per_minute is None:
-        return {}
     out = {g.key: 0.0 for g in groups}
-    left = float(per_minute)
+    left = per_minute
     sending = [g for g in groups if g.sending]
     floor = FLOOR_FRACTION * left / max(1, len(sending))
     capped = {g.key: _capped(g, usable(g, floor)) for g in sending}

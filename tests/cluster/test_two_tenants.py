@@ -224,3 +224,66 @@ def test_queue_name_policy_and_allowed_redis_hosts_with_two_namespaces(
     assert messages[0] == messages[1]
     b.cluster.kubectl("delete", "sg", "--all", "-n", b.namespace, "--timeout=30s", timeout=45)
     assert redis_client.llen(QueueKeys(queue).ready) == 7
+
+
+def test_one_tenants_high_priority_takes_nothing_from_another_on_a_cluster_provider(
+    two_tenants: Callable[..., tuple[Objects, Objects]],
+    kube_cluster: KubeCluster,
+    redis_client: redis.Redis,
+) -> None:
+    """docs/security.md, tenancy model: a namespace's priorities and weights order its own
+    groups only. A sets ``priority: high`` and ``weight: 1000`` on three groups with work, B
+    has one normal group: on a shared ClusterSendProvider (``shareBy: Namespace``, the default)
+    each namespace gets half the budget; ``shareBy: Group`` gives A's high groups all of it."""
+    a, b = two_tenants()
+    name = f"tenants-{secrets.token_hex(3)}"
+    domain = f"{name}.example"
+
+    def provider(share_by: str | None) -> str:
+        spec: dict[str, Any] = {"match": {"domains": [domain]}, "rate": {"perMinute": 1200}}
+        if share_by:
+            spec["shareBy"] = share_by
+        body = {
+            "apiVersion": "sendgroups.io/v1alpha1",
+            "kind": "ClusterSendProvider",
+            "metadata": {"name": name},
+            "spec": spec,
+        }
+        return json.dumps(body)
+
+    kube_cluster.kubectl("apply", "-f", "-", input=provider(None))
+    try:
+        for i in range(3):
+            queue = f"{a.namespace}.hi{i}"
+            push(redis_client, queue, 50)
+            a.apply(sendgroup(f"hi{i}", host=domain, queue=queue, priority="high", weight=1000))
+        push(redis_client, f"{b.namespace}.news", 50)
+        b.apply(sendgroup("news", host=domain, queue=f"{b.namespace}.news"))
+
+        def by_namespace() -> dict[str, float]:
+            obj = json.loads(
+                kube_cluster.kubectl("get", "clustersendprovider", name, "-o", "json").stdout
+            )
+            out: dict[str, float] = {}
+            for share in (obj.get("status") or {}).get("shares") or []:
+                ns = share["group"].partition("/")[0]
+                out[ns] = out.get(ns, 0.0) + float(share["perMinute"])
+            return out
+
+        split = wait_for(
+            lambda: (s := by_namespace()).get(b.namespace, 0) > 0 and len(s) == 2 and s,
+            60,
+            "both namespaces' groups sharing",
+            describe=by_namespace,
+        )
+        assert split == pytest.approx({a.namespace: 600.0, b.namespace: 600.0}, abs=1.0)
+        kube_cluster.kubectl("apply", "-f", "-", input=provider("Group"))
+        wait_for(
+            lambda: by_namespace().get(b.namespace) == 0.0,
+            30,
+            "one pool: A's high groups first",
+            describe=by_namespace,
+        )
+        assert by_namespace()[a.namespace] == pytest.approx(1200.0, abs=1.0)
+    finally:
+        kube_cluster.kubectl("delete", "clustersendprovider", name, "--ignore-not-found")

@@ -63,7 +63,9 @@ def test_names_scope_and_status(plural: str, kind: str, scope: str, short: list[
         "action",
     }
     props = _spec_schema(plural)["properties"]
-    assert set(props) == {"match", "rate", "concurrency", "redis", "pushback"}
+    assert set(props) == {"match", "rate", "concurrency", "redis", "pushback", "shareBy"}
+    assert props["shareBy"]["enum"] == ["Namespace", "Group"]
+    assert props["shareBy"]["default"] == "Namespace"
     assert set(props["match"]["properties"]) == {"domains", "mxSuffixes"}
 
 
