@@ -16,6 +16,8 @@ messages name the exception type and the host only.
 
 from __future__ import annotations
 
+import time
+from collections import OrderedDict
 from typing import Any, Final, cast
 
 from sendgroup_contract import measure as contract_measure
@@ -26,6 +28,13 @@ from sendgroup_worker.redisclient import REDIS_ERRORS, AsyncClient, connect_asyn
 from sendgroup_worker.redisurl import RedisUrlError, describe
 
 SOCKET_TIMEOUT: Final = 3.0
+#: At most this many Redis clients (one pool per distinct URL) stay open; the least recently
+#: used is closed beyond it (a tenant editing ``spec.redis.url`` 40 times held 40 connections
+#: until the operator restarted; at ``maxclients`` every tenant would be refused).
+MAX_CLIENTS: Final = 128
+#: Seconds a client not asked for is kept open (every group's pass asks for its client at
+#: least every ``reaperInterval``, 10 s by default, so a URL in use is never idle this long).
+IDLE_CLOSE: Final = 300.0
 
 
 class QueueUnavailable(Exception):
@@ -42,16 +51,31 @@ class RedisQueues:
     """One connection pool per Redis URL, shared by all groups using it. ``prefix``: the
     producers' client-side key prefix (``laravel_database_``), as in ``QueueKeys``."""
 
-    def __init__(self, prefix: str = "") -> None:
+    def __init__(
+        self, prefix: str = "", max_clients: int = MAX_CLIENTS, idle_close: float = IDLE_CLOSE
+    ) -> None:
         self.prefix = prefix
-        self._clients: dict[str, AsyncClient] = {}
+        self.max_clients = max_clients
+        self.idle_close = idle_close
+        #: url -> (client, monotonic seconds of its last use), least recently used first
+        self._clients: OrderedDict[str, tuple[AsyncClient, float]] = OrderedDict()
+
+    @property
+    def open_clients(self) -> int:
+        """How many clients (pools) are open now."""
+        return len(self._clients)
 
     async def client(self, url: str) -> AsyncClient:
         """The cached client for ``url`` (3 s socket timeouts, no retries: the reaper is the
         retry loop); standalone, Redis Cluster or Sentinel (:mod:`sendgroup_worker.redisclient`).
         A plain ``redis://`` URL is probed once (``INFO cluster``); a failed probe is not cached.
+        Clients not asked for in :attr:`idle_close` seconds, and the least recently used beyond
+        :attr:`max_clients`, are closed (a URL a tenant no longer names holds no connection).
         Raises :class:`QueueUnavailable`."""
-        client = self._clients.get(url)
+        now = time.monotonic()
+        entry = self._clients.pop(url, None)
+        await self._evict(now)
+        client = entry[0] if entry is not None else None
         if client is None:
             try:
                 client = await connect_async(
@@ -63,8 +87,21 @@ class RedisQueues:
                 raise QueueUnavailable(
                     f"Redis at {safe_host(url)} unreachable: {type(exc).__name__}"
                 ) from None
-            self._clients[url] = client
+        self._clients[url] = (client, now)
         return client
+
+    async def _evict(self, now: float) -> None:
+        """Close the clients idle for :attr:`idle_close` s, then the least recently used
+        until fewer than :attr:`max_clients` stay (room for the one being asked for)."""
+        while self._clients:
+            url, (client, used) = next(iter(self._clients.items()))
+            if now - used < self.idle_close and len(self._clients) < self.max_clients:
+                break
+            del self._clients[url]
+            try:
+                await cast(Any, client).aclose()
+            except (*REDIS_ERRORS, OSError):
+                pass
 
     async def measure(self, url: str, queue: str) -> QueueMeasure:
         """One atomic measurement of ``queue`` (``sendgroup_contract.measure.SCRIPT``, one round
@@ -144,6 +181,6 @@ class RedisQueues:
 
     async def close(self) -> None:
         """Close every pool."""
-        for client in self._clients.values():
+        for client, _ in self._clients.values():
             await cast(Any, client).aclose()
         self._clients.clear()

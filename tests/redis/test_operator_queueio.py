@@ -131,3 +131,34 @@ def test_markers_measured_alike_by_the_operator_and_the_worker(
     redis_client.delete(keys.lock, keys.paused)
     later = Queue(redis_client, keys, 90).measure()
     assert (later.busy, later.paused) == (False, False)
+
+
+def test_a_url_nobody_names_any_more_holds_no_connection(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    """Review finding (issue 16): one client per distinct ``spec.redis.url``, never closed; a
+    tenant editing the URL 40 times (``?client_name=c1`` ... ``c40``) left 40 connections open
+    until the operator restarted. Now the least recently used beyond ``max_clients`` and
+    those idle for ``idle_close`` seconds are closed, and a URL still in use keeps its pool."""
+
+    def named(prefix: str) -> set[str]:
+        clients = redis_client.client_list()
+        return {c["name"] for c in clients if c["name"].startswith(prefix)}
+
+    async def go() -> None:
+        queues = RedisQueues(max_clients=4, idle_close=1.0)
+        for i in range(40):
+            await queues.measure(f"{redis_url}?client_name=edit{i}", "mail-a")
+        assert queues.open_clients == 4
+        assert named("edit") == {f"edit{i}" for i in range(36, 40)}
+        # the group's own URL, used at every pass, is kept while the idle ones go
+        kept = f"{redis_url}?client_name=kept"
+        for _ in range(3):
+            await queues.measure(kept, "mail-a")
+            await asyncio.sleep(0.6)
+        assert named("edit") == set() and named("kept") == {"kept"}
+        assert queues.open_clients == 1
+        await queues.close()
+        assert named("kept") == set()
+
+    asyncio.run(go())
