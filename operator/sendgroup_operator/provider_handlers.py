@@ -24,7 +24,7 @@ from typing import Any, Final
 import kopf
 import pydantic
 
-from sendgroup_operator import conditions, models, plan, provider_io, provider_plan
+from sendgroup_operator import conditions, models, plan, provider_io, provider_plan, tenancy
 from sendgroup_operator.provider_dns import MxCache
 from sendgroup_operator.provider_models import (
     CLUSTER_PLURAL,
@@ -106,6 +106,23 @@ def _parse_providers(items: Iterable[Mapping[str, Any]]) -> list[SendProvider]:
     with ``invalid`` set, so that its groups resolve to it and are held (reported on the
     provider by its own pass)."""
     return [parse_provider(item) for item in items]
+
+
+def _admitted(provider: SendProvider, settings: Settings) -> SendProvider:
+    """``provider``, or a copy with ``invalid`` set when it is a namespaced SendProvider whose
+    ``spec.redis.url`` names a Redis the operator may not use for tenants (the default Redis
+    and ``allowedRedisHosts`` only, as for a group's ``spec.redis``: review finding, issue 16,
+    a tenant's SendProvider made the operator connect anywhere). Its groups are then held and
+    the provider says why, without the URL; nothing is contacted."""
+    redis = provider.spec.redis
+    if provider.metadata.get("namespace") is None or redis is None or not redis.url:
+        return provider
+    refusal = tenancy.redis_refusal(
+        redis.url, settings.default_redis_url, settings.allowed_redis_hosts
+    )
+    if refusal is None or provider.invalid is not None:
+        return provider
+    return provider.model_copy(update={"invalid": f"spec.redis.url: {refusal}"})
 
 
 def _values(index: Any, key: str) -> list[Mapping[str, Any]]:
@@ -224,7 +241,7 @@ async def _pass(
     kind = str(body.get("kind"))
     name = str(body["metadata"]["name"])
     own_ns = body["metadata"].get("namespace")
-    provider = parse_provider(_plain(body))
+    provider = _admitted(parse_provider(_plain(body)), memo.runtime.settings)
     cluster = _parse_providers(_values(kwargs.get("cluster_providers"), ""))
     groups_index = kwargs.get("provider_groups") or {}
     members: list[tuple[models.SendGroupSpec, Mapping[str, Any], str]] = []
@@ -365,6 +382,12 @@ async def _redis_url(memo: Any, provider: SendProvider, namespace: str | None) -
     if redis is not None and redis.secret_ref is not None:
         ns = namespace or rt.settings.namespace
         value = await rt.kube.secret_value(ns, redis.secret_ref.name, redis.secret_ref.key)
+        if value and namespace is not None:  # a tenant's Secret: only hosts tenants may name
+            refusal = tenancy.redis_refusal(
+                str(value), rt.settings.default_redis_url, rt.settings.allowed_redis_hosts
+            )
+            if refusal is not None:
+                raise provider_io.ProviderStateUnavailable(f"spec.redis.secretRef: {refusal}")
         if value:
             return str(value)
         raise provider_io.ProviderStateUnavailable(
@@ -404,7 +427,10 @@ async def group_provider(
     provider's rules in force from its status there. MX lookups run in a thread (cached by
     TTL). ``settings``: the operator's default Redis, the provider's when it names none;
     ``previous``: the group's ``status.provider`` (kept through a DNS failure)."""
-    namespaced = _parse_providers(_values(indexes.get("namespaced_providers"), namespace))
+    namespaced = [
+        _admitted(p, settings)
+        for p in _parse_providers(_values(indexes.get("namespaced_providers"), namespace))
+    ]
     cluster = _parse_providers(_values(indexes.get("cluster_providers"), ""))
     r = await asyncio.to_thread(resolve_group, spec, namespace, namespaced, cluster, previous)
     env: list[dict[str, Any]] = []

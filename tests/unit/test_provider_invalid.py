@@ -254,3 +254,39 @@ def test_a_laravel_runtime_group_says_it_is_not_paced_and_takes_no_share() -> No
     )
     assert "do not pace" not in python.resolution.message
     assert provider_plan.laravel_unpaced(_spec("gmail.com")) is None
+
+
+def test_a_tenants_sendprovider_naming_a_redis_not_allowed_holds_its_groups() -> None:
+    """Review finding (issue 16): a namespaced SendProvider's ``spec.redis.url`` was used as
+    is, so a tenant made the operator connect to any host (the check groups get was missing
+    here). Now only the default Redis and ``allowedRedisHosts``; the provider is unusable
+    (its message names the field, never the URL) and its groups are held; a cluster-scoped
+    provider is the admin's and is not checked."""
+    settings = Settings(default_redis_url="redis://redis.sendgroups:6379/0")
+
+    def namespaced(url: str) -> dict[str, Any]:
+        raw = _raw("SendProvider", redis={"url": url}, pushback={"rules": []})
+        raw["metadata"]["namespace"] = "mail"
+        return raw
+
+    refused = provider_handlers._admitted(
+        parse_provider(namespaced("redis://10.0.0.9:6379/0")), settings
+    )
+    assert refused.invalid is not None and refused.invalid.startswith("spec.redis.url: ")
+    assert "10.0.0.9" not in refused.invalid and "nothing was contacted" in refused.invalid
+    indexes = {
+        "namespaced_providers": {"mail": [namespaced("redis://10.0.0.9:6379/0")]},
+        "cluster_providers": {},
+    }
+    chosen = asyncio.run(
+        provider_handlers.group_provider("mail", "g1", _spec("gmail.com"), indexes, settings)
+    )
+    assert chosen.env == [] and chosen.held is not None and "spec.redis.url" in chosen.held
+    for url in ("redis://redis.sendgroups:6379/1", "redis://allowed.example:6380/0"):
+        allowed = Settings(
+            default_redis_url="redis://redis.sendgroups:6379/0",
+            allowed_redis_hosts=["allowed.example"],
+        )
+        assert provider_handlers._admitted(parse_provider(namespaced(url)), allowed).invalid is None
+    cluster = _raw(redis={"url": "redis://10.0.0.9:6379/0"}, pushback={"rules": []})
+    assert provider_handlers._admitted(parse_provider(cluster), settings).invalid is None
