@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from sendgroup_operator import models, provider_plan
+from sendgroup_operator import models, provider_io, provider_plan
 from sendgroup_operator.models import Priority
 from sendgroup_operator.provider_models import SendProvider
 from sendgroup_operator.provider_plan import GroupDemand, shares
@@ -556,8 +556,21 @@ def test_a_cluster_providers_redis_secret_is_read_in_the_operators_own_namespace
     assert url == "redis://provider-state:6379/0"
     assert asked == [("sendgroup-system", "r", "u")]
     mine = _p("SendProvider", "ours", **spec)
-    asyncio.run(provider_handlers._redis_url(memo, mine, "team-b"))
+    # a tenant's Secret naming a Redis the operator may not use for tenants: refused, the
+    # message without the URL (nothing contacted)
+    with pytest.raises(provider_io.ProviderStateUnavailable) as refused:
+        asyncio.run(provider_handlers._redis_url(memo, mine, "team-b"))
     assert asked[-1] == ("team-b", "r", "u")
+    assert str(refused.value).startswith("spec.redis.secretRef: ")
+    assert "provider-state" not in str(refused.value)
+    allowed = Settings(
+        namespace="sendgroup-system",
+        watch_namespaces=("team-a", "team-b"),
+        allowed_redis_hosts=["provider-state"],
+    )
+    memo.runtime.settings = allowed
+    url = asyncio.run(provider_handlers._redis_url(memo, mine, "team-b"))
+    assert url == "redis://provider-state:6379/0"
 
 
 def test_a_tenants_own_smtp_server_fires_no_rule_of_a_shared_provider() -> None:
