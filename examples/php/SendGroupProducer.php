@@ -57,6 +57,12 @@ final class SendGroupProducer
         'headers',
     ];
 
+    /** Header fields the worker writes itself (it refuses a job naming them in 'headers'). */
+    private const OWN_HEADERS = [
+        'from', 'to', 'cc', 'bcc', 'reply-to', 'subject', 'mime-version', 'content-type',
+        'content-transfer-encoding', 'x-sendgroup-job',
+    ];
+
     /** $redis may be null when only payload() is used (e.g. with Laravel's Queue::pushRaw). */
     public function __construct(
         private ?\Redis $redis,
@@ -196,8 +202,26 @@ final class SendGroupProducer
                 }
             }
         }
-        if (empty($mail['text']) && empty($mail['html']) && empty($mail['template'])) {
+        if (count((array) ($mail['from'] ?? [])) !== 1) {
+            throw new \InvalidArgumentException("'from': exactly one sender is required");
+        }
+        $given = static fn (string $f): bool => isset($mail[$f]) && $mail[$f] !== '' && $mail[$f] !== [];
+        if (!$given('text') && !$given('html') && !$given('template')) {
             throw new \InvalidArgumentException("a mail needs a body: 'text', 'html' or 'template'");
+        }
+        $seen = [];
+        foreach ((array) ($mail['headers'] ?? []) as $name => $value) {
+            $lower = strtolower((string) $name);
+            if (!preg_match('/^[!-9;-~]+$/', (string) $name)) {
+                throw new \InvalidArgumentException("headers: '$name' is not a header name (printable ASCII, no space or colon)");
+            }
+            if (in_array($lower, self::OWN_HEADERS, true)) {
+                throw new \InvalidArgumentException("headers.$name: the worker writes it from the mail's own fields (from, to, cc, bcc, reply_to, subject, text, html)");
+            }
+            if (isset($seen[$lower])) {
+                throw new \InvalidArgumentException("headers.$name: given twice (names are case-insensitive)");
+            }
+            $seen[$lower] = true;
         }
         foreach (['subject' => $mail['subject'] ?? ''] + (array) ($mail['headers'] ?? []) as $name => $value) {
             if (!is_scalar($value) || preg_match('/[\r\n]/', (string) $value)) {

@@ -33,7 +33,11 @@ try {
         if (trim($text) === '') {
             continue;
         }
-        $row = json_decode($text, true, 512, JSON_THROW_ON_ERROR);
+        try {
+            $row = json_decode($text, true, 512, JSON_THROW_ON_ERROR);
+        } catch (\JsonException $e) {
+            throw new \InvalidArgumentException("line $line: not JSON (" . $e->getMessage() . ')', 0, $e);
+        }
         if (!is_array($row)) {
             throw new \InvalidArgumentException("line $line: not a JSON object");
         }
@@ -42,6 +46,10 @@ try {
     // check every row before pushing any
     foreach ($rows as [$n, $row]) {
         try {
+            // delay: whole seconds >= 0 (checked here, so that a bad one pushes nothing)
+            if (array_key_exists('delay', $row) && (!is_int($row['delay']) || $row['delay'] < 0)) {
+                throw new \InvalidArgumentException('delay must be whole seconds >= 0, got ' . var_export($row['delay'], true));
+            }
             $producer->payload(array_diff_key($row, ['delay' => 1, 'maxTries' => 1]), array_intersect_key($row, ['maxTries' => 1]));
         } catch (\InvalidArgumentException $e) {
             throw new \InvalidArgumentException("line $n: " . $e->getMessage(), 0, $e);
@@ -53,7 +61,7 @@ try {
         $mail = array_diff_key($row, ['delay' => 1, 'maxTries' => 1]);
         $options = array_intersect_key($row, ['maxTries' => 1]);
         if (isset($row['delay'])) {
-            $uuids[$i] = $producer->later($queue, (int) $row['delay'], $mail, $options);
+            $uuids[$i] = $producer->later($queue, $row['delay'], $mail, $options);
         } else {
             $ready[$i] = [$mail, $options];
         }

@@ -27,6 +27,9 @@ PREFIX = "laravel_database_"
 Q = "{mail-php}"
 
 
+F = "Shop <news@shop.example>"
+
+
 def _mail(to: str, **extra: object) -> dict[str, object]:
     return {"to": to, "from": "Shop <news@shop.example>", "text": f"Hello {to}", **extra}
 
@@ -107,12 +110,28 @@ def test_php_max_tries_is_what_our_worker_allows(
     ("row", "reason"),
     [
         ({"to": "not-an-address", "text": "x"}, "line 2: to: 'not-an-address' is not an e-mail"),
-        ({"to": "a@x.example"}, "line 2: a mail needs a body: 'text', 'html' or 'template'"),
-        ({"to": "a@x.example", "text": "x", "subject": "a\r\nBcc: b@x.example"},
+        ({"to": "a@x.example", "from": F},
+         "line 2: a mail needs a body: 'text', 'html' or 'template'"),
+        ({"to": "a@x.example", "from": F, "text": "x", "subject": "a\r\nBcc: b@x.example"},
          "line 2: subject: a header value must be one line of text"),
         ({"to": "a@x.example", "text": "x", "colour": "red"},
          "line 2: unknown mail field(s): colour"),
-        ({"to": "a@x.example", "text": "x", "maxTries": 0}, "line 2: maxTries must be an int >= 1"),
+        ({"to": "a@x.example", "from": F, "text": "x", "maxTries": 0},
+         "line 2: maxTries must be an int >= 1"),
+        # issue 18 review: what the worker refuses, the producer refuses before pushing
+        ({"to": "a@x.example", "text": "x"}, "line 2: 'from': exactly one sender is required"),
+        ({"to": "a@x.example", "from": [F, "b@x.example"], "text": "x"},
+         "line 2: 'from': exactly one sender is required"),
+        ({"to": "a@x.example", "from": F, "text": "x", "headers": {"From": "ceo@bank.example"}},
+         "line 2: headers.From: the worker writes it"),
+        ({"to": "a@x.example", "from": F, "text": "x", "headers": {"X-A": "1", "x-a": "2"}},
+         "line 2: headers.x-a: given twice"),
+        ({"to": "a@x.example", "from": F, "text": "x", "headers": {"X-A\r\nBcc": "1"}},
+         "line 2: headers: 'X-A"),
+        ({"to": "a@x.example", "from": F, "text": "x", "delay": -5},
+         "line 2: delay must be whole seconds >= 0, got -5"),
+        ({"to": "a@x.example", "from": F, "text": "x", "delay": "abc"},
+         "line 2: delay must be whole seconds >= 0, got 'abc'"),
     ],
 )  # fmt: skip
 def test_bad_rows_push_nothing(
@@ -124,3 +143,38 @@ def test_bad_rows_push_nothing(
     assert proc.stderr.startswith(f"push.php: {reason}")
     assert proc.stderr.rstrip().endswith("nothing was pushed")
     assert redis_client.keys("*") == []
+
+
+def test_a_delayed_row_before_a_bad_one_pushes_nothing(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    """Review finding (issue 18): a row with a good delay, then one with a negative delay:
+    push.php said "nothing was pushed" while the first was already in the delayed set (delays
+    were checked only when pushing). A line that is not JSON names its line."""
+    stdin = jsonl([_mail("a@x.example", delay=60), _mail("b@x.example", delay=-5)])
+    proc = run_php("push.php", redis_url, Q, PREFIX, stdin=stdin, check=False)
+    assert proc.returncode == 1 and "nothing was pushed" in proc.stderr
+    assert redis_client.keys("*") == []
+    proc = run_php(
+        "push.php",
+        redis_url,
+        Q,
+        PREFIX,
+        stdin=jsonl([_mail("a@x.example")]) + "{oops\n",
+        check=False,
+    )
+    assert proc.returncode == 1 and proc.stderr.startswith("push.php: line 2: not JSON")
+    assert redis_client.keys("*") == []
+
+
+def test_the_php_producer_and_the_worker_refuse_the_same_headers() -> None:
+    """The producer's list of header fields the worker writes is the worker's."""
+    import re
+    from pathlib import Path
+
+    from sendgroup_worker import smtp
+
+    source = (Path(__file__).parents[2] / "examples/php/SendGroupProducer.php").read_text()
+    block = re.search(r"OWN_HEADERS = \[(.*?)\];", source, re.S)
+    assert block is not None
+    assert set(re.findall(r"'([^']+)'", block[1])) == set(smtp._OWN_HEADERS)

@@ -26,7 +26,7 @@ def test_message_carries_parts_headers_and_the_job_uuid() -> None:
             "subject": "Grüße 🎧",
             "text": "plain",
             "html": "<p>html</p>",
-            "headers": {"List-Unsubscribe": "<mailto:u@sender.example>", "Bcc": "no"},
+            "headers": {"List-Unsubscribe": "<mailto:u@sender.example>"},
         },
         "uuid-1",
     )
@@ -188,3 +188,42 @@ def test_caps_on_size_and_recipients() -> None:
     assert smtp.build_message({**data, "to": ["a@x.example"] * 5}, "u", limits).recipients == [
         "a@x.example"
     ]
+
+
+@pytest.mark.parametrize(
+    ("headers", "reason"),
+    [
+        ({"From": "ceo@bank.example"}, "data.headers.From: set from data.from"),
+        ({"subject": "other"}, "data.headers.subject: set from data.subject"),
+        ({"To": "x@y.example"}, "data.headers.To: set from data.to"),
+        ({"Bcc": "no"}, "data.headers.Bcc: use data.bcc"),
+        ({"Content-Type": "text/html"}, "data.headers.Content-Type: set by the worker"),
+        ({"X-SendGroup-Job": "forged"}, "data.headers.X-SendGroup-Job: set by the worker"),
+        ({"X-A": "1", "x-a": "2"}, "data.headers.x-a: given twice"),
+        ({"X-Bad\r\nBcc": "1"}, "is not a header name"),
+        ({"Bad Name": "1"}, "is not a header name"),
+    ],
+)
+def test_headers_the_worker_writes_or_cannot_write_are_refused_not_dropped(
+    headers: dict[str, str], reason: str
+) -> None:
+    """Review finding (issue 18): ``headers: {"From": ...}`` was sent as a second From field
+    (Subject, To, Content-Type alike), while Bcc and bad names were dropped without a word.
+    Mail data is validated, not rewritten: each is refused as InvalidMailData naming the
+    field to use instead."""
+    data = {"to": "a@x.example", "from": "news@shop.example", "text": "hi", "headers": headers}
+    with pytest.raises(InvalidMailData) as exc:
+        build_message(data, "u")
+    assert reason in str(exc.value)
+
+
+def test_date_and_message_id_given_in_headers_replace_the_workers() -> None:
+    data = {
+        "to": "a@x.example",
+        "from": "news@shop.example",
+        "text": "hi",
+        "headers": {"Message-ID": "<thread-1@shop.example>", "X-Campaign": "spring"},
+    }
+    msg = email.message_from_bytes(build_message(data, "u").body, policy=email.policy.default)
+    assert msg.get_all("Message-ID") == ["<thread-1@shop.example>"]
+    assert msg.get_all("From") == ["news@shop.example"] and msg["X-Campaign"] == "spring"

@@ -273,11 +273,20 @@ def build_message(
     if not isinstance(headers, Mapping):
         raise InvalidMailData("data.headers must be an object")
     extra: list[tuple[str, str]] = []
+    seen: set[str] = set()
     for name, value in headers.items():
         if not isinstance(name, str) or not isinstance(value, str | int | float):
             raise InvalidMailData(f"data.headers: bad header {name!r}")
-        if name.lower() in {"bcc", JOB_HEADER.lower()} or not _HEADER_NAME.match(name):
-            continue
+        if not _HEADER_NAME.match(name):
+            raise InvalidMailData(
+                f"data.headers: {name!r} is not a header name (RFC 5322 3.6.8: printable "
+                "ASCII, no space or colon)"
+            )
+        if name.lower() in _OWN_HEADERS:
+            raise InvalidMailData(f"data.headers.{name}: {_OWN_HEADERS[name.lower()]}")
+        if name.lower() in seen:
+            raise InvalidMailData(f"data.headers.{name}: given twice (names are case-insensitive)")
+        seen.add(name.lower())
         extra.append((name, str(value)))
     for name, value in (("subject", subject or ""), *((f"headers.{n}", v) for n, v in extra)):
         check_header_line(f"data.{name}", value)
@@ -310,6 +319,22 @@ def _check_size(size: int, limits: MailLimits) -> None:
 
 
 _HEADER_NAME: Final = re.compile(r"^[!-9;-~]+$")  # RFC 5322 field-name: printable, no ':'
+#: Header fields the worker writes itself, each once (RFC 5322 3.6: at most one From, To, Cc,
+#: Bcc, Reply-To, Subject), with where a job says them: a copy in ``data.headers`` would be a
+#: second field (a second ``From:`` shown instead of the envelope's sender) and is refused,
+#: never dropped or rewritten. ``Date`` and ``Message-ID`` given there replace the worker's.
+_OWN_HEADERS: Final = {
+    "from": "set from data.from (a second From field is not sent)",
+    "to": "set from data.to",
+    "cc": "set from data.cc",
+    "bcc": "use data.bcc (a Bcc field would show the blind copies to every recipient)",
+    "reply-to": "set from data.reply_to",
+    "subject": "set from data.subject",
+    "mime-version": "set by the worker from the parts (text, html)",
+    "content-type": "set by the worker from the parts (text, html)",
+    "content-transfer-encoding": "set by the worker from the parts (text, html)",
+    JOB_HEADER.lower(): "set by the worker to the job's uuid",
+}
 _COMPAT_CRLF: Final = email.policy.compat32.clone(linesep="\r\n")
 
 

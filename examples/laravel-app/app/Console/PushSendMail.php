@@ -19,8 +19,16 @@ class PushSendMail extends Command
 
     public function handle(): int
     {
-        // copy SendGroupProducer.php into your app; here it is the example next door
-        require_once base_path('../php/SendGroupProducer.php');
+        // copy SendGroupProducer.php into your app (app/SendGroupProducer.php); in this
+        // repository it is the example next door (not in the example image: its build context
+        // is this directory)
+        $found = array_filter([app_path('SendGroupProducer.php'), base_path('../php/SendGroupProducer.php')], 'is_file');
+        if ($found === []) {
+            $this->error('SendGroupProducer.php not found: copy examples/php/SendGroupProducer.php to '
+                . app_path('SendGroupProducer.php'));
+            return 1;
+        }
+        require_once reset($found);
         $producer = new SendGroupProducer(null);  // payload() only: Laravel pushes
         foreach ($this->argument('recipients') as $to) {
             [$uuid, $payload] = $producer->payload([
