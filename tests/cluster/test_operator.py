@@ -725,3 +725,37 @@ def test_a_failing_api_call_does_not_stop_the_reaper(
     objects.cluster.kubectl("delete", "deployment", "sg-clash", "-n", objects.namespace)
     wait_for(lambda: replicas(objects, "clash") == 1, 30, "workers once the clash is gone")
     wait_for(lambda: objects.condition("clash", "Degraded") is None, 20, "Degraded cleared")
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        '{"uuid": "bad", "attempts": 0, "pushedAt": "1e400", "data": {}}',
+        '{"uuid": "nan", "attempts": 0, "pushedAt": "NaN", "data": {}}',
+        '{"uuid": "deep", "pushedAt": 1, "data": ' + "[" * 5000 + "]" * 5000 + "}",
+        "not json at all",
+    ],
+    ids=["pushedAt-out-of-range", "pushedAt-NaN", "deeply-nested", "not-json"],
+)
+def test_a_bad_job_at_the_head_blocks_neither_workers_nor_cancel_nor_delete(
+    operator: OperatorProcess,
+    objects: Objects,
+    redis_client: redis.Redis,
+    kube_cluster: KubeCluster,
+    head: str,
+) -> None:
+    """Issue 16, item 3, end to end on the control plane: such a head job made every pass of
+    its group raise (no workers, ``kubectl delete`` hung on the finalizer, ``Cancelled`` never
+    purged). Now the group gets its workers, a cancel purges, a delete finishes."""
+    for name in ("hc", "hd"):
+        keys = QueueKeys(f"mail-{name}")
+        redis_client.rpush(keys.ready, head)
+        push(redis_client, f"mail-{name}", 3)
+        objects.apply(sendgroup(name, workers=2))
+    wait_for(lambda: replicas(objects, "hc") == 2 and replicas(objects, "hd") == 2, 30, "workers")
+    objects.patch_sg("hc", {"state": "Cancelled"})
+    wait_for(lambda: objects.status("hc").get("phase") == "Cancelled", 30, "phase Cancelled")
+    wait_for(lambda: not redis_client.exists("queues:mail-hc"), 20, "keys purged")
+    kube_cluster.kubectl("delete", "sg", "hd", "-n", objects.namespace, "--timeout=60s", timeout=90)
+    assert objects.get("sendgroup", "hd") is None
+    assert not redis_client.exists("queues:mail-hd")
