@@ -15,8 +15,10 @@ files already read (``config/database.php``, ``queue.php``, ``mail.php``, ``view
 * ``REDIS_QUEUE``, ``REDIS_QUEUE_RETRY_AFTER``: ``spec.queue``, ``worker.retryAfter`` (Laravel
   11's skeleton names);
 * ``MAIL_MAILER`` (``smtp``), ``MAIL_HOST``, ``MAIL_PORT``, ``MAIL_ENCRYPTION`` (tls none,
-  starttls, tls -> null, tls, ssl), ``MAIL_USERNAME``/``MAIL_PASSWORD`` (from ``smtp.secretRef``):
-  the group's relay;
+  starttls, tls -> null, tls, ssl: Laravel <= 10's ``mail.php``), ``MAIL_SCHEME`` (-> smtp,
+  smtp, smtps: Laravel 11+'s skeleton reads this one instead; Symfony Mailer's ``smtp``
+  scheme takes STARTTLS when the server offers it), ``MAIL_USERNAME``/``MAIL_PASSWORD`` (from
+  ``smtp.secretRef``): the group's relay;
 * ``LOG_CHANNEL``: ``stderr``;
 * ``LARAVEL_STORAGE_PATH``, ``VIEW_COMPILED_PATH``, ``APP_SERVICES_CACHE``,
   ``APP_PACKAGES_CACHE``: under ``/tmp``, the only writable path (the root filesystem is
@@ -48,6 +50,8 @@ PREPARE: Final = (
 
 #: SMTP TLS mode -> Laravel's ``MAIL_ENCRYPTION`` (``null`` is read as PHP null by env()).
 MAIL_ENCRYPTION: Final = {"none": "null", "starttls": "tls", "tls": "ssl"}
+#: SMTP TLS mode -> Laravel 11+'s ``MAIL_SCHEME`` (``smtps``: TLS from the first byte).
+MAIL_SCHEME: Final = {"none": "smtp", "starttls": "smtp", "tls": "smtps"}
 
 
 def queue_work_command(spec: models.SendGroupSpec, queue: str) -> list[str]:
@@ -106,6 +110,7 @@ def laravel_env(
         value("MAIL_HOST", smtp_host),
         value("MAIL_PORT", smtp_port),
         value("MAIL_ENCRYPTION", MAIL_ENCRYPTION.get(smtp_tls, "null")),
+        value("MAIL_SCHEME", MAIL_SCHEME.get(smtp_tls, "smtp")),
         value("LOG_CHANNEL", "stderr"),
         value("LARAVEL_STORAGE_PATH", f"{STORAGE}/storage"),
         value("VIEW_COMPILED_PATH", f"{STORAGE}/views"),

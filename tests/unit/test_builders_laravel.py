@@ -117,9 +117,16 @@ def test_lifecycle_is_the_same_as_every_group() -> None:
 
 
 def test_mail_encryption_for_each_tls_mode() -> None:
-    for tls, expected in (("none", "null"), ("starttls", "tls"), ("tls", "ssl")):
+    """Laravel <= 10 reads MAIL_ENCRYPTION, Laravel 11+'s skeleton MAIL_SCHEME (review of
+    issue 18: only the first was set, so the TLS mode never reached a modern app)."""
+    for tls, encryption, scheme in (
+        ("none", "null", "smtp"),
+        ("starttls", "tls", "smtp"),
+        ("tls", "ssl", "smtps"),
+    ):
         spec = _spec({"runtime": "laravel", "image": "a:1"}, smtp={"tls": tls})
-        assert _env(_container(spec))["MAIL_ENCRYPTION"] == expected
+        env = _env(_container(spec))
+        assert (env["MAIL_ENCRYPTION"], env["MAIL_SCHEME"]) == (encryption, scheme)
 
 
 def test_runtime_laravel_without_an_image_is_refused_by_the_schema() -> None:

@@ -115,3 +115,28 @@ def test_every_payload_laravel_itself_wrote_is_recognised() -> None:
         name = payload["data"].get("commandName", payload["job"]) if isinstance(
             payload["data"], dict) else payload["job"]  # fmt: skip
         assert unrunnable_reason(payload, "default").startswith(f"{name} is a Laravel")
+
+
+@pytest.mark.parametrize(
+    "job", ["sendgroups\\SendMail", "sendgroups.SendMail@handle", "SendGroups.sendmail@x"]
+)
+def test_our_handler_written_the_php_way_is_named_a_misspelling_not_a_laravel_job(
+    job: str,
+) -> None:
+    """Review finding (issue 18): these were reported as "a Laravel string job" whose fix is
+    to run Laravel's worker, which would not help."""
+    assert is_laravel_job(job)
+    reason = unrunnable_reason({"job": job, "data": {}}, "mail-x")
+    assert "is not a handler of this worker" in reason and "sendgroups.SendMail" in reason
+    assert "Laravel runtime" not in reason
+
+
+def test_a_line_break_in_a_class_name_cannot_forge_a_log_line() -> None:
+    payload = {
+        "job": "Illuminate\\Queue\\CallQueuedHandler@call",
+        "data": {"commandName": "App\\Jobs\\X\n2026-01-01 INFO forged line", "command": ""},
+    }
+    reason = unrunnable_reason(payload, "mail-x")
+    assert "\n" not in reason and "App\\Jobs\\X\\n2026-01-01 INFO forged line" in reason
+    long = unrunnable_reason({"job": "App\\" + "A" * 5000, "data": {}}, "mail-x")
+    assert len(long) < 1000

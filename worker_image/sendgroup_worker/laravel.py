@@ -68,19 +68,38 @@ def is_laravel_job(job: object) -> bool:
     return job == CALL_QUEUED_HANDLER or "\\" in job or "@" in job
 
 
+def _printable(text: str, limit: int = 200) -> str:
+    """``text`` for a log line or a failed reason: control characters (a line break would
+    forge a log line) written as escapes, at most ``limit`` characters."""
+    out = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    return out if len(out) <= limit else out[: limit - 3] + "..."
+
+
+def _misspelled_handler(job: str) -> bool:
+    """Whether a string job looks like one of ours written the PHP way
+    (``sendgroups\\SendMail``, ``sendgroups.SendMail@handle``, another case)."""
+    return job.split("@")[0].replace("\\", ".").lower().startswith("sendgroups.")
+
+
 def unrunnable_reason(payload: Mapping[str, Any], queue: str) -> str:
     """The failed reason for a Laravel job (see :func:`is_laravel_job`): what it is (class and
     kind), what consuming it here would break (batch, chain, unique lock) and the fix (with
     ``queue``, the bare queue name, in the ``queue:work`` command line). One line."""
-    job = str(payload.get("job"))
+    job = _printable(str(payload.get("job")))
     data = payload.get("data")
     data = data if isinstance(data, Mapping) else {}
+    if job != CALL_QUEUED_HANDLER and _misspelled_handler(job):
+        return (
+            f"job {job!r} is not a handler of this worker: the handler names are exact, "
+            "e.g. sendgroups.SendMail (a dot, no @method); fix the producer and push these "
+            f"mails again (their bytes stay in `sendgroup-worker failed list -q {queue}`)"
+        )
     if job != CALL_QUEUED_HANDLER:
         what = f"{job} is a Laravel string job (a PHP handler class)"
         return f"{what}; the Python worker runs only sendgroups.* handlers; " + FIX.format(
             queue=queue
         )
-    name = str(data.get("commandName") or payload.get("displayName") or "the job")
+    name = _printable(str(data.get("commandName") or payload.get("displayName") or "the job"))
     kind = WRAPPERS.get(name, "a Laravel job class")
     parts = [f"{name} is {kind} ({CALL_QUEUED_HANDLER} with a serialized PHP command)"]
     command = data.get("command")

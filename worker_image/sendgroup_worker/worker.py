@@ -262,9 +262,11 @@ class Worker:
             self.health.start(self.config.health_port, self.config.health_host)
         self._publish_rate()
         log.info(
-            "worker started: queue=%s concurrency=%d tries=%d timeout=%gs retry_after=%gs "
-            "rate=%s/min handlers=%s",
+            "worker started: queue=%s key=%s (key prefix %r) concurrency=%d tries=%d "
+            "timeout=%gs retry_after=%gs rate=%s/min handlers=%s",
             self.config.queue,
+            QueueKeys(self.config.queue, prefix=self.config.key_prefix).ready,
+            self.config.key_prefix,
             self.config.concurrency,
             self.config.tries,
             self.config.timeout,
