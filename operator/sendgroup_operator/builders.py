@@ -18,7 +18,7 @@ from typing import Any, Final, Literal
 from sendgroup_contract import durations
 from sendgroup_contract import worker_settings as ws
 from sendgroup_operator import builders_laravel, models
-from sendgroup_operator.settings import DUMPS_MOUNT, Settings
+from sendgroup_operator.settings import DUMPS_MOUNT, Settings, image_allowed
 
 MAX_NAME: Final = 63
 HASH_LEN: Final = 8
@@ -182,21 +182,22 @@ def pod_security_context() -> dict[str, Any]:
     }
 
 
-def image(spec: models.SendGroupSpec, settings: Settings) -> str:
-    """The worker image: ``spec.worker.image`` only if overrides are allowed."""
-    if settings.allow_image_override and spec.worker.image:
+def image(spec: models.SendGroupSpec, settings: Settings, namespace: str) -> str:
+    """The worker image: ``spec.worker.image`` only if the operator allows it for the group's
+    ``namespace`` (:func:`~sendgroup_operator.settings.image_allowed`), else ``defaultImage``."""
+    if spec.worker.image and image_allowed(settings, spec.worker.image, namespace):
         return spec.worker.image
     return settings.default_image
 
 
-def job_image(spec: models.SendGroupSpec, settings: Settings) -> str:
+def job_image(spec: models.SendGroupSpec, settings: Settings, namespace: str) -> str:
     """The dump/restore/purge Job's image: the worker image of a Python-runtime group (an
     overriding image is a build of our worker, with its CLI), the operator's own image for
     ``runtime: laravel`` (the shop's app image has no ``sendgroup-worker``; the Job works on
     the queue's keys whatever worker kind drains them)."""
     if spec.worker.runtime is models.WorkerRuntime.LARAVEL:
         return settings.default_image
-    return image(spec, settings)
+    return image(spec, settings, namespace)
 
 
 def env_value(setting: ws.WorkerSetting, value: object) -> dict[str, Any]:
@@ -467,7 +468,7 @@ def deployment(
     selector = {LABEL_GROUP: meta["labels"][LABEL_GROUP], LABEL_COMPONENT: "worker"}
     container = {
         "name": "worker",
-        "image": image(spec, settings),
+        "image": image(spec, settings, ref.namespace),
         "imagePullPolicy": settings.image_pull_policy,
         "command": list(WORKER_COMMAND),
         "env": worker_env(ref, spec, settings, provider_env),
@@ -698,7 +699,7 @@ def job(
         )
     container = {
         "name": kind,
-        "image": job_image(spec, settings),
+        "image": job_image(spec, settings, ref.namespace),
         "imagePullPolicy": settings.image_pull_policy,
         "command": job_command(ref, spec, kind),
         "env": env,

@@ -534,7 +534,7 @@ class WorkerSpec(_Model):
             _cel(
                 "!has(self.runtime) || self.runtime != 'laravel' || has(self.image)",
                 "worker.runtime laravel needs worker.image: the shop's Laravel app image "
-                "(the operator must allow it: allowImageOverride)",
+                "(the operator must allow it: allowedImages or allowImageOverride)",
             ),
         )
     )
@@ -546,8 +546,9 @@ class WorkerSpec(_Model):
     laravel: LaravelWorkerSpec | None = None
     """The queue:work command line of runtime laravel (defaults when absent)."""
     image: str | None = Field(default=None, min_length=1, max_length=1024)
-    """Worker image; only honoured when the operator allows overrides (allowImageOverride), else
-    the operator's defaultImage. Required by runtime laravel (the app image)."""
+    """Worker image; only honoured when the operator allows it for the group's namespace
+    (allowedImages, or allowImageOverride for every image), else the operator's defaultImage.
+    Required by runtime laravel (the app image)."""
     tries: int = Field(default=3, ge=1, le=100)
     """Maximum attempts per job (a payload's maxTries wins)."""
     backoff: list[Annotated[int, Field(ge=0, le=86400)]] = Field(

@@ -650,7 +650,9 @@ async def reconcile(
             result, now = await _pass(
                 rt, group, spec, status, admitted, deployments, logger, now, providers
             )
-            rt.set_demand(key, min(result.demand, plan.desired_workers(spec, rt.settings)))
+            rt.set_demand(
+                key, min(result.demand, plan.desired_workers(spec, rt.settings, group.namespace))
+            )
     metrics.observe(group.namespace, group.name, result.status, spec.campaign, spec.host)
     rt.table.update(key, result.status, spec, now)
     rt.table.export(now, rt.settings.orphan_grace)
@@ -684,7 +686,7 @@ async def _pass(
     else:
         observed = await observe(rt, group, spec, status, deployments)
     want = plan.demand(spec, status, measured, group.deleting, observed.deployment is not None)
-    allowed = rt.allowed(key, min(want, plan.desired_workers(spec, rt.settings)))
+    allowed = rt.allowed(key, min(want, plan.desired_workers(spec, rt.settings, group.namespace)))
     now = now or _now()
     chosen = await provider_handlers.group_provider(
         group.namespace,

@@ -184,6 +184,15 @@ class Settings:
         "allowImageOverride",
         "honour spec.worker.image",
     )
+    allowed_images: tuple[str, ...] = _setting(
+        (),
+        "SENDGROUP_ALLOWED_IMAGES",
+        "allowedImages",
+        "worker images SendGroups may name (spec.worker.image, the app image of runtime "
+        "laravel), comma-separated `prefix` (any namespace) or `namespace=prefix` entries: an "
+        "image is allowed when it starts with the prefix (end it with `/` or `:`); "
+        "allowImageOverride true allows every image everywhere",
+    )
     max_workers_per_group: int = _setting(
         models.MAX_WORKERS_PER_GROUP_DEFAULT,
         "SENDGROUP_MAX_WORKERS_PER_GROUP",
@@ -389,6 +398,9 @@ class Settings:
             key_prefix=e.get("SENDGROUP_KEY_PREFIX", ""),
             image_pull_policy=e.get("SENDGROUP_IMAGE_PULL_POLICY") or d.image_pull_policy,
             allow_image_override=_bool(e, "SENDGROUP_ALLOW_IMAGE_OVERRIDE", False),
+            allowed_images=tuple(
+                i.strip() for i in e.get("SENDGROUP_ALLOWED_IMAGES", "").split(",") if i.strip()
+            ),
             max_workers_per_group=_req_int(
                 e, "SENDGROUP_MAX_WORKERS_PER_GROUP", d.max_workers_per_group
             ),
@@ -416,3 +428,20 @@ class Settings:
             job_resources=_json_model(e, "SENDGROUP_JOB_RESOURCES", models.ResourceRequirements),
             namespace=e.get("POD_NAMESPACE") or d.namespace,
         )
+
+
+def image_allowed(settings: Settings, image: str, namespace: str) -> bool:
+    """Whether a SendGroup of ``namespace`` may run ``image``: ``allowImageOverride`` allows
+    every image; else an ``allowedImages`` entry ``prefix`` (any namespace) or
+    ``namespace=prefix`` (that namespace only) whose prefix starts the image (plain string
+    prefix: ``registry.example/shop/`` allows ``registry.example/shop/app:1``, not
+    ``registry.example/shopping/...``)."""
+    if settings.allow_image_override:
+        return True
+    for entry in settings.allowed_images:
+        ns, sep, prefix = entry.partition("=")
+        if not sep:
+            ns, prefix = "", entry
+        if prefix and (not ns or ns == namespace) and image.startswith(prefix):
+            return True
+    return False

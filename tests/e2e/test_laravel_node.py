@@ -111,7 +111,9 @@ def shop(
     try:
         with operator_for_test(
             node_cluster, e2e_namespace, pod_redis.url, sink.host, sink.port, request,
-            values={"allowImageOverride": True, "keyPrefix": PREFIX},
+            # the app image allowed for this namespace only (allowedImages, issue 18)
+            values={"allowedImages": [f"{e2e_namespace}={laravel_image.rsplit(':', 1)[0]}:"],
+                    "keyPrefix": PREFIX},
         ) as (operator, report):  # fmt: skip
             s = Shop(node_cluster, e2e_namespace, operator, pod_redis, sink, tmp_path / "storage",
                      report)  # fmt: skip

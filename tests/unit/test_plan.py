@@ -281,7 +281,7 @@ def test_ttl_after_finished_deletes_the_group() -> None:
 
 
 def test_workers_clamped_by_operator_setting() -> None:
-    assert p.desired_workers(spec(workers=50), Settings(max_workers_per_group=10)) == 10
+    assert p.desired_workers(spec(workers=50), Settings(max_workers_per_group=10), "mail") == 10
 
 
 def test_spec_change_updates_the_worker_template() -> None:

@@ -49,7 +49,7 @@ def run(
         status or models.SendGroupStatus(),
         obs or p.Observed(jobs_listed=True),
         p.QueueMeasure(ready=total, paused=paused),
-        p.desired_workers(s, settings),
+        p.desired_workers(s, settings, GROUP.namespace),
         settings,
         now,
     )
@@ -67,11 +67,11 @@ def test_no_deployment_and_ready_false_naming_the_setting() -> None:
     assert not any(isinstance(a, p.EnsureDeployment) for a in first.actions), first.actions
     status, reason, message = ready(first)
     assert (status, reason) == ("False", "RuntimeNotAllowed")
-    assert "allowImageOverride" in message and "spec.worker.runtime laravel" in message
+    assert "allowedImages" in message and "spec.worker.runtime laravel" in message
     assert first.status.phase is Phase.PENDING and first.write_status
     assert [(e.type, e.reason) for e in first.events] == [("Warning", "RuntimeNotAllowed")]
     # nothing asked of the global cap, and the status says no worker will run
-    assert first.demand == 0 and p.desired_workers(s, CLOSED) == 0
+    assert first.demand == 0 and p.desired_workers(s, CLOSED, GROUP.namespace) == 0
     assert first.status.workers.summary == "0/0"
     # the next pass: the same, no second event, nothing written
     again = run(s, status=first.status, now=at(10))
@@ -82,7 +82,7 @@ def test_no_deployment_and_ready_false_naming_the_setting() -> None:
 def test_the_same_group_runs_where_images_are_allowed_and_python_groups_run_anyway() -> None:
     s = spec()
     assert run(s, OPEN).actions == [p.EnsureDeployment(2)]
-    assert p.runtime_refusal(s, OPEN) is None
+    assert p.runtime_refusal(s, OPEN, GROUP.namespace) is None
     python = spec(worker={"image": "shop/worker:1"})
     assert run(python).actions == [p.EnsureDeployment(2)]  # the operator's image, as always
 
@@ -106,3 +106,31 @@ def test_pause_dump_and_cancel_go_on() -> None:
     assert job["spec"]["template"]["spec"]["containers"][0]["image"] == "sendgroup-worker:1"
     cancelled = run(spec(state="Cancelled"), total=40)
     assert p.PurgeQueue() in cancelled.actions and cancelled.status.phase is Phase.CANCELLING
+
+
+def test_allowed_images_per_namespace_or_prefix() -> None:
+    """Issue 18: the shop's app image allowed by an operator setting per namespace or image
+    prefix (``allowedImages``), not only the whole-cluster ``allowImageOverride``."""
+    from sendgroup_operator.settings import image_allowed
+
+    settings = dataclasses.replace(
+        CLOSED, allowed_images=("shop=registry.example/shop/", "registry.example/shared/")
+    )
+    s = spec(worker={"runtime": "laravel", "image": "registry.example/shop/app:1"})
+    assert p.runtime_refusal(s, settings, "shop") is None
+    assert run(s, settings).actions == [p.EnsureDeployment(2)]
+    ref = GROUP.ref(s)
+    container = builders.deployment(ref, s, settings, 2)["spec"]["template"]["spec"]
+    assert container["containers"][0]["image"] == "registry.example/shop/app:1"
+    # another namespace may not run shop's image; a prefix without namespace is for all
+    assert p.runtime_refusal(s, settings, "team-b") is not None
+    assert image_allowed(settings, "registry.example/shared/app:2", "team-b")
+    # a plain string prefix: the "/" keeps registry.example/shopping out
+    assert not image_allowed(settings, "registry.example/shopping/app:1", "shop")
+    # a Python group naming an image not allowed gets the operator's image, as before
+    python = spec(worker={"image": "registry.example/other/worker:1"})
+    dep = builders.deployment(ref, python, settings, 2)["spec"]["template"]["spec"]
+    assert dep["containers"][0]["image"] == "sendgroup-worker:1"
+    assert Settings.from_env(
+        {"SENDGROUP_ALLOWED_IMAGES": " shop=registry.example/shop/ , registry.example/x/ "}
+    ).allowed_images == ("shop=registry.example/shop/", "registry.example/x/")

@@ -59,7 +59,7 @@ from sendgroup_operator.plan.types import (
     RequestPurge,
     SetPauseMarker,
 )
-from sendgroup_operator.settings import Settings
+from sendgroup_operator.settings import Settings, image_allowed
 
 MAX_OPERATION_ATTEMPTS: Final = 3
 
@@ -68,15 +68,15 @@ MAX_OPERATION_ATTEMPTS: Final = 3
 BUSY_REQUEUE: Final = 2.0
 
 
-def desired_workers(spec: models.SendGroupSpec, settings: Settings) -> int:
+def desired_workers(spec: models.SendGroupSpec, settings: Settings, namespace: str) -> int:
     """Workers the spec asks for, clamped to ``maxWorkersPerGroup``; 0 when the operator cannot
     run them (:func:`runtime_refusal`: nothing is asked of the global cap either)."""
-    if runtime_refusal(spec, settings) is not None:
+    if runtime_refusal(spec, settings, namespace) is not None:
         return 0
     return max(0, min(spec.workers, settings.max_workers_per_group))
 
 
-def runtime_refusal(spec: models.SendGroupSpec, settings: Settings) -> str | None:
+def runtime_refusal(spec: models.SendGroupSpec, settings: Settings, namespace: str) -> str | None:
     """Why the operator cannot run the group's workers (the Ready message), or None.
 
     ``runtime: laravel`` runs the shop's app image; without ``allowImageOverride`` the worker
@@ -85,12 +85,15 @@ def runtime_refusal(spec: models.SendGroupSpec, settings: Settings) -> str | Non
     share of ``maxTotalWorkers``. Such a group gets no worker Deployment (one left from before
     the setting changed is deleted); its pause, dump, restore and cancel still run (their Jobs
     run the operator's image)."""
-    if spec.worker.runtime is models.WorkerRuntime.LARAVEL and not settings.allow_image_override:
+    if spec.worker.runtime is not models.WorkerRuntime.LARAVEL:
+        return None
+    if not image_allowed(settings, spec.worker.image or "", namespace):
         return (
             "spec.worker.runtime laravel runs spec.worker.image (the app's image), but this "
-            "operator does not allow worker images (Helm value allowImageOverride is false): "
-            "no workers are started and the jobs stay queued; allow it, or use the Python "
-            "runtime"
+            "operator does not allow that image in this namespace (Helm values "
+            "allowedImages, a prefix per namespace, or allowImageOverride): no workers are "
+            "started and the jobs stay queued; ask the platform team to allow it, or use the "
+            "Python runtime"
         )
     return None
 
@@ -167,7 +170,7 @@ def plan(
         b.cond(conditions.QUEUE_REACHABLE, "False", "RedisUnreachable", measure.message)
     _suspended(b, measure)
 
-    desired = desired_workers(spec, settings)
+    desired = desired_workers(spec, settings, group.namespace)
     st.workers.desired = desired
     st.workers.ready = observed.deployment.ready_replicas if observed.deployment else 0
 
@@ -389,7 +392,7 @@ def _serve(
         if st.finished_at is None:
             st.finished_at = now
         return
-    refusal = runtime_refusal(spec, settings)
+    refusal = runtime_refusal(spec, settings, b.group.namespace)
     if refusal is not None:
         _cannot_run(b, dep, refusal)
         return
