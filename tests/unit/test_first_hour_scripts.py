@@ -315,6 +315,18 @@ def test_base_build_prints_a_progress_line_at_least_every_interval(tmp_path: Pat
     assert any("still working" in line for _, line in lines), text
 
 
+def _bash(script: str, home: Path) -> subprocess.CompletedProcess[str]:
+    """``bash -c SCRIPT`` with the system PATH and ``home`` as HOME; output captured."""
+    return subprocess.run(
+        ["bash", "-c", script],
+        capture_output=True,
+        text=True,
+        env={"PATH": SYSTEM_PATH, "HOME": str(home)},
+        timeout=60,
+        check=False,
+    )
+
+
 def test_go_builds_say_they_still_run_every_interval(tmp_path: Path) -> None:
     """The Kubernetes and helm builds' heartbeat (hack/cluster/build.sh) prints every 20 s by
     default (it was 30 s, over the README's promise), every SENDGROUP_PROGRESS_EVERY s when set."""
@@ -323,14 +335,7 @@ def test_go_builds_say_they_still_run_every_interval(tmp_path: Path) -> None:
         "SENDGROUP_PROGRESS_EVERY=2 source "
         f"{ROOT}/hack/cluster/build.sh; heartbeat 'a step' sleep 5"
     )
-    proc = subprocess.run(
-        ["bash", "-c", script],
-        capture_output=True,
-        text=True,
-        env={"PATH": SYSTEM_PATH, "HOME": str(tmp_path)},
-        timeout=60,
-        check=False,
-    )
+    proc = _bash(script, tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines()[0] == "default=20"
     ticks = [line for line in proc.stderr.splitlines() if "a step: still running" in line]
@@ -349,14 +354,7 @@ def test_bootstrap_and_image_steps_say_they_still_run_and_how_they_failed(tmp_pa
         f"run_logged 'a step' {log} bash -c 'echo working; sleep 5'; echo ok=$?; "
         f"run_logged 'a bad step' {log} bash -c 'echo the reason; exit 7'; echo bad=$?"
     )
-    proc = subprocess.run(
-        ["bash", "-c", script],
-        capture_output=True,
-        text=True,
-        env={"PATH": SYSTEM_PATH, "HOME": str(tmp_path)},
-        timeout=60,
-        check=False,
-    )
+    proc = _bash(script, tmp_path)
     assert proc.stdout.split() == ["ok=0", "bad=7"], proc.stdout + proc.stderr
     ticks = [line for line in proc.stderr.splitlines() if "a step: still running" in line]
     assert len(ticks) >= 2 and "(last: working)" in ticks[0], proc.stderr

@@ -144,31 +144,39 @@ def test_the_send_rate_comes_from_two_measurements_of_the_status() -> None:
     provider_handlers._samples.clear()
 
 
-limits = st.one_of(st.none(), st.floats(min_value=0, max_value=5000))
-groups_st = st.lists(
-    st.builds(
-        GroupDemand,
-        key=st.text("abcdefgh", min_size=1, max_size=4),
-        priority=st.sampled_from([H, N]),
-        weight=st.integers(1, 5),
-        limit=limits,
-        sending=st.booleans(),
-        backlog=st.one_of(st.none(), st.integers(0, 2000)),
-        used=st.one_of(st.none(), st.floats(min_value=0, max_value=5000)),
-    ),
-    max_size=8,
-    unique_by=lambda g: g.key,
-)
+def group_demands(
+    keys: st.SearchStrategy[str], max_weight: int, max_size: int
+) -> st.SearchStrategy[list[GroupDemand]]:
+    """Lists of groups with unique ``keys``: any priority, weight 1..``max_weight``, a limit or
+    none, sending or not, a measured backlog and use or none."""
+    return st.lists(
+        st.builds(
+            GroupDemand,
+            key=keys,
+            priority=st.sampled_from([H, N]),
+            weight=st.integers(1, max_weight),
+            limit=st.one_of(st.none(), st.floats(min_value=0, max_value=5000)),
+            sending=st.booleans(),
+            backlog=st.one_of(st.none(), st.integers(0, 2000)),
+            used=st.one_of(st.none(), st.floats(min_value=0, max_value=5000)),
+        ),
+        max_size=max_size,
+        unique_by=lambda g: g.key,
+    )
 
 
-@settings(max_examples=400, deadline=None)
-@given(per_minute=st.floats(min_value=0, max_value=20000), groups=groups_st)
-def test_shares_invariants(per_minute: float, groups: list[GroupDemand]) -> None:
-    got = shares(per_minute, groups)
+groups_st = group_demands(st.text("abcdefgh", min_size=1, max_size=4), 5, 8)
+
+
+def check_budget_given_out(
+    per_minute: float, groups: list[GroupDemand], got: dict[str, float]
+) -> list[GroupDemand]:
+    """What every split must hold: a share per group; the budget all given out up to what the
+    sending groups' own limits allow; none negative, none above its limit, 0 when not
+    sending. Returns the sending groups."""
     assert set(got) == {g.key for g in groups}
     sending = [g for g in groups if g.sending]
     limit_sum = sum(g.limit if g.limit is not None else float("inf") for g in sending)
-    # the budget is all given out, up to what the groups' own limits allow
     assert sum(got[g.key] for g in sending) == pytest.approx(min(per_minute, limit_sum), abs=1e-6)
     for g in groups:
         assert got[g.key] >= -1e-9
@@ -176,6 +184,14 @@ def test_shares_invariants(per_minute: float, groups: list[GroupDemand]) -> None
             assert got[g.key] == 0
         if g.limit is not None:
             assert got[g.key] <= g.limit + 1e-6
+    return sending
+
+
+@settings(max_examples=400, deadline=None)
+@given(per_minute=st.floats(min_value=0, max_value=20000), groups=groups_st)
+def test_shares_invariants(per_minute: float, groups: list[GroupDemand]) -> None:
+    got = shares(per_minute, groups)
+    sending = check_budget_given_out(per_minute, groups, got)
     # high first, up to what it can use: a high group gets at least min(usable, the share
     # it had when nobody's use was known)
     blind = shares(

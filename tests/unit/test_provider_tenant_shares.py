@@ -13,6 +13,7 @@ from sendgroup_operator import provider_models, provider_plan
 from sendgroup_operator.models import Priority
 from sendgroup_operator.provider_models import ShareBy
 from sendgroup_operator.provider_plan import GroupDemand, shares
+from tests.unit.test_provider_borrow import check_budget_given_out, group_demands
 
 H, N = Priority.HIGH, Priority.NORMAL
 
@@ -75,22 +76,12 @@ def test_a_cluster_provider_shares_by_namespace_unless_told_otherwise() -> None:
     assert provider_models.parse_provider(body).spec.share_by is ShareBy.GROUP
 
 
-limits = st.one_of(st.none(), st.floats(min_value=0, max_value=5000))
-groups_st = st.lists(
-    st.builds(
-        GroupDemand,
-        key=st.tuples(
-            st.sampled_from(["a", "b", "c"]), st.text("wxyz", min_size=1, max_size=3)
-        ).map("/".join),
-        priority=st.sampled_from([H, N]),
-        weight=st.integers(1, 1000),
-        limit=limits,
-        sending=st.booleans(),
-        backlog=st.one_of(st.none(), st.integers(0, 2000)),
-        used=st.one_of(st.none(), st.floats(min_value=0, max_value=5000)),
+groups_st = group_demands(
+    st.tuples(st.sampled_from(["a", "b", "c"]), st.text("wxyz", min_size=1, max_size=3)).map(
+        "/".join
     ),
-    max_size=9,
-    unique_by=lambda g: g.key,
+    1000,
+    9,
 )
 
 
@@ -101,16 +92,7 @@ def test_namespace_shares_invariants(per_minute: float, groups: list[GroupDemand
     rates, no group above its own rate, and every namespace with work gets at least
     ``min(what its groups can use, budget / namespaces with work)``."""
     got = shares(per_minute, groups, by_namespace=True)
-    assert set(got) == {g.key for g in groups}
-    sending = [g for g in groups if g.sending]
-    limit_sum = sum(g.limit if g.limit is not None else float("inf") for g in sending)
-    assert sum(got[g.key] for g in sending) == pytest.approx(min(per_minute, limit_sum), abs=1e-6)
-    for g in groups:
-        assert got[g.key] >= -1e-9
-        if not g.sending:
-            assert got[g.key] == 0
-        if g.limit is not None:
-            assert got[g.key] <= g.limit + 1e-6
+    sending = check_budget_given_out(per_minute, groups, got)
     namespaces = {provider_plan.namespace_of(g.key) for g in sending}
     floor = provider_plan.FLOOR_FRACTION * per_minute / max(1, len(sending))
     for ns in namespaces:
