@@ -209,10 +209,14 @@ final class SendGroupProducer
         if (!$given('text') && !$given('html') && !$given('template')) {
             throw new \InvalidArgumentException("a mail needs a body: 'text', 'html' or 'template'");
         }
+        $headers = $mail['headers'] ?? [];
+        if (!is_array($headers) || ($headers !== [] && array_is_list($headers))) {
+            throw new \InvalidArgumentException("headers must be an object: ['Name' => 'value', ...]");
+        }
         $seen = [];
-        foreach ((array) ($mail['headers'] ?? []) as $name => $value) {
+        foreach ($headers as $name => $value) {
             $lower = strtolower((string) $name);
-            if (!preg_match('/^[!-9;-~]+$/', (string) $name)) {
+            if (!preg_match('/^[!-9;-~]+$/D', (string) $name)) {
                 throw new \InvalidArgumentException("headers: '$name' is not a header name (printable ASCII, no space or colon)");
             }
             if (in_array($lower, self::OWN_HEADERS, true)) {

@@ -47,7 +47,7 @@ try {
     foreach ($rows as [$n, $row]) {
         try {
             // delay: whole seconds >= 0 (checked here, so that a bad one pushes nothing)
-            if (array_key_exists('delay', $row) && (!is_int($row['delay']) || $row['delay'] < 0)) {
+            if (isset($row['delay']) && (!is_int($row['delay']) || $row['delay'] < 0)) {
                 throw new \InvalidArgumentException('delay must be whole seconds >= 0, got ' . var_export($row['delay'], true));
             }
             $producer->payload(array_diff_key($row, ['delay' => 1, 'maxTries' => 1]), array_intersect_key($row, ['maxTries' => 1]));

@@ -99,7 +99,11 @@ class Kube:
                 if exc.status != 409:
                     raise
         await self._call(
-            self.apps.patch_namespaced_deployment, name, ns, body, _content_type=MERGE_PATCH
+            self.apps.patch_namespaced_deployment,
+            name,
+            ns,
+            _replacing(body),
+            _content_type=MERGE_PATCH,
         )
 
     async def delete_deployment(self, namespace: str, name: str) -> None:
@@ -292,3 +296,23 @@ class Kube:
         )
         result = await self._call(self.authz.create_self_subject_access_review, review)
         return bool(result.status is not None and result.status.allowed)
+
+
+#: Pod template keys a worker Deployment body may leave out but whose hand-added value must go
+#: (``builders.owned_fingerprint`` compares them): a JSON merge patch (RFC 7386) keeps a key
+#: the patch does not name, so each is sent as null (delete) when the body has none. Without
+#: it an added init container stayed and the operator re-patched every pass (review finding).
+_POD_KEYS_REPLACED: Final = ("initContainers",)
+
+
+def _replacing(body: dict[str, Any]) -> dict[str, Any]:
+    """``body`` as a merge patch that also deletes :data:`_POD_KEYS_REPLACED` it leaves out."""
+    template = (body.get("spec") or {}).get("template") or {}
+    pod = template.get("spec")
+    if not isinstance(pod, dict) or all(k in pod for k in _POD_KEYS_REPLACED):
+        return body
+    nulls = {k: None for k in _POD_KEYS_REPLACED if k not in pod}
+    return {
+        **body,
+        "spec": {**body["spec"], "template": {**template, "spec": {**pod, **nulls}}},
+    }

@@ -16,6 +16,7 @@ messages name the exception type and the host only.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import OrderedDict
 from typing import Any, Final, cast
@@ -35,6 +36,9 @@ MAX_CLIENTS: Final = 128
 #: Seconds a client not asked for is kept open (every group's pass asks for its client at
 #: least every ``reaperInterval``, 10 s by default, so a URL in use is never idle this long).
 IDLE_CLOSE: Final = 300.0
+#: Seconds between a client leaving the cache and its close (3 s command timeouts: a command
+#: already sent on it by another coroutine finishes first).
+CLOSE_GRACE: Final = 10.0
 
 
 class QueueUnavailable(Exception):
@@ -52,13 +56,22 @@ class RedisQueues:
     producers' client-side key prefix (``laravel_database_``), as in ``QueueKeys``."""
 
     def __init__(
-        self, prefix: str = "", max_clients: int = MAX_CLIENTS, idle_close: float = IDLE_CLOSE
+        self,
+        prefix: str = "",
+        max_clients: int = MAX_CLIENTS,
+        idle_close: float = IDLE_CLOSE,
+        close_grace: float = CLOSE_GRACE,
     ) -> None:
         self.prefix = prefix
         self.max_clients = max_clients
         self.idle_close = idle_close
+        self.close_grace = close_grace
         #: url -> (client, monotonic seconds of its last use), least recently used first
         self._clients: OrderedDict[str, tuple[AsyncClient, float]] = OrderedDict()
+        #: url -> the lock its first connect holds (dropped once connected)
+        self._connecting: dict[str, asyncio.Lock] = {}
+        #: clients out of the cache, each closing after ``close_grace`` s (its task)
+        self._closing: dict[asyncio.Task[None], AsyncClient] = {}
 
     @property
     def open_clients(self) -> int:
@@ -68,40 +81,63 @@ class RedisQueues:
     async def client(self, url: str) -> AsyncClient:
         """The cached client for ``url`` (3 s socket timeouts, no retries: the reaper is the
         retry loop); standalone, Redis Cluster or Sentinel (:mod:`sendgroup_worker.redisclient`).
-        A plain ``redis://`` URL is probed once (``INFO cluster``); a failed probe is not cached.
+        A plain ``redis://`` URL is probed once (``INFO cluster``); a failed probe is not cached;
+        callers asking for a new URL at once share one connect (a lock per URL).
         Clients not asked for in :attr:`idle_close` seconds, and the least recently used beyond
-        :attr:`max_clients`, are closed (a URL a tenant no longer names holds no connection).
-        Raises :class:`QueueUnavailable`."""
-        now = time.monotonic()
-        entry = self._clients.pop(url, None)
-        await self._evict(now)
-        client = entry[0] if entry is not None else None
+        :attr:`max_clients`, leave the cache and are closed ``close_grace`` seconds later
+        (a command already sent on one finishes: commands time out after 3 s). Raises
+        :class:`QueueUnavailable`."""
+        client = self._touch(url)
         if client is None:
-            try:
-                client = await connect_async(
-                    url, socket_timeout=SOCKET_TIMEOUT, socket_connect_timeout=SOCKET_TIMEOUT
-                )
-            except RedisUrlError as exc:
-                raise QueueUnavailable(f"bad Redis URL: {exc}") from None
-            except (*REDIS_ERRORS, OSError) as exc:
-                raise QueueUnavailable(
-                    f"Redis at {safe_host(url)} unreachable: {type(exc).__name__}"
-                ) from None
-        self._clients[url] = (client, now)
+            lock = self._connecting.setdefault(url, asyncio.Lock())
+            async with lock:
+                client = self._touch(url)
+                if client is None:
+                    try:
+                        client = await connect_async(
+                            url,
+                            socket_timeout=SOCKET_TIMEOUT,
+                            socket_connect_timeout=SOCKET_TIMEOUT,
+                        )
+                    except RedisUrlError as exc:
+                        raise QueueUnavailable(f"bad Redis URL: {exc}") from None
+                    except (*REDIS_ERRORS, OSError) as exc:
+                        raise QueueUnavailable(
+                            f"Redis at {safe_host(url)} unreachable: {type(exc).__name__}"
+                        ) from None
+                    self._clients[url] = (client, time.monotonic())
+            if self._connecting.get(url) is lock and not lock.locked():
+                del self._connecting[url]
+        self._evict(time.monotonic(), keep=url)
         return client
 
-    async def _evict(self, now: float) -> None:
-        """Close the clients idle for :attr:`idle_close` s, then the least recently used
-        until fewer than :attr:`max_clients` stay (room for the one being asked for)."""
+    def _touch(self, url: str) -> AsyncClient | None:
+        """The cached client for ``url`` marked as just used (moved last), or None."""
+        entry = self._clients.get(url)
+        if entry is None:
+            return None
+        self._clients[url] = (entry[0], time.monotonic())
+        self._clients.move_to_end(url)
+        return entry[0]
+
+    def _evict(self, now: float, keep: str) -> None:
+        """Take out of the cache the clients idle for :attr:`idle_close` s, then the least
+        recently used beyond :attr:`max_clients` (never ``keep``, the one just asked for), and
+        close each ``close_grace`` s later (synchronous: nothing else runs meanwhile)."""
         while self._clients:
             url, (client, used) = next(iter(self._clients.items()))
-            if now - used < self.idle_close and len(self._clients) < self.max_clients:
+            if url == keep or (
+                now - used < self.idle_close and len(self._clients) <= self.max_clients
+            ):
                 break
             del self._clients[url]
-            try:
-                await cast(Any, client).aclose()
-            except (*REDIS_ERRORS, OSError):
-                pass
+            task = asyncio.get_running_loop().create_task(self._close_later(client))
+            self._closing[task] = client
+            task.add_done_callback(lambda t: self._closing.pop(t, None))
+
+    async def _close_later(self, client: AsyncClient) -> None:
+        await asyncio.sleep(self.close_grace)
+        await _close(client)
 
     async def measure(self, url: str, queue: str) -> QueueMeasure:
         """One atomic measurement of ``queue`` (``sendgroup_contract.measure.SCRIPT``, one round
@@ -180,7 +216,19 @@ class RedisQueues:
             ) from None
 
     async def close(self) -> None:
-        """Close every pool."""
+        """Close every pool, those waiting for their close too."""
+        for task, client in list(self._closing.items()):
+            task.cancel()
+            await _close(client)
+        self._closing.clear()
         for client, _ in self._clients.values():
-            await cast(Any, client).aclose()
+            await _close(client)
         self._clients.clear()
+
+
+async def _close(client: AsyncClient) -> None:
+    """Close ``client``'s connections; errors of a connection already gone are ignored."""
+    try:
+        await cast(Any, client).aclose()
+    except (*REDIS_ERRORS, OSError):
+        pass

@@ -190,7 +190,8 @@ class Settings:
         "allowedImages",
         "worker images SendGroups may name (spec.worker.image, the app image of runtime "
         "laravel), comma-separated `prefix` (any namespace) or `namespace=prefix` entries: an "
-        "image is allowed when it starts with the prefix (end it with `/` or `:`); "
+        "image is allowed when it starts with the prefix at a reference boundary (`/`, `:` or "
+        "`@` next); "
         "allowImageOverride true allows every image everywhere",
     )
     max_workers_per_group: int = _setting(
@@ -433,15 +434,23 @@ class Settings:
 def image_allowed(settings: Settings, image: str, namespace: str) -> bool:
     """Whether a SendGroup of ``namespace`` may run ``image``: ``allowImageOverride`` allows
     every image; else an ``allowedImages`` entry ``prefix`` (any namespace) or
-    ``namespace=prefix`` (that namespace only) whose prefix starts the image (plain string
-    prefix: ``registry.example/shop/`` allows ``registry.example/shop/app:1``, not
-    ``registry.example/shopping/...``)."""
+    ``namespace=prefix`` (that namespace only) that starts the image at a reference boundary:
+    the prefix ends with ``/``, ``:`` or ``@``, or the image goes on with one of them (or ends)
+    right after it. So ``ghcr.io/shop`` allows ``ghcr.io/shop/app:1`` and ``ghcr.io/shop:1``,
+    never ``ghcr.io/shopevil/x``; ``registry.example`` never ``registry.example.evil.net/x``;
+    ``registry.example:5000`` never ``registry.example:50001/x``. An entry ``=prefix`` (empty
+    namespace) allows nothing."""
     if settings.allow_image_override:
         return True
     for entry in settings.allowed_images:
         ns, sep, prefix = entry.partition("=")
         if not sep:
             ns, prefix = "", entry
-        if prefix and (not ns or ns == namespace) and image.startswith(prefix):
+        elif not ns:
+            continue
+        if not prefix or (ns and ns != namespace) or not image.startswith(prefix):
+            continue
+        rest = image[len(prefix) :]
+        if prefix[-1] in "/:@" or rest == "" or rest[0] in "/:@":
             return True
     return False

@@ -254,12 +254,14 @@ def test_a_hand_edited_worker_deployment_is_put_back_and_an_untouched_one_left_a
             "containers"
         ]
     ]
-    kube_cluster.kubectl(
+    patched = kube_cluster.kubectl(
         "patch",
         "deployment",
         "sg-edited",
         "-n",
         objects.namespace,
+        "-o",
+        "json",
         "--type=json",
         "-p",
         json.dumps(
@@ -274,10 +276,21 @@ def test_a_hand_edited_worker_deployment_is_put_back_and_an_untouched_one_left_a
                     "path": "/spec/template/spec/containers/-",
                     "value": {"name": "sidecar", "image": "registry.invalid/sidecar:1"},
                 },
+                {  # a key the operator's template leaves out: the merge patch must delete it
+                    "op": "add",
+                    "path": "/spec/template/spec/initContainers",
+                    "value": [{"name": "setup", "image": "registry.invalid/setup:1"}],
+                },
             ]
         ),
     )
-    assert container_env(objects, "edited")["SENDGROUP_QUEUE"] == "team-b.newsletter"
+    # the edit as the API server stored it (reading it back races the operator, which can put
+    # it back within 0.2 s)
+    stored = json.loads(patched.stdout)["spec"]["template"]["spec"]
+    assert {"name": "SENDGROUP_QUEUE", "value": "team-b.newsletter"} in stored["containers"][0][
+        "env"
+    ]
+    assert stored["initContainers"][0]["name"] == "setup"
     edited_at = time.monotonic()
     wait_for(
         lambda: container_env(objects, "edited")["SENDGROUP_QUEUE"] == "mail-edited",
@@ -287,6 +300,7 @@ def test_a_hand_edited_worker_deployment_is_put_back_and_an_untouched_one_left_a
     print(f"hand edit put back after {time.monotonic() - edited_at:.1f}s")
     template = (objects.get("deployment", "sg-edited") or {})["spec"]["template"]["spec"]
     assert [c["name"] for c in template["containers"]] == names, "the added sidecar stayed"
+    assert "initContainers" not in template, "the added init container stayed"
     settled = generation()
     time.sleep(8)
     assert generation() == settled, "the operator kept rewriting the Deployment"

@@ -146,19 +146,31 @@ def test_a_url_nobody_names_any_more_holds_no_connection(
         return {c["name"] for c in clients if c["name"].startswith(prefix)}
 
     async def go() -> None:
-        queues = RedisQueues(max_clients=4, idle_close=1.0)
+        queues = RedisQueues(max_clients=4, idle_close=1.0, close_grace=0.0)
         for i in range(40):
             await queues.measure(f"{redis_url}?client_name=edit{i}", "mail-a")
         assert queues.open_clients == 4
+        await asyncio.sleep(0.2)  # the closes run (grace 0 here, 10 s by default)
         assert named("edit") == {f"edit{i}" for i in range(36, 40)}
         # the group's own URL, used at every pass, is kept while the idle ones go
         kept = f"{redis_url}?client_name=kept"
         for _ in range(3):
             await queues.measure(kept, "mail-a")
             await asyncio.sleep(0.6)
+        await asyncio.sleep(0.2)
         assert named("edit") == set() and named("kept") == {"kept"}
         assert queues.open_clients == 1
         await queues.close()
         assert named("kept") == set()
+        # ten callers asking for a new URL at once share one client: closing the operator's
+        # clients leaves none of its connections (a second client made by a caller that lost
+        # the race was never closed)
+        burst = RedisQueues()
+        await asyncio.gather(
+            *(burst.measure(f"{redis_url}?client_name=burst", "mail-a") for _ in range(10))
+        )
+        assert burst.open_clients == 1 and named("burst")
+        await burst.close()
+        assert named("burst") == set()
 
     asyncio.run(go())

@@ -140,3 +140,27 @@ def test_a_line_break_in_a_class_name_cannot_forge_a_log_line() -> None:
     assert "\n" not in reason and "App\\Jobs\\X\\n2026-01-01 INFO forged line" in reason
     long = unrunnable_reason({"job": "App\\" + "A" * 5000, "data": {}}, "mail-x")
     assert len(long) < 1000
+
+
+def test_a_line_break_in_a_batch_id_or_a_log_message_stays_on_one_line() -> None:
+    """Review finding: the batch id went into the reason raw, and UnknownHandler's job name
+    and a job's uuid reach the log from other places: the worker's log formatter writes
+    every control character of a message as an escape."""
+    import logging
+
+    from sendgroup_worker.cli_work import OneLineFormatter
+
+    command = 'O:8:"App\\\\Jobs":1:{s:7:"batchId";s:9:"a\nFAKE LOG";}'
+    payload = {
+        "job": "Illuminate\\Queue\\CallQueuedHandler@call",
+        "data": {"commandName": "App\\Jobs\\X", "command": command},
+    }
+    assert "\n" not in unrunnable_reason(payload, "mail-x")
+    record = logging.LogRecord("w", logging.INFO, "f", 1, "job %s: %s", ("u\r\n1", "x\ny"), None)
+    line = OneLineFormatter("%(levelname)s %(message)s").format(record)
+    assert line == "INFO job u\\r\\n1: x\\ny"
+
+
+def test_a_shops_own_job_class_under_a_sendgroups_namespace_is_a_laravel_job() -> None:
+    reason = unrunnable_reason({"job": "SendGroups\\Jobs\\Invoice@handle", "data": {}}, "q")
+    assert "is a Laravel string job" in reason and "not a handler of this worker" not in reason

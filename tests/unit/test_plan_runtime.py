@@ -125,8 +125,22 @@ def test_allowed_images_per_namespace_or_prefix() -> None:
     # another namespace may not run shop's image; a prefix without namespace is for all
     assert p.runtime_refusal(s, settings, "team-b") is not None
     assert image_allowed(settings, "registry.example/shared/app:2", "team-b")
-    # a plain string prefix: the "/" keeps registry.example/shopping out
+    # a prefix ends at a reference boundary (review: a bare string prefix let
+    # ghcr.io/shop allow ghcr.io/shopevil, a namespace anyone can register)
     assert not image_allowed(settings, "registry.example/shopping/app:1", "shop")
+    bare = dataclasses.replace(
+        CLOSED, allowed_images=("ghcr.io/shop", "registry.example:5000", "=evil.example/")
+    )
+    for image, allowed in (
+        ("ghcr.io/shop/app:1", True),
+        ("ghcr.io/shop:1", True),
+        ("ghcr.io/shop@sha256:" + "a" * 64, True),
+        ("ghcr.io/shopevil/x:1", False),
+        ("registry.example:5000/app:1", True),
+        ("registry.example:50001/app:1", False),
+        ("evil.example/app:1", False),
+    ):
+        assert image_allowed(bare, image, "shop") is allowed, image
     # a Python group naming an image not allowed gets the operator's image, as before
     python = spec(worker={"image": "registry.example/other/worker:1"})
     dep = builders.deployment(ref, python, settings, 2)["spec"]["template"]["spec"]

@@ -202,6 +202,7 @@ def test_caps_on_size_and_recipients() -> None:
         ({"X-A": "1", "x-a": "2"}, "data.headers.x-a: given twice"),
         ({"X-Bad\r\nBcc": "1"}, "is not a header name"),
         ({"Bad Name": "1"}, "is not a header name"),
+        ({"X-A\n": "1"}, "is not a header name"),  # `$` also matches before a final \n
     ],
 )
 def test_headers_the_worker_writes_or_cannot_write_are_refused_not_dropped(

@@ -11,6 +11,16 @@ import click
 from sendgroup_worker.config import ConfigError, WorkerConfig, env_help
 
 
+class OneLineFormatter(logging.Formatter):
+    """One record, one line: control characters in the message (a job's uuid, class name or
+    batch id comes from the producer) are written as escapes (``\\n``), so a payload cannot
+    forge a log line; a traceback after the message keeps its lines."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        record.message = "".join(c if c.isprintable() else repr(c)[1:-1] for c in record.message)
+        return super().formatMessage(record)
+
+
 @click.command("work")
 @click.option("--help-env", is_flag=True, help="List the environment variables and exit.")
 def work(help_env: bool) -> None:
@@ -23,11 +33,9 @@ def work(help_env: bool) -> None:
         config = WorkerConfig.from_env()
     except ConfigError as exc:
         raise click.UsageError(f"bad worker configuration: {exc}") from exc
-    logging.basicConfig(
-        level=config.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(OneLineFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=config.log_level.upper(), handlers=[handler])
     from sendgroup_worker.redisclient import quiet_cluster_node_notices
     from sendgroup_worker.worker import build_worker
 

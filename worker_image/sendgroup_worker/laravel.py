@@ -69,16 +69,17 @@ def is_laravel_job(job: object) -> bool:
 
 
 def _printable(text: str, limit: int = 200) -> str:
-    """``text`` for a log line or a failed reason: control characters (a line break would
-    forge a log line) written as escapes, at most ``limit`` characters."""
-    out = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
-    return out if len(out) <= limit else out[: limit - 3] + "..."
+    """``text`` for a failed reason: at most ``limit`` characters of it, control characters
+    (a line break would forge a log line) written as escapes."""
+    cut = text if len(text) <= limit else text[: limit - 3] + "..."
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in cut)
 
 
 def _misspelled_handler(job: str) -> bool:
     """Whether a string job looks like one of ours written the PHP way
     (``sendgroups\\SendMail``, ``sendgroups.SendMail@handle``, another case)."""
-    return job.split("@")[0].replace("\\", ".").lower().startswith("sendgroups.")
+    parts = job.split("@")[0].replace("\\", ".").lower().split(".")
+    return len(parts) == 2 and parts[0] == "sendgroups"
 
 
 def unrunnable_reason(payload: Mapping[str, Any], queue: str) -> str:
@@ -90,7 +91,7 @@ def unrunnable_reason(payload: Mapping[str, Any], queue: str) -> str:
     data = data if isinstance(data, Mapping) else {}
     if job != CALL_QUEUED_HANDLER and _misspelled_handler(job):
         return (
-            f"job {job!r} is not a handler of this worker: the handler names are exact, "
+            f"job '{job}' is not a handler of this worker: the handler names are exact, "
             "e.g. sendgroups.SendMail (a dot, no @method); fix the producer and push these "
             f"mails again (their bytes stay in `sendgroup-worker failed list -q {queue}`)"
         )
@@ -109,8 +110,8 @@ def unrunnable_reason(payload: Mapping[str, Any], queue: str) -> str:
     batch = _BATCH_ID.search(command)
     if batch:
         parts.append(
-            f"it belongs to batch {batch.group(1)}, whose then()/catch()/finally() callbacks "
-            "fire only when Laravel's worker runs its jobs"
+            f"it belongs to batch {_printable(batch.group(1), 64)}, whose "
+            "then()/catch()/finally() callbacks fire only when Laravel's worker runs its jobs"
         )
     chained = _CHAINED.search(command)
     if chained and int(chained.group(1)) > 0:

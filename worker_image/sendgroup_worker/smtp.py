@@ -277,7 +277,7 @@ def build_message(
     for name, value in headers.items():
         if not isinstance(name, str) or not isinstance(value, str | int | float):
             raise InvalidMailData(f"data.headers: bad header {name!r}")
-        if not _HEADER_NAME.match(name):
+        if not _HEADER_NAME.fullmatch(name):
             raise InvalidMailData(
                 f"data.headers: {name!r} is not a header name (RFC 5322 3.6.8: printable "
                 "ASCII, no space or colon)"
@@ -318,7 +318,9 @@ def _check_size(size: int, limits: MailLimits) -> None:
         )
 
 
-_HEADER_NAME: Final = re.compile(r"^[!-9;-~]+$")  # RFC 5322 field-name: printable, no ':'
+#: RFC 5322 field-name: printable ASCII, no ':'. Used with fullmatch: ``$`` alone also matches
+#: before a final line break ("X-A\n" passed and broke the header block).
+_HEADER_NAME: Final = re.compile(r"[!-9;-~]+")
 #: Header fields the worker writes itself, each once (RFC 5322 3.6: at most one From, To, Cc,
 #: Bcc, Reply-To, Subject), with where a job says them: a copy in ``data.headers`` would be a
 #: second field (a second ``From:`` shown instead of the envelope's sender) and is refused,
