@@ -83,8 +83,13 @@ def test_a_trickle_keeps_its_workers_and_spec_changes_reach_the_deployment(
     redis_url: str,
     host_worker: Callable[[str], WorkerProcess],
 ) -> None:
-    """1 job every 0.5 s, drained in milliseconds: every measurement reads an empty queue."""
-    host_worker("mail-trickle")
+    """1 job every 0.5 s, drained in milliseconds: every measurement reads an empty queue.
+
+    The group starts with 5 jobs queued and the host worker starts once its Deployment is
+    there: a group that has never seen a job starts no workers, and with the host worker
+    draining from the first second the operator's first measurements could miss every job
+    (the test then waited for workers that a quiet machine never asked for: 7 of 9 runs)."""
+    push(redis.Redis.from_url(redis_url), "mail-trickle", 5)
     objects.apply(
         sendgroup(
             "trickle",
@@ -93,8 +98,9 @@ def test_a_trickle_keeps_its_workers_and_spec_changes_reach_the_deployment(
             worker={"timeout": 60, "retryAfter": 90},
         )
     )
+    wait_for(lambda: replicas(objects, "trickle") == 2, 30, "workers for the queued jobs")
+    host_worker("mail-trickle")
     with Trickle(redis_url, "mail-trickle", 0.5) as trickle:
-        wait_for(lambda: replicas(objects, "trickle") == 2, 30, "workers for the trickle")
         objects.patch_sg("trickle", {"workers": 3, "worker": {"timeout": 50, "retryAfter": 90}})
         wait_for(
             lambda: (
