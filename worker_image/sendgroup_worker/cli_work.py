@@ -9,6 +9,7 @@ import sys
 import click
 
 from sendgroup_worker.config import ConfigError, WorkerConfig, env_help
+from sendgroup_worker.oneline import escape_controls
 
 
 class OneLineFormatter(logging.Formatter):
@@ -17,7 +18,7 @@ class OneLineFormatter(logging.Formatter):
     forge a log line; a traceback after the message keeps its lines."""
 
     def formatMessage(self, record: logging.LogRecord) -> str:
-        record.message = "".join(c if c.isprintable() else repr(c)[1:-1] for c in record.message)
+        record.message = escape_controls(record.message)
         return super().formatMessage(record)
 
 

@@ -31,6 +31,8 @@ import re
 from collections.abc import Mapping
 from typing import Any, Final
 
+from sendgroup_worker.oneline import escape_controls
+
 #: Laravel's handler for queued objects (jobs, Mailables, notifications, listeners, closures).
 CALL_QUEUED_HANDLER: Final = "Illuminate\\Queue\\CallQueuedHandler@call"
 
@@ -71,8 +73,7 @@ def is_laravel_job(job: object) -> bool:
 def _printable(text: str, limit: int = 200) -> str:
     """``text`` for a failed reason: at most ``limit`` characters of it, control characters
     (a line break would forge a log line) written as escapes."""
-    cut = text if len(text) <= limit else text[: limit - 3] + "..."
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in cut)
+    return escape_controls(text if len(text) <= limit else text[: limit - 3] + "...")
 
 
 def _misspelled_handler(job: str) -> bool:
