@@ -314,13 +314,14 @@ async def observe(
     group: plan.Group,
     spec: models.SendGroupSpec,
     st: models.SendGroupStatus,
+    measured: plan.Measurement,
     index: DeploymentIndex | None = None,
 ) -> plan.Observed:
     """Read the children: the Deployment (see :func:`_deployment`); Jobs and pods only when
     the plan can need them (paused, finishing, a Job in flight)."""
     ref = group.ref(spec)
     dep = await _deployment(rt, group, index)
-    if not plan.needs_children(group, spec, st):
+    if not plan.needs_children(group, spec, st, measured):
         return plan.Observed(deployment=dep)
     selector = builders.group_selector(ref)
     jobs = await rt.kube.list_jobs(group.namespace, selector)
@@ -574,7 +575,8 @@ async def _refused(
     planner's ``refused`` applied (only its own Deployment and Jobs are touched; the queue's
     Redis never, ``url`` None)."""
     key = f"{group.namespace}/{group.name}"
-    observed = await observe(rt, group, spec, status, deployments)
+    unmeasured = plan.QueueError("not measured: the spec is refused")
+    observed = await observe(rt, group, spec, status, unmeasured, deployments)
     rt.set_demand(key, 0)
     now = now or _now()
     result = plan.refused(group, spec, status, observed, refusal, rt.settings, now)
@@ -684,7 +686,7 @@ async def _pass(
     if idle:
         observed = plan.Observed()  # idle: no API request at all in this pass
     else:
-        observed = await observe(rt, group, spec, status, deployments)
+        observed = await observe(rt, group, spec, status, measured, deployments)
     want = plan.demand(spec, status, measured, group.deleting, observed.deployment is not None)
     allowed = rt.allowed(key, min(want, plan.desired_workers(spec, rt.settings, group.namespace)))
     now = now or _now()
