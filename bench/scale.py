@@ -1,5 +1,7 @@
-"""``bench/scale [N] [--namespaces K] [--rest SECONDS] [--pushes P]``: one operator, N SendGroups
-(default 1,000) on the local control plane (no node: worker pods stay Pending), issue 15.
+"""``bench/scale [N] [--namespaces K] [--rest SECONDS] [--pushes P] [--clusterwide]``: one
+operator, N SendGroups (default 1,000) on the local control plane (no node: worker pods stay
+Pending), issue 15. ``--clusterwide``: the operator watches every namespace (``*``: one watch
+per resource) instead of the K namespaces by name (one watch per resource per namespace).
 
 The mix, spread round-robin over K namespaces (default 10), created before the operator starts:
 
@@ -62,11 +64,31 @@ def _kind(i: int) -> str:
     return "busy" if r == 0 else "paused" if r in (1, 2) else "idle"
 
 
-def _rbac(kube: KubeCluster, home: str, others: list[str], path: Path) -> Path:
-    """The operator's ServiceAccount in ``home``; its Role bound in every other namespace."""
+def _rbac(
+    kube: KubeCluster, home: str, others: list[str], path: Path, clusterwide: bool = False
+) -> Path:
+    """The operator's ServiceAccount in ``home``; its Role bound in every other namespace, or
+    (``clusterwide``) its Role's rules as a ClusterRole bound cluster-wide."""
     kubeconfig = install_rbac(kube, home, path)
     role = next(o for o in rbac_objects(home) if o["kind"] == "Role")
     docs: list[dict[str, Any]] = []
+    if clusterwide:
+        name = f"{SA_NAME}-all-namespaces"
+        docs.append({**role, "kind": "ClusterRole", "metadata": {"name": name}})
+        docs.append(
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRoleBinding",
+                "metadata": {"name": name},
+                "roleRef": {
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "ClusterRole",
+                    "name": name,
+                },
+                "subjects": [{"kind": "ServiceAccount", "name": SA_NAME, "namespace": home}],
+            }
+        )
+        others = []
     for ns in others:
         docs.append({**role, "metadata": {"name": SA_NAME, "namespace": ns}})
         docs.append(
@@ -130,20 +152,24 @@ def _pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-def run(n: int, k: int, rest: float, pushes: int, work: Path) -> dict[str, Any]:
+def run(
+    n: int, k: int, rest: float, pushes: int, work: Path, clusterwide: bool = False
+) -> dict[str, Any]:
     state = work / "cluster" / "state"
     started = time.monotonic()
     kube = start_cluster(state)
     print(f"control plane up in {time.monotonic() - started:.1f}s", file=sys.stderr)
     idle_redis, other_redis = RedisServer().start(), RedisServer().start()
     namespaces = [f"scale-{i:02d}" for i in range(k)]
-    out: dict[str, Any] = {"groups": n, "namespaces": k, "rest_s": rest}
+    out: dict[str, Any] = {"groups": n, "namespaces": k, "rest_s": rest, "clusterwide": clusterwide}
     op: OperatorProcess | None = None
     try:
         apply_crds(kube)
         for ns in namespaces:
             kube.kubectl("create", "namespace", ns)
-        kubeconfig = _rbac(kube, namespaces[0], namespaces[1:], work / "operator.kubeconfig")
+        kubeconfig = _rbac(
+            kube, namespaces[0], namespaces[1:], work / "operator.kubeconfig", clusterwide
+        )
         kinds: dict[tuple[str, str], str] = {}
         docs = []
         for i in range(n):
@@ -183,7 +209,7 @@ def run(n: int, k: int, rest: float, pushes: int, work: Path) -> dict[str, Any]:
             namespaces[0],
             idle_redis.url,
             work / "operator.log",
-            SENDGROUP_WATCH_NAMESPACES=",".join(namespaces),
+            SENDGROUP_WATCH_NAMESPACES="*" if clusterwide else ",".join(namespaces),
             SENDGROUP_REAPER_INTERVAL="10",
             SENDGROUP_STATUS_REFRESH="60",
             SENDGROUP_DEFAULT_IMAGE="sendgroup-worker:dev",
@@ -371,7 +397,8 @@ def markdown(out: dict[str, Any]) -> str:
         ),
     ]
     lines = [
-        f"# Scale: {n} SendGroups on one operator ({out['namespaces']} namespaces)",
+        f"# Scale: {n} SendGroups on one operator ({out['namespaces']} namespaces"
+        + (", watched cluster-wide)" if out.get("clusterwide") else ")"),
         "",
         f"Mix: 70 % idle, 20 % paused, 10 % busy (3 jobs each); created in {out['create_s']:.0f} s "
         f"before the operator started. Phases at first reconcile: {out['phases']}. Rest window "
@@ -404,12 +431,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--namespaces", type=int, default=10)
     parser.add_argument("--rest", type=float, default=60.0)
     parser.add_argument("--pushes", type=int, default=50)
+    parser.add_argument(
+        "--clusterwide",
+        action="store_true",
+        help="the operator watches all namespaces (one watch per resource, not one per namespace)",
+    )
     parser.add_argument("--work", type=Path, default=None, help="scratch dir (default a temp dir)")
     args = parser.parse_args(argv)
     import tempfile
 
     work = args.work or Path(tempfile.mkdtemp(prefix="bench-scale-"))
-    out = run(args.groups, args.namespaces, args.rest, args.pushes, work)
+    out = run(args.groups, args.namespaces, args.rest, args.pushes, work, args.clusterwide)
     text = markdown(out)
     RESULTS.mkdir(exist_ok=True)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%MZ")

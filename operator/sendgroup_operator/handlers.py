@@ -6,7 +6,8 @@ deletion runs it with the finalizer held until the plan says the group is finali
 The reaper is a kopf daemon (one coroutine per group), not a timer: a timer fires only every
 ``reaperInterval``, so each step of a multi-step transition (restore -> workers, dump ->
 Dumped, workers gone -> purge) waited a whole interval. The daemon runs the next pass after
-``plan.requeue_after`` seconds while something is in motion, else after ``reaperInterval``.
+``plan.requeue_after`` seconds while something is in motion, after ``plan.idle_wait`` when
+it is idle and watched by the observer, else after ``reaperInterval``.
 It writes status through the API (:meth:`Kube.patch_group_status`): kopf applies a daemon's
 ``patch`` only when the daemon function returns.
 Status is written only when the plan says something meaningful changed, so a steady group
@@ -166,7 +167,9 @@ async def reaper(
     """The reaper: measure the queue (through ``rt.observer``: a batched round trip shared
     with the other groups on that Redis, or, idle, the last measurement; the observer wakes
     this daemon when jobs arrive), move the clocks, act on deadlines; again after
-    ``requeue_after`` (2 s) while a transition is in motion, else after ``reaperInterval``. A
+    ``requeue_after`` (2 s) while a transition is in motion, after ``plan.idle_wait`` (60 s)
+    when the pass left it idle (the observer wakes it when jobs arrive), else after
+    ``reaperInterval``. A
     failed pass is logged and counted; the loop keeps running until kopf stops it (the group
     is being deleted, or the operator exits)."""
     rt: reconcile.Runtime = memo.runtime
@@ -180,6 +183,8 @@ async def reaper(
                 _events(result, body)
                 if result.write_status:
                     await write_status(rt, meta["namespace"], meta["name"], result.status)
+                if result.idle_wait is not None:
+                    delay = result.idle_wait  # the observer wakes it when jobs arrive
                 if result.requeue_after is not None:
                     delay = min(delay, result.requeue_after)
         except Exception as exc:  # never let one failure stop the reaper

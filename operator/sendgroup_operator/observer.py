@@ -160,13 +160,14 @@ class Observer:
             entry.last, entry.taken = measured, time.monotonic()
         return measured
 
-    def settle(self, key: str, idle: bool) -> None:
+    def settle(self, key: str, idle: bool) -> bool:
         """After a pass: whether it left group ``key`` idle (empty queue, no Deployment,
         nothing in motion). Only a group whose last full measurement shows an empty queue with
-        no dump, restore or purge in progress is taken as idle."""
+        no dump, restore or purge in progress is taken as idle. Returns whether the group is
+        now watched as idle (its jobs will wake it)."""
         entry = self._entries.get(key)
         if entry is None:
-            return
+            return False
         m = entry.last
         entry.idle = (
             idle
@@ -181,6 +182,7 @@ class Observer:
             red = self._for(entry.url)
             if red.poller is None or red.poller.done():
                 red.poller = asyncio.create_task(self._poll(red))
+        return entry.idle
 
     def invalidate(self, key: str) -> None:
         """The next measurement of ``key`` is a full one (e.g. the operator changed a marker)."""
@@ -320,12 +322,14 @@ class Observer:
             try:
                 found = await self._check_idle(red.url, idle)
             except (QueueUnavailable, *REDIS_ERRORS, OSError) as exc:
-                # the groups' next passes measure in full, so each reports the outage (its
-                # QueueError condition) as it did without the observer
+                # the groups' next passes, woken now (an idle group's daemon may sleep
+                # SENDGROUP_IDLE_PASS_INTERVAL), measure in full, so each reports the outage
+                # (its QueueError condition) as it did without the observer
                 log.debug("idle check of %s failed: %s", safe_host(red.url), exc)
-                for stale in self._entries.values():
-                    if stale.url == red.url:
+                for key, stale in list(self._entries.items()):
+                    if stale.url == red.url and stale.idle:
                         stale.idle = False
+                        self.wake(key)
                 continue
             for key in found:
                 entry = self._entries.get(key)

@@ -83,9 +83,32 @@ class Runtime:
     #: Measures every group's queue in batches and watches idle groups (observer.py); built
     #: on ``queues``, waking a daemon through :meth:`kick`.
     observer: Observer = field(init=False)
+    #: The models of each group's body as last parsed, by (uid, resourceVersion); see
+    #: :meth:`parse`.
+    parsed: dict[
+        str, tuple[tuple[str, str], tuple[plan.Group, models.SendGroupSpec, models.SendGroupStatus]]
+    ] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.observer = Observer(self.queues, lambda key: self.kick(key, 0))
+
+    def parse(
+        self, body: Mapping[str, Any]
+    ) -> tuple[plan.Group, models.SendGroupSpec, models.SendGroupStatus]:
+        """:func:`parse`, remembered per group while its ``(uid, resourceVersion)`` stays the
+        same: an idle group's passes then validate nothing (validating spec and status was
+        28 % of the operator's CPU at rest, 1,000 groups, py-spy). The models are shared
+        between passes: nothing may change them (the planner works on a copy)."""
+        meta = body["metadata"]
+        version = meta.get("resourceVersion")
+        key = f"{meta['namespace']}/{meta['name']}"
+        known = self.parsed.get(key)
+        if version is not None and known is not None and known[0] == (meta["uid"], version):
+            return known[1]
+        parsed = parse(body)
+        if version is not None:
+            self.parsed[key] = ((meta["uid"], version), parsed)
+        return parsed
 
     def wakeup(self, key: str) -> asyncio.Event:
         """The event that wakes ``key``'s reaper daemon."""
@@ -131,6 +154,7 @@ class Runtime:
         self.written.pop(key, None)
         self.deployment_writes.pop(key, None)
         self.wakeups.pop(key, None)
+        self.parsed.pop(key, None)
         self.observer.forget(key)
         self.table.forget(key)
 
@@ -636,7 +660,7 @@ async def reconcile(
     Deployment every pass). ``providers``: kopf's provider indexes (``namespaced_providers``,
     ``cluster_providers``) the group's provider is resolved from (issue 14).
     Kubernetes API errors propagate (kopf retries the handler)."""
-    group, spec, status = parse(body)
+    group, spec, status = rt.parse(body)
     spec = effective_spec(rt.settings, group, spec)
     key = f"{group.namespace}/{group.name}"
     started = time.monotonic()
@@ -718,9 +742,11 @@ async def _pass(
     result = await _apply_plan(rt, group, spec, status, result, observed, url, logger, now)
     # idle and staying so: the observer answers its next passes without Redis and wakes it
     # when jobs arrive; anything in motion gets a full measurement next pass
-    rt.observer.settle(
+    watched = rt.observer.settle(
         key, idle and not result.actions and result.requeue_after is None and not group.deleting
     )
+    if watched and not result.write_status:
+        result.idle_wait = plan.idle_wait(spec, result.status, now, rt.settings)
     if result.write_status:
         rt.written[key] = (group.uid, result.status.model_copy(deep=True))
     granted = plan.granted_after(result, observed)

@@ -218,6 +218,15 @@ class Settings:
         "reaperInterval",
         "seconds between reaper passes per group",
     )
+    idle_pass_interval: float = _setting(
+        60.0,
+        "SENDGROUP_IDLE_PASS_INTERVAL",
+        "",
+        "seconds between reaper passes of an idle group (empty queue, no Deployment, nothing "
+        "in motion; at least reaperInterval, at most half of SENDGROUP_LIVENESS_STALL): jobs "
+        "pushed to it, a spec change and a provider change wake it at once, a "
+        "ttlSecondsAfterFinished deadline is kept",
+    )
     watch_namespaces: tuple[str, ...] = _setting(
         (),
         "SENDGROUP_WATCH_NAMESPACES",
@@ -408,6 +417,7 @@ class Settings:
             max_total_workers=_int(e, "SENDGROUP_MAX_TOTAL_WORKERS", None),
             dumps_claim_name=e.get("SENDGROUP_DUMPS_CLAIM_NAME") or d.dumps_claim_name,
             reaper_interval=float(_req_int(e, "SENDGROUP_REAPER_INTERVAL", 10) or 1),
+            idle_pass_interval=float(_req_int(e, "SENDGROUP_IDLE_PASS_INTERVAL", 60) or 1),
             watch_namespaces=namespaces,
             metrics_port=_req_int(e, "SENDGROUP_METRICS_PORT", d.metrics_port),
             peering_priority=_req_int(e, "SENDGROUP_PEERING_PRIORITY", 0),

@@ -4,15 +4,19 @@ groups listed both on every pass, ~2,400 API requests per minute at rest for 1,0
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import timedelta
-from typing import Literal
+from typing import Any, Literal
 
+import pydantic
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from sendgroup_operator import models
 from sendgroup_operator import plan as p
-from tests.unit.test_plan import GROUP, T0, q, run, spec
+from sendgroup_operator.reconcile import Runtime
+from tests.unit.test_plan import GROUP, SETTINGS, T0, q, run, spec
 
 
 def _dumped(jobs: int) -> models.SendGroupStatus:
@@ -74,3 +78,44 @@ def test_a_steady_paused_pass_plans_the_same_without_the_lists(
     assert unlisted.actions == listed.actions
     assert unlisted.status == listed.status
     assert unlisted.events == listed.events
+
+
+def test_an_idle_group_waits_the_idle_interval_within_its_bounds() -> None:
+    status = models.SendGroupStatus()
+    settings = SETTINGS  # reaperInterval 10 s, idle interval 60 s, liveness stall 120 s
+    assert p.idle_wait(spec(), status, T0, settings) == 60.0
+    slow = dataclasses.replace(settings, idle_pass_interval=600.0)
+    assert p.idle_wait(spec(), status, T0, slow) == 60.0  # half the liveness stall
+    fast = dataclasses.replace(settings, idle_pass_interval=2.0)
+    assert p.idle_wait(spec(), status, T0, fast) == 10.0  # never below reaperInterval
+
+
+def test_an_idle_finished_group_wakes_for_its_ttl() -> None:
+    status = models.SendGroupStatus(finished_at=T0)
+    ttl = spec(ttlSecondsAfterFinished=25)
+    assert p.idle_wait(ttl, status, T0 + timedelta(seconds=5), SETTINGS) == 20.0
+    assert p.idle_wait(ttl, status, T0 + timedelta(seconds=90), SETTINGS) == 1.0
+    assert p.idle_wait(spec(), status, T0, SETTINGS) == 60.0  # no ttl: no deadline
+
+
+def _body(rv: str | None, workers: int = 3) -> dict[str, Any]:
+    meta: dict[str, Any] = {"namespace": "mail", "name": "g1", "uid": "uid-1", "generation": 1}
+    if rv is not None:
+        meta["resourceVersion"] = rv
+    spec_ = {"campaign": "c", "host": "gmail.com", "workers": workers}
+    return {"metadata": meta, "spec": spec_, "status": {}}
+
+
+def test_the_runtime_parses_a_body_once_per_resource_version() -> None:
+    rt = Runtime(settings=SETTINGS, kube=None)  # type: ignore[arg-type]
+    first = rt.parse(_body("7"))
+    assert rt.parse(_body("7")) is first
+    changed = rt.parse(_body("8", workers=5))
+    assert changed is not first and changed[1].workers == 5
+    assert rt.parse(_body(None, workers=4))[1].workers == 4  # no version: parsed every time
+    rt.forget("mail/g1")
+    assert rt.parse(_body("8", workers=5)) is not changed
+    with pytest.raises(pydantic.ValidationError):
+        rt.parse(_body("9", workers=-1))
+    with pytest.raises(pydantic.ValidationError):  # a refused spec is not remembered
+        rt.parse(_body("9", workers=-1))

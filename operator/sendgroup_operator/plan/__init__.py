@@ -20,6 +20,7 @@ from sendgroup_operator.plan.apply import (
     applied,
     apply_failed,
     granted_after,
+    idle_wait,
     needs_children,
     skips_observation,
 )
@@ -88,6 +89,7 @@ __all__ = [
     "demand",
     "desired_workers",
     "granted_after",
+    "idle_wait",
     "meaningful_change",
     "needs_children",
     "plan",

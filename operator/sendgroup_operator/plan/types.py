@@ -248,7 +248,9 @@ class Plan:
     """What to do now. ``status`` is the complete new status; ``write_status`` says whether it
     differs meaningfully from the old one. ``finalized``: deletion may proceed (the finalizer
     can go). ``requeue_after``: seconds until the next pass is useful (None: the reaper
-    daemon's own interval)."""
+    daemon's own interval). ``idle_wait``: set (seconds) when the pass left the group idle
+    and watched by the observer: the daemon's next pass may wait that long (see
+    ``plan.idle_wait``)."""
 
     actions: list[Action] = field(default_factory=list)
     status: models.SendGroupStatus = field(default_factory=models.SendGroupStatus)
@@ -257,3 +259,4 @@ class Plan:
     finalized: bool = False
     requeue_after: float | None = None
     demand: int = 0
+    idle_wait: float | None = None
