@@ -6,9 +6,9 @@
 The worker's own ``SmtpPool`` sends ``--mails`` one-recipient mails (1.1 KB, built by
 ``build_message``) over ``--concurrency`` lanes, each lane one reused connection, to Postfix's
 ``smtp-sink`` behind scenario 2's link (a delay relay or netem adding ~0.5 ms each way), and
-on loopback for context. "plain" is the same pool with PIPELINING taken out of the relay's
-EHLO keywords on the client side (so the server, link and connections are identical and only
-the client's behaviour differs): MAIL, RCPT, DATA and the message each wait for their reply
+on loopback for context. "plain" is the same pool with ``SmtpSettings(pipelining=False)``
+(the worker's ``SMTP_PIPELINING=off``: the server, link and connections are identical and
+only the client's behaviour differs): MAIL, RCPT, DATA and the message each wait for their reply
 (4 round trips per mail); "pipelined" writes MAIL, RCPT and DATA as one group (2 round trips).
 Rounds are interleaved (plain, pipelined, pipelined, plain, ...); mails/s is counted from the
 first to the last send of a round, connections opened beforehand. Prints a table, the median
@@ -24,25 +24,13 @@ import sys
 import time
 
 from bench import smtplink
-from sendgroup_worker import smtppipe
 from sendgroup_worker.smtp import (
     OutgoingMail,
     ReplyClass,
     SmtpPool,
     SmtpSettings,
-    _Conn,
     build_message,
 )
-
-
-class _PlainPool(SmtpPool):
-    """The worker's pool, told the relay offers no PIPELINING (EHLO done when opening)."""
-
-    async def _open(self) -> _Conn:
-        conn = await super()._open()
-        await conn.client.ehlo()
-        conn.client.esmtp_extensions.pop(smtppipe.EXTENSION, None)
-        return conn
 
 
 def _mails(n: int) -> list[OutgoingMail]:
@@ -65,8 +53,10 @@ async def _drain(
     target: tuple[str, int], plain: bool, mails: list[OutgoingMail], lanes: int
 ) -> float:
     """mails/s of ``mails`` over ``lanes`` concurrent senders sharing one pool of ``lanes``."""
-    settings = SmtpSettings(host=target[0], port=target[1], timeout=30, helo_name="bench")
-    pool = (_PlainPool if plain else SmtpPool)(settings, lanes)
+    settings = SmtpSettings(
+        host=target[0], port=target[1], timeout=30, helo_name="bench", pipelining=not plain
+    )
+    pool = SmtpPool(settings, lanes)
     try:
         warm = await asyncio.gather(*(pool.send(m) for m in mails[:lanes]))  # open the lanes
         assert all(r.reply_class is ReplyClass.OK for r in warm), warm

@@ -46,8 +46,11 @@ def _mail(*recipients: str, job: str | None = None) -> OutgoingMail:
     return build_message(data, job or str(uuid.uuid4()))
 
 
-def _pool(port: int, timeout: float = 5.0) -> SmtpPool:
-    return SmtpPool(SmtpSettings(host="127.0.0.1", port=port, timeout=timeout, helo_name="t"), 1)
+def _pool(port: int, timeout: float = 5.0, pipelining: bool = True) -> SmtpPool:
+    settings = SmtpSettings(
+        host="127.0.0.1", port=port, timeout=timeout, helo_name="t", pipelining=pipelining
+    )
+    return SmtpPool(settings, 1)
 
 
 def _pipelined(pool: SmtpPool) -> bool:
@@ -75,16 +78,20 @@ def _run_mails(port: int, mails: list[OutgoingMail], **send: object) -> list[Sen
 
 
 # --- round trips and delivery -------------------------------------------------------------
-@pytest.mark.parametrize(("pipelining", "turns_per_mail"), [(True, 2), (False, 3 + 3)])
+@pytest.mark.parametrize(
+    ("offered", "wanted", "turns_per_mail"),
+    [(True, True, 2), (False, True, 3 + 3), (True, False, 3 + 3)],
+    ids=["pipelined", "not-offered", "SMTP_PIPELINING=off"],
+)
 def test_round_trips_per_mail_and_each_mail_arrives_once(
-    sink: SmtpSink, pipelining: bool, turns_per_mail: int
+    sink: SmtpSink, offered: bool, wanted: bool, turns_per_mail: int
 ) -> None:
-    sink.pipelining = pipelining
+    sink.pipelining = offered
     recipients = ("a@x.example", "b@x.example", "c@y.example")
     with TurnRelay(sink.port) as relay:
 
         async def go() -> tuple[list[SendResult], int, bool]:
-            pool = _pool(relay.port)
+            pool = _pool(relay.port, pipelining=wanted)
             try:
                 first = await pool.send(_mail(*recipients))  # opens: greeting, EHLO
                 before = relay.turns
@@ -96,7 +103,7 @@ def test_round_trips_per_mail_and_each_mail_arrives_once(
 
         results, turns, used = asyncio.run(go())
         assert relay.connections == 1  # one connection reused for all six
-    assert used is pipelining
+    assert used is (offered and wanted)
     assert [r.reply_class for r in results] == [ReplyClass.OK] * 6
     assert all(r.code == 250 and not r.refused for r in results)
     assert turns == 5 * turns_per_mail

@@ -451,8 +451,10 @@ def _build_utf8(p: _Parts) -> bytes:
 @dataclass(frozen=True, slots=True)
 class SmtpSettings:
     """Where and how to reach the relay. ``tls``: ``none``, ``starttls`` (required, not
-    opportunistic) or ``tls`` (implicit TLS). ``timeout``: seconds per SMTP command.
-    ``ca_file``: PEM bundle to verify the relay's certificate (None = system CAs)."""
+    opportunistic) or ``tls`` (implicit TLS). ``timeout``: seconds per SMTP command (with
+    PIPELINING: per reply awaited). ``ca_file``: PEM bundle to verify the relay's certificate
+    (None = system CAs). ``pipelining``: use PIPELINING (RFC 2920) when the relay offers it;
+    False sends one command per round trip whatever the relay offers."""
 
     host: str
     port: int
@@ -462,6 +464,7 @@ class SmtpSettings:
     timeout: float = 30.0
     helo_name: str | None = None
     ca_file: str | None = None
+    pipelining: bool = True
 
 
 _CONNECTION_ERRORS: Final = (
@@ -598,7 +601,7 @@ class SmtpPool:
         encoding = "utf-8" if mail.needs_utf8 else "ascii"
         if client.is_ehlo_or_helo_needed:  # aiosmtplib says EHLO on the first command
             await _ehlo(client)
-        if client.supports_extension(smtppipe.EXTENSION):
+        if self.settings.pipelining and client.supports_extension(smtppipe.EXTENSION):
             protocol = client.protocol
             if not isinstance(protocol, smtppipe.PipeliningProtocol):
                 protocol = smtppipe.adopt(client)  # once per connection

@@ -899,6 +899,7 @@ def build_worker(config: WorkerConfig) -> Worker:
             timeout=config.smtp_command_timeout,
             helo_name=config.smtp_helo_name,
             ca_file=config.smtp_ca_file,
+            pipelining=config.smtp_pipelining,
         ),
         size=config.concurrency,
     )
