@@ -19,6 +19,7 @@ from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
+import aiosmtplib
 import pytest
 
 from sendgroup_worker import smtppipe
@@ -414,6 +415,32 @@ def test_replies_arriving_together_or_split_are_handed_out_in_order() -> None:
         return [(r.code, r.message) for r in got]
 
     assert asyncio.run(go()) == [(250, "2.1.0 ok"), (250, "first\nsecond"), (354, "go on")]
+
+
+def test_a_malformed_reply_and_a_lost_connection_come_after_the_replies_before_them() -> None:
+    async def go() -> list[object]:
+        loop = asyncio.get_running_loop()
+        protocol = smtppipe.PipeliningProtocol(loop, client=_NoClient())  # type: ignore[arg-type]
+        protocol.connection_made(_Transport())  # type: ignore[arg-type]
+        protocol._response_pending = False
+        protocol.send_group([b"MAIL FROM:<a@x>", b"RCPT TO:<b@x>", b"RCPT TO:<c@x>", b"DATA"])
+        protocol.data_received(b"250 ok\r\nnonsense\r\n")
+        out: list[object] = []
+        for _ in range(2):
+            try:
+                out.append((await protocol.read_response(1)).code)
+            except aiosmtplib.SMTPResponseException as exc:
+                out.append(exc.code)
+        protocol.data_received(b"250 late\r\n354 go\r\n")  # queued behind the error
+        protocol.connection_lost(None)
+        for _ in range(3):
+            try:
+                out.append((await protocol.read_response(1)).code)
+            except aiosmtplib.SMTPServerDisconnected:
+                out.append("disconnected")
+        return out
+
+    assert asyncio.run(go()) == [250, -1, 250, 354, "disconnected"]
 
 
 class _NoClient:
