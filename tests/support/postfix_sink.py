@@ -105,7 +105,9 @@ class PostfixSink:
         self.stop()
 
     def messages(self) -> list[Dumped]:
-        """Every transaction dumped so far (file order: name, then modification time)."""
+        """Every transaction dumped so far (file order: modification time, then name). A
+        transaction that ended before DATA also leaves a file, with empty ``content`` (and
+        its records possibly not written yet)."""
         out = []
         for path in sorted(self.dumps.iterdir(), key=lambda p: (p.stat().st_mtime, p.name)):
             raw = path.read_bytes()

@@ -657,8 +657,9 @@ class SmtpPool:
         * 421 to any command: the relay is closing; nothing more is read, the connection is
           dropped (RFC 5321 section 3.8);
         * ``fence()`` False before the group (nothing written) or after the 354 (connection
-          closed without the final ``.``: the relay must not deliver an unterminated
-          message, RFC 5321 section 4.1.1.4): :attr:`ReplyClass.FENCED`.
+          closed without the final ``.``: only the end of mail data indication makes the
+          relay process the transaction, RFC 5321 sections 3.3 and 4.1.1.4):
+          :attr:`ReplyClass.FENCED`.
 
         Each reply is awaited at most ``settings.timeout`` seconds (``SMTPReadTimeoutError``,
         a connection outcome in :meth:`send`). A malformed reply closes the connection (the
