@@ -287,6 +287,40 @@ def test_421_mid_pipeline_drops_the_connection(
     assert [d.content for d in dumped if d.content] == []
 
 
+@BOTH
+@pytest.mark.parametrize(
+    ("setting", "reply", "expected"),
+    [
+        ("data_reply", "554 5.7.1 DATA not accepted", (ReplyClass.PERMANENT, 554)),
+        ("data_reply", "451 4.3.0 DATA later", (ReplyClass.TEMPORARY, 451)),
+        ("final_reply", "552 5.3.4 message too big", (ReplyClass.PERMANENT, 552)),
+        ("final_reply", "451 4.3.0 queue full", (ReplyClass.TEMPORARY, 451)),
+    ],
+)
+def test_data_or_message_refused_its_reply_decides_connection_reused(
+    sink: SmtpSink, pipelining: bool, setting: str, reply: str, expected: tuple[ReplyClass, int]
+) -> None:
+    sink.pipelining = pipelining
+    setattr(sink, setting, reply)
+
+    async def go(port: int) -> tuple[SendResult, SendResult]:
+        pool = _pool(port)
+        try:
+            refused = await pool.send(_mail("a@x.example", "b@x.example"))
+            setattr(sink, setting, None)
+            return refused, await pool.send(_mail("c@x.example"))
+        finally:
+            await pool.close()
+
+    with TurnRelay(sink.port) as relay:
+        refused, after = asyncio.run(go(relay.port))
+        assert relay.connections == 1  # RSET, then the next mail on the same connection
+    assert (refused.reply_class, refused.code) == expected
+    assert refused.text == reply.split(" ", 1)[1]
+    assert after.reply_class is ReplyClass.OK
+    assert sink.per_recipient() == Counter({"c@x.example": 1})
+
+
 # --- the fence --------------------------------------------------------------------------
 def test_fence_lost_before_the_group_sends_nothing(sink: SmtpSink) -> None:
     sink.pipelining = True

@@ -17,7 +17,9 @@ scripted per recipient.
   ``mail_reply`` (e.g. ``"451 4.3.0 later"``) refuses every MAIL FROM with that reply (the
   RCPTs and DATA that follow then get aiosmtpd's ``503``); ``data_without_rcpt=True`` answers
   ``354`` to a DATA with no accepted recipient, as a lax relay may, reads the content up to
-  the ``.`` line, records it in ``data_for_nobody`` and answers ``554`` (delivers nothing).
+  the ``.`` line, records it in ``data_for_nobody`` and answers ``554`` (delivers nothing);
+  ``data_reply`` refuses every DATA command with that reply (no 354); ``final_reply`` answers
+  the end of every message with that reply instead of 250 (nothing recorded as received).
 """
 
 from __future__ import annotations
@@ -120,6 +122,10 @@ class _Handler:
 
     async def handle_DATA(self, server: SMTP, session: Session, envelope: Envelope) -> str:
         sink = self.sink
+        with sink.lock:
+            final = sink.final_reply
+        if final is not None:
+            return final
         content = envelope.original_content or b""
         if not isinstance(content, bytes):
             content = str(content).encode()
@@ -158,7 +164,7 @@ class _Handler:
 
 
 class _Server(SMTP):
-    """aiosmtpd's server with ``data_without_rcpt`` (see the module docstring)."""
+    """aiosmtpd's server with ``data_reply`` and ``data_without_rcpt`` (module docstring)."""
 
     def __init__(self, sink: SmtpSink, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -166,6 +172,10 @@ class _Server(SMTP):
 
     @syntax("DATA")
     async def smtp_DATA(self, arg: str) -> None:
+        refusal = self.sink.data_reply
+        if refusal is not None and self.envelope is not None and self.envelope.rcpt_tos:
+            await self.push(refusal)
+            return
         if not self.sink.data_without_rcpt or self.envelope is None or self.envelope.rcpt_tos:
             await super().smtp_DATA(arg)
             return
@@ -210,6 +220,10 @@ class SmtpSink:
         self.mail_reply: str | None = None
         #: answer 354 to a DATA without an accepted recipient (then 554 after the content)
         self.data_without_rcpt = False
+        #: the reply to every DATA command with recipients instead of 354 (None: 354)
+        self.data_reply: str | None = None
+        #: the reply after every message's final "." instead of 250 (None: 250, received)
+        self.final_reply: str | None = None
         #: content read after such a 354 (never delivered)
         self.data_for_nobody: list[bytes] = []
         #: MAIL FROM addresses, in order
@@ -299,6 +313,8 @@ class SmtpSink:
             self.messages = 0
             self.mail_reply = None
             self.data_without_rcpt = False
+            self.data_reply = None
+            self.final_reply = None
             self.data_for_nobody.clear()
             self.mail_log.clear()
 
