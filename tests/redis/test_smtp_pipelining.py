@@ -479,11 +479,27 @@ def test_a_malformed_reply_and_a_lost_connection_come_after_the_replies_before_t
     assert asyncio.run(go()) == [250, -1, 250, 354, "disconnected"]
 
 
+def test_a_command_with_a_line_break_is_refused_before_anything_is_written() -> None:
+    async def go() -> list[bytes]:
+        loop = asyncio.get_running_loop()
+        protocol = smtppipe.PipeliningProtocol(loop, client=_NoClient())  # type: ignore[arg-type]
+        transport = _Transport()
+        protocol.connection_made(transport)  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match="control character"):
+            protocol.send_group([b"MAIL FROM:<a@x>", b"RCPT TO:<b@x>\r\nRCPT TO:<evil@x>"])
+        return transport.written
+
+    assert asyncio.run(go()) == []
+
+
 class _NoClient:
     protocol = None
 
 
 class _Transport:
+    def __init__(self) -> None:
+        self.written: list[bytes] = []
+
     def get_extra_info(self, name: str) -> None:
         return None
 
@@ -491,4 +507,4 @@ class _Transport:
         return False
 
     def write(self, data: bytes) -> None:
-        pass
+        self.written.append(data)

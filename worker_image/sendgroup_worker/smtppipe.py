@@ -31,21 +31,25 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import re
 from collections.abc import Iterable, Sequence
+from typing import Final
 
 import aiosmtplib
 from aiosmtplib.email import quote_address
-from aiosmtplib.protocol import (
-    COMMAND_INJECTION_REGEX,
-    MAX_RESPONSE_LENGTH,
-    PERIOD_REGEX,
-    SMTPProtocol,
-    normalize_message_line_endings,
-)
+from aiosmtplib.protocol import PERIOD_REGEX, SMTPProtocol, normalize_message_line_endings
 from aiosmtplib.response import SMTPResponse
 
 #: The EHLO keyword of RFC 2920 (``client.supports_extension`` compares lower case).
-EXTENSION = "pipelining"
+EXTENSION: Final = "pipelining"
+
+#: Longest unfinished reply kept, bytes (aiosmtplib 5's own cap, ``MAX_RESPONSE_LENGTH``:
+#: 4 lines of 8192): a relay that streams without line ends cannot fill the memory.
+MAX_REPLY_BYTES: Final = 4 * 8192
+
+#: A C0 control character or DEL in a command (CR, LF, NUL: command injection); the same
+#: rule as aiosmtplib 5's ``execute_command``.
+_CONTROL: Final = re.compile(rb"[\x00-\x1f\x7f]")
 
 
 class PipeliningProtocol(SMTPProtocol):
@@ -85,7 +89,7 @@ class PipeliningProtocol(SMTPProtocol):
             if reply is None:
                 break
             self._replies.append(reply)
-        if len(self._buffer) > MAX_RESPONSE_LENGTH:  # an unfinished reply grown past the cap
+        if len(self._buffer) > MAX_REPLY_BYTES:  # an unfinished reply grown past the cap
             del self._buffer[:]
             self._replies.append(aiosmtplib.SMTPResponseException(-1, "Response too long"))
         self._hand_over()
@@ -141,7 +145,7 @@ class PipeliningProtocol(SMTPProtocol):
         command holds a control character (CR, LF, NUL, ...: command injection), before any
         byte is written."""
         for command in commands:
-            if COMMAND_INJECTION_REGEX.search(command):
+            if _CONTROL.search(command):
                 raise ValueError("Command contains a prohibited control character")
         self._send(b"".join(command + b"\r\n" for command in commands), len(commands))
 
@@ -191,4 +195,11 @@ def rcpt_command(recipient: str, encoding: str) -> bytes:
     return b"RCPT TO:" + quote_address(recipient).encode(encoding)
 
 
-__all__ = ["EXTENSION", "PipeliningProtocol", "adopt", "mail_command", "rcpt_command"]
+__all__ = [
+    "EXTENSION",
+    "MAX_REPLY_BYTES",
+    "PipeliningProtocol",
+    "adopt",
+    "mail_command",
+    "rcpt_command",
+]
