@@ -9,6 +9,7 @@ the worker container by their :attr:`WorkerSetting.env`; the worker's loader
 Kinds (what the text of the variable holds):
 
 * ``str``, ``int``, ``float``: as written; ``tls``: a :class:`~sendgroup_contract.tls.SmtpTls`;
+* ``bool``: ``on``/``off`` (also ``true``/``false``, ``yes``/``no``, ``1``/``0``);
 * ``duration``: seconds (``90``, ``1.5``) or a duration like ``10m``, ``1h30m``
   (:func:`sendgroup_contract.durations.parse_env_seconds`);
 * ``backoff``: Laravel's comma-joined seconds (``10,60,300``) or a JSON list;
@@ -26,7 +27,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final, Literal
 
-Kind = Literal["str", "int", "float", "tls", "duration", "backoff", "time", "patterns", "provider"]
+Kind = Literal[
+    "str", "int", "float", "bool", "tls", "duration", "backoff", "time", "patterns", "provider"
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +112,14 @@ SMTP_TIMEOUT: Final = WorkerSetting(
 )
 SMTP_HELO_NAME: Final = WorkerSetting(
     "smtp_helo_name", "SMTP_HELO_NAME", "str", "host name", "name sent in EHLO"
+)
+SMTP_PIPELINING: Final = WorkerSetting(
+    "smtp_pipelining",
+    "SMTP_PIPELINING",
+    "bool",
+    "on",
+    "on: MAIL, RCPTs and DATA sent as one group when the relay offers PIPELINING (RFC 2920); "
+    "off: one command per round trip",
 )
 TRIES: Final = WorkerSetting(
     "tries", "WORKER_TRIES", "int", "3", "max attempts per job (payload maxTries wins)"
@@ -319,6 +330,7 @@ WORKER_SETTINGS: Final = (
     SMTP_PASSWORD,
     SMTP_TIMEOUT,
     SMTP_HELO_NAME,
+    SMTP_PIPELINING,
     TRIES,
     BACKOFF,
     TIMEOUT,

@@ -20,6 +20,7 @@ from sendgroup_worker import backpressure
 from sendgroup_worker.queue.keys import QueueKeys
 from tests.support.redis_server import free_port
 from tests.support.smtp_sink import SmtpSink
+from tests.support.turn_relay import TurnRelay
 from tests.support.workers import (
     WorkerProcess,
     counts,
@@ -450,3 +451,38 @@ def test_a_run_of_temporary_failures_suspends_the_group(
     assert min(r.at for r in smtp_sink.snapshot()) - third_at >= 2.5
     assert "suspended by provider backpressure" in w.log()
     assert "no longer suspended" in w.log()
+
+
+def test_a_pipelining_relay_gets_every_mail_once_and_the_same_refusals(redis_url: str) -> None:
+    """A relay that offers PIPELINING (RFC 2920): two workers, 300 mails, a recipient gone
+    (5xx: failed at once), one greylisted once (4xx: retried), a job with one gone and one
+    good recipient (delivered to the good one, not retried). Each send waits for the relay
+    twice (a relay in front counts the workers' turns; without PIPELINING it is 4 per mail)."""
+    q = sync_queue(redis_url, Q)
+    plain = [f"user{i}@x.example" for i in range(300)]
+    gone, later = mail_payload("gone@x.example"), mail_payload("later@x.example")
+    mixed = mail_payload(["gone@x.example", "half@x.example"])
+    with SmtpSink(pipelining=True) as sink, TurnRelay(sink.port) as relay:
+        sink.script("gone@x.example", "550 5.1.1 no such user")
+        sink.script("later@x.example", "451 4.7.1 greylisted", "250 OK")
+        env = worker_env(redis_url, Q, relay.port, WORKER_BACKOFF="1")
+        workers = [WorkerProcess(env) for _ in range(2)]
+        try:
+            q.push_many([*(mail_payload(r) for r in plain), gone, later, mixed])
+            wait_for(drained(q), 60, "all jobs settled")
+            time.sleep(0.3)  # a duplicate would arrive now
+        finally:
+            codes = _stop_all(workers)
+        per_rcpt, attempts, turns = sink.per_recipient(), sink.attempts, relay.turns
+    assert codes == [0, 0]
+    assert per_rcpt == Counter(
+        {**dict.fromkeys(plain, 1), "later@x.example": 1, "half@x.example": 1}
+    )
+    assert (attempts["gone@x.example"], attempts["later@x.example"]) == (2, 2)
+    failed = q.failed_get(json.loads(gone)["uuid"])
+    assert failed is not None and failed.message.startswith("550 5.1.1 no such user")
+    stats = q.measure()
+    assert (stats.delivered, stats.failed_total, stats.released) == (302, 1, 1)
+    sends = 300 + 1 + 2 + 1
+    # 2 per send, plus per connection its EHLO and QUIT and an RSET after each refusal
+    assert 2 * sends <= turns < 3 * sends, turns

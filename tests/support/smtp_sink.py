@@ -12,6 +12,14 @@ scripted per recipient.
   a delivery (what an exactly-once test needs to tell "sent" from "half sent").
 * ``received`` holds ``Received(recipient, job, data)`` where ``job`` is the message's
   ``X-SendGroup-Job`` header (the job uuid).
+* ``pipelining=True`` adds PIPELINING (RFC 2920) to the EHLO reply (aiosmtpd reads one command
+  line at a time from its stream, so a pipelined client is served in order);
+  ``mail_reply`` (e.g. ``"451 4.3.0 later"``) refuses every MAIL FROM with that reply (the
+  RCPTs and DATA that follow then get aiosmtpd's ``503``); ``data_without_rcpt=True`` answers
+  ``354`` to a DATA with no accepted recipient, as a lax relay may, reads the content up to
+  the ``.`` line, records it in ``data_for_nobody`` and answers ``554`` (delivers nothing);
+  ``data_reply`` refuses every DATA command with that reply (no 354); ``final_reply`` answers
+  the end of every message with that reply instead of 250 (nothing recorded as received).
 """
 
 from __future__ import annotations
@@ -29,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiosmtpd.controller import Controller
-from aiosmtpd.smtp import SMTP, AuthResult, Envelope, LoginPassword, Session
+from aiosmtpd.smtp import SMTP, AuthResult, Envelope, LoginPassword, Session, syntax
 
 JOB_HEADER = "X-SendGroup-Job"
 _JOB_RE = re.compile(rb"^X-SendGroup-Job:[ \t]*(\S+)", re.MULTILINE | re.IGNORECASE)
@@ -66,6 +74,31 @@ class _Handler:
     def __init__(self, sink: SmtpSink) -> None:
         self.sink = sink
 
+    async def handle_EHLO(
+        self,
+        server: SMTP,
+        session: Session,
+        envelope: Envelope,
+        hostname: str,
+        responses: list[str],
+    ) -> list[str]:
+        session.host_name = hostname
+        if self.sink.pipelining:
+            responses.insert(len(responses) - 1, "250-PIPELINING")
+        return responses
+
+    async def handle_MAIL(
+        self, server: SMTP, session: Session, envelope: Envelope, address: str, options: list[str]
+    ) -> str:
+        with self.sink.lock:
+            self.sink.mail_log.append(address)
+            refusal = self.sink.mail_reply
+        if refusal is not None:
+            return refusal
+        envelope.mail_from = address
+        envelope.mail_options.extend(options)
+        return "250 OK"
+
     async def handle_RCPT(
         self, server: SMTP, session: Session, envelope: Envelope, address: str, options: list[str]
     ) -> str:
@@ -89,6 +122,10 @@ class _Handler:
 
     async def handle_DATA(self, server: SMTP, session: Session, envelope: Envelope) -> str:
         sink = self.sink
+        with sink.lock:
+            final = sink.final_reply
+        if final is not None:
+            return final
         content = envelope.original_content or b""
         if not isinstance(content, bytes):
             content = str(content).encode()
@@ -126,6 +163,44 @@ class _Handler:
         return "250 2.0.0 queued"
 
 
+class _Server(SMTP):
+    """aiosmtpd's server with ``data_reply`` and ``data_without_rcpt`` (module docstring)."""
+
+    def __init__(self, sink: SmtpSink, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.sink = sink
+
+    @syntax("DATA")
+    async def smtp_DATA(self, arg: str) -> None:
+        refusal = self.sink.data_reply
+        if refusal is not None and self.envelope is not None and self.envelope.rcpt_tos:
+            await self.push(refusal)
+            return
+        if not self.sink.data_without_rcpt or self.envelope is None or self.envelope.rcpt_tos:
+            await super().smtp_DATA(arg)
+            return
+        await self.push("354 End data with <CR><LF>.<CR><LF>")
+        content = bytearray()
+        while True:
+            line = await self._reader.readuntil(b"\r\n")
+            if line == b".\r\n":
+                break
+            content.extend(line)
+        with self.sink.lock:
+            self.sink.data_for_nobody.append(bytes(content))
+        self._set_rset_state()
+        await self.push("554 5.5.1 Error: no valid recipients")
+
+
+class _Controller(Controller):
+    def __init__(self, sink: SmtpSink, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.sink = sink
+
+    def factory(self) -> SMTP:
+        return _Server(self.sink, self.handler, **self.SMTP_kwargs)
+
+
 class SmtpSink:
     """The sink. Thread-safe accessors; times in seconds."""
 
@@ -137,7 +212,22 @@ class SmtpSink:
         ssl_context: ssl.SSLContext | None = None,
         credentials: tuple[str, str] | None = None,
         host: str = "127.0.0.1",
+        pipelining: bool = False,
     ) -> None:
+        #: PIPELINING offered in the EHLO reply
+        self.pipelining = pipelining
+        #: the reply to every MAIL FROM instead of 250 (None: accepted)
+        self.mail_reply: str | None = None
+        #: answer 354 to a DATA without an accepted recipient (then 554 after the content)
+        self.data_without_rcpt = False
+        #: the reply to every DATA command with recipients instead of 354 (None: 354)
+        self.data_reply: str | None = None
+        #: the reply after every message's final "." instead of 250 (None: 250, received)
+        self.final_reply: str | None = None
+        #: content read after such a 354 (never delivered)
+        self.data_for_nobody: list[bytes] = []
+        #: MAIL FROM addresses, in order
+        self.mail_log: list[str] = []
         #: address to listen on: loopback, or the local node's pod gateway for the e2e tier
         self.host = host
         self.port = port or free_port()
@@ -180,7 +270,8 @@ class SmtpSink:
             # AUTH is offered (and checked) in every mode; required only with STARTTLS,
             # where aiosmtpd knows the session is encrypted
             options.update(authenticator=check, auth_required=self.tls == "starttls")
-        self._controller = Controller(
+        self._controller = _Controller(
+            self,
             _Handler(self),
             hostname=self.host,
             port=self.port,
@@ -220,6 +311,12 @@ class SmtpSink:
             self.aborted.clear()
             self.rcpt_log.clear()
             self.messages = 0
+            self.mail_reply = None
+            self.data_without_rcpt = False
+            self.data_reply = None
+            self.final_reply = None
+            self.data_for_nobody.clear()
+            self.mail_log.clear()
 
     # --- reading --------------------------------------------------------------------------
     def snapshot(self) -> list[Received]:

@@ -14,6 +14,7 @@ def test_defaults_follow_the_api_contract() -> None:
     assert (c.tries, c.backoff, c.timeout, c.retry_after) == (3, [10, 60, 300], 60, 90)
     assert c.rate_per_minute is None and c.burst is None
     assert c.backpressure_suspend_after == 20 and c.backpressure_suspend_for == 600
+    assert c.smtp_pipelining is True
 
 
 def test_every_variable_is_read(tmp_path: Path) -> None:
@@ -30,6 +31,7 @@ def test_every_variable_is_read(tmp_path: Path) -> None:
             "SMTP_TLS": "starttls",
             "SMTP_USERNAME": "u",
             "SMTP_PASSWORD": "p",
+            "SMTP_PIPELINING": "off",
             "WORKER_TRIES": "5",
             "WORKER_BACKOFF": "5, 1m,1h",
             "WORKER_TIMEOUT": "30",
@@ -50,6 +52,7 @@ def test_every_variable_is_read(tmp_path: Path) -> None:
     assert c.redis_url == "redis://:pw@10.0.0.1:6380/2"
     assert (c.smtp_port, c.smtp_tls) == (587, "starttls")
     assert (c.smtp_username, c.smtp_password) == ("u", "p")
+    assert c.smtp_pipelining is False
     assert c.backoff == [5, 60, 3600] and c.retry_after == 120 and c.max_time == 3600
     assert c.burst == 10  # ceil(600 / 60)
     assert c.warmup_since == datetime(2026, 11, 1, tzinfo=UTC)
@@ -72,6 +75,7 @@ def test_timeout_must_be_below_retry_after() -> None:
         ({"SENDGROUP_QUEUE": "q", "SMTP_TLS": "ssl"}, "SMTP_TLS"),
         ({"SENDGROUP_QUEUE": "q", "WORKER_BACKOFF": "soon"}, "WORKER_BACKOFF"),
         ({"SENDGROUP_QUEUE": "q", "WORKER_TRIES": "0"}, "WORKER_TRIES"),
+        ({"SENDGROUP_QUEUE": "q", "SMTP_PIPELINING": "maybe"}, "SMTP_PIPELINING"),
         (
             {"SENDGROUP_QUEUE": "q", "BACKPRESSURE_PATTERNS": "(unclosed"},
             "is not an RE2 regular expression",

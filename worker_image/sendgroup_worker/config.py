@@ -124,6 +124,7 @@ class WorkerConfig(BaseModel):
     smtp_password: str | None = Field(None, repr=False)
     smtp_timeout: float = Field(30.0, gt=0)
     smtp_helo_name: str | None = None
+    smtp_pipelining: bool = True
 
     tries: int = Field(DEFAULT_TRIES, ge=1, le=100)
     backoff: list[float] = Field(default_factory=lambda: [10.0, 60.0, 300.0])
@@ -305,7 +306,7 @@ def _parse_patterns(text: str) -> list[str]:
 
 
 #: How each kind of :data:`~sendgroup_contract.worker_settings.WORKER_SETTINGS` row is parsed
-#: before validation (``str``, ``int``, ``float`` and ``tls`` are left to pydantic).
+#: before validation (``str``, ``int``, ``float``, ``bool`` and ``tls`` are left to pydantic).
 _PARSERS: Final[dict[str, Callable[[str], object]]] = {
     "duration": parse_duration,
     "backoff": lambda text: parse_backoff(text),

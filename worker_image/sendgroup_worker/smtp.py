@@ -1,6 +1,10 @@
 """Sending mail: build the MIME message from a job's ``data``, send it through the relay over a
 pool of reused aiosmtplib connections, and classify the reply.
 
+A relay whose EHLO offers PIPELINING (RFC 2920) gets each mail in two round trips: MAIL FROM,
+every RCPT TO and DATA written as one group, then the message (``smtppipe``); any other relay
+gets today's one command per round trip (MAIL, each RCPT, DATA, message).
+
 Reply classes (RFC 5321 section 4.2.1, first digit of the reply code):
 
 * ``2xx``: accepted, the job is done;
@@ -33,6 +37,8 @@ from email.utils import formataddr, formatdate, make_msgid
 from typing import Any, Final
 
 import aiosmtplib
+
+from sendgroup_worker import smtppipe
 
 #: Header carrying the job uuid on every message (lets a receiving side count per job).
 JOB_HEADER: Final = "X-SendGroup-Job"
@@ -445,8 +451,10 @@ def _build_utf8(p: _Parts) -> bytes:
 @dataclass(frozen=True, slots=True)
 class SmtpSettings:
     """Where and how to reach the relay. ``tls``: ``none``, ``starttls`` (required, not
-    opportunistic) or ``tls`` (implicit TLS). ``timeout``: seconds per SMTP command.
-    ``ca_file``: PEM bundle to verify the relay's certificate (None = system CAs)."""
+    opportunistic) or ``tls`` (implicit TLS). ``timeout``: seconds per SMTP command (with
+    PIPELINING: per reply awaited). ``ca_file``: PEM bundle to verify the relay's certificate
+    (None = system CAs). ``pipelining``: use PIPELINING (RFC 2920) when the relay offers it;
+    False sends one command per round trip whatever the relay offers."""
 
     host: str
     port: int
@@ -456,6 +464,7 @@ class SmtpSettings:
     timeout: float = 30.0
     helo_name: str | None = None
     ca_file: str | None = None
+    pipelining: bool = True
 
 
 _CONNECTION_ERRORS: Final = (
@@ -479,7 +488,8 @@ class SmtpPool:
     """Up to ``size`` reused SMTP connections to one relay.
 
     :meth:`send` borrows a connection (opening one when none is idle), runs one transaction
-    (MAIL, RCPT per recipient, then DATA) and returns it to the pool; a connection that failed
+    (MAIL, RCPT per recipient, then DATA; pipelined in one group when the relay's EHLO offers
+    PIPELINING, RFC 2920) and returns it to the pool; a connection that failed
     is closed, not reused. A connection idle for more than :data:`IDLE_CHECK_AFTER` seconds is
     checked with NOOP first (relays drop idle sessions). Never raises for SMTP or network
     trouble: every outcome is a :class:`SendResult`.
@@ -533,6 +543,10 @@ class SmtpPool:
     ) -> SendResult:
         """Send ``mail``; ``fence()`` is asked right before DATA and, when it returns False,
         the transaction is reset and :attr:`ReplyClass.FENCED` returned (nothing was sent).
+        With PIPELINING (see :meth:`_pipelined`) it is asked before the command group is
+        written and again once DATA got its 354: False there closes the connection without
+        the final ``.``, so the relay delivers nothing (RFC 5321 section 4.1.1.4), and
+        :attr:`ReplyClass.FENCED` is returned.
 
         ``screen(recipients)`` is awaited once the connection is ready, right before MAIL FROM:
         the recipients it returns are left out of the envelope (``SendResult.suppressed``);
@@ -585,6 +599,14 @@ class SmtpPool:
                 return SendResult(ReplyClass.SUPPRESSED, None, text, suppressed=suppressed), True
         options = ["SMTPUTF8"] if mail.needs_utf8 else []
         encoding = "utf-8" if mail.needs_utf8 else "ascii"
+        if client.is_ehlo_or_helo_needed:  # aiosmtplib says EHLO on the first command
+            await _ehlo(client)
+        if self.settings.pipelining and client.supports_extension(smtppipe.EXTENSION):
+            protocol = client.protocol
+            if not isinstance(protocol, smtppipe.PipeliningProtocol):
+                protocol = smtppipe.adopt(client)  # once per connection
+            envelope = _Envelope(mail.sender, recipients, options, encoding, suppressed)
+            return await self._pipelined(client, protocol, envelope, mail.body, fence)
         await client.mail(mail.sender, options=options, encoding=encoding)
         refused: dict[str, tuple[int, str]] = {}
         for rcpt in recipients:
@@ -612,6 +634,97 @@ class SmtpPool:
             suppressed,
         ), True
 
+    async def _pipelined(
+        self,
+        client: aiosmtplib.SMTP,
+        protocol: smtppipe.PipeliningProtocol,
+        envelope: _Envelope,
+        body: bytes,
+        fence: Callable[[], bool] | None,
+    ) -> tuple[SendResult, bool]:
+        """One transaction in two round trips (RFC 2920 section 3.1): MAIL FROM, RCPT TO per
+        recipient and DATA written as one group, their replies read in order (every one of
+        them checked, as section 3.1 requires), then the message and its reply. Returns
+        (result, connection still usable). Outcomes are those of the one-command-at-a-time
+        path:
+
+        * MAIL refused: the RCPT and DATA replies (503 from a correct relay) are read, the
+          transaction reset; the MAIL reply decides;
+        * every recipient refused: the worst RCPT reply decides (any 4xx first); a DATA that
+          got 354 anyway is ended with a lone ``.`` (section 3.1: no message for nobody);
+        * some recipients refused: listed in ``refused``, the mail goes to the others;
+        * DATA refused: its reply decides;
+        * 421 to any command: the relay is closing; nothing more is read, the connection is
+          dropped (RFC 5321 section 3.8);
+        * ``fence()`` False before the group (nothing written) or after the 354 (connection
+          closed without the final ``.``: only the end of mail data indication makes the
+          relay process the transaction, RFC 5321 sections 3.3 and 4.1.1.4):
+          :attr:`ReplyClass.FENCED`.
+
+        Each reply is awaited at most ``settings.timeout`` seconds (``SMTPReadTimeoutError``,
+        a connection outcome in :meth:`send`). A malformed reply closes the connection (the
+        replies behind it cannot be paired) and is raised for :meth:`send` to classify.
+        """
+        if fence is not None and not fence():
+            return SendResult(ReplyClass.FENCED, None, "reservation lost before MAIL FROM"), True
+        timeout = self.settings.timeout
+        commands = [
+            smtppipe.mail_command(envelope.sender, envelope.options, envelope.encoding),
+            *(smtppipe.rcpt_command(r, envelope.encoding) for r in envelope.recipients),
+            b"DATA",
+        ]
+        protocol.send_group(commands)
+        replies: list[aiosmtplib.SMTPResponse] = []
+        try:
+            for _ in commands:
+                reply = await protocol.read_response(timeout)
+                if reply.code == 421:  # closing: no further reply comes
+                    client.close()
+                    return SendResult(classify_code(421), 421, reply.message), False
+                replies.append(reply)
+        except aiosmtplib.SMTPResponseException:
+            client.close()
+            raise
+        mail_reply, rcpt_replies, data_reply = replies[0], replies[1:-1], replies[-1]
+        if mail_reply.code != 250:
+            code, text = mail_reply.code, mail_reply.message
+            keep = await _abandon(client, protocol, data_reply, timeout)
+            return SendResult(classify_code(code), code, text), keep
+        refused = {
+            rcpt: (reply.code, reply.message)
+            for rcpt, reply in zip(envelope.recipients, rcpt_replies, strict=True)
+            if reply.code not in (250, 251)
+        }
+        if len(refused) == len(envelope.recipients):
+            codes = [code for code, _ in refused.values()]
+            code = next((c for c in codes if 400 <= c < 500), codes[0])
+            text = next(t for c, t in refused.values() if c == code)
+            result = SendResult(classify_code(code), code, text, suppressed=envelope.suppressed)
+            return result, await _abandon(client, protocol, data_reply, timeout)
+        if data_reply.code != 354:
+            result = SendResult(classify_code(data_reply.code), data_reply.code, data_reply.message)
+            return result, await _reset(client)
+        if fence is not None and not fence():
+            client.close()
+            text = "reservation lost after DATA: connection closed before the final '.'"
+            return SendResult(ReplyClass.FENCED, None, text), False
+        protocol.send_content(body)
+        try:
+            final = await protocol.read_response(timeout)
+        except aiosmtplib.SMTPResponseException:
+            client.close()
+            raise
+        if final.code != 250:
+            keep = final.code != 421 and await _reset(client)
+            return SendResult(classify_code(final.code), final.code, final.message), keep
+        return SendResult(
+            ReplyClass.OK,
+            final.code,
+            final.message,
+            {r: f"{c} {t}" for r, (c, t) in refused.items()},
+            envelope.suppressed,
+        ), True
+
     async def close(self) -> None:
         """QUIT every idle connection (best effort)."""
         idle, self._idle = self._idle, []
@@ -626,6 +739,52 @@ def _connect_class(code: int) -> ReplyClass:
     # the relay, not the message, so anything but a clear 5xx is connection trouble.
     cls = classify_code(code)
     return ReplyClass.TEMPORARY if cls is ReplyClass.PERMANENT else cls
+
+
+@dataclass(frozen=True, slots=True)
+class _Envelope:
+    """What :meth:`SmtpPool._pipelined` sends: sender, recipients left after the screen,
+    MAIL FROM options (``SMTPUTF8``), address encoding, recipients the screen left out."""
+
+    sender: str
+    recipients: list[str]
+    options: list[str]
+    encoding: str
+    suppressed: tuple[str, ...]
+
+
+async def _ehlo(client: aiosmtplib.SMTP) -> None:
+    """EHLO, or HELO when EHLO is refused on a live connection: what aiosmtplib's ``mail()``
+    does before its first command, done here so the EHLO keywords (PIPELINING) are known
+    before the transaction is written."""
+    try:
+        await client.ehlo()
+    except aiosmtplib.SMTPHeloError:
+        if not client.is_connected:
+            raise
+        await client.helo()
+
+
+async def _abandon(
+    client: aiosmtplib.SMTP,
+    protocol: smtppipe.PipeliningProtocol,
+    data_reply: aiosmtplib.SMTPResponse,
+    timeout: float,
+) -> bool:
+    """End a pipelined transaction that must not carry the message (MAIL or every RCPT
+    refused): when DATA got 354 anyway, a lone ``.`` (RFC 2920 section 3.1) and its reply;
+    then RSET. True when the connection is still usable."""
+    if data_reply.code == 354:
+        try:
+            protocol.send_end()
+            end = await protocol.read_response(timeout)
+        except (aiosmtplib.SMTPException, *_CONNECTION_ERRORS):
+            client.close()
+            return False
+        if end.code == 421:
+            client.close()
+            return False
+    return await _reset(client)
 
 
 async def _reset(client: aiosmtplib.SMTP) -> bool:

@@ -15,8 +15,10 @@ One asyncio process runs ``concurrency`` lanes. Each lane loops:
    ``retryUntil`` -> failed; ``begin_send`` (reservation still ours, uuid not already sent);
    send under the job's timeout, with a fence right before SMTP DATA that refuses to send when
    the reservation is about to expire (a worker frozen with SIGSTOP and resumed late sends
-   nothing); then done / release with backoff / fail. Each of those reports ``lost`` when the
-   reservation is gone, and the worker then leaves the job alone (another worker owns it).
+   nothing; with a PIPELINING relay it is asked before the command group and after DATA's
+   354, see ``SmtpPool._pipelined``); then done / release with backoff / fail. Each of those
+   reports ``lost`` when the reservation is gone, and the worker then leaves the job alone
+   (another worker owns it).
 
 SIGTERM/SIGINT: stop taking jobs, finish the jobs in flight (each within its timeout), exit 0.
 ``WORKER_MAX_JOBS`` / ``WORKER_MAX_TIME``: the same clean stop. Redis errors: logged once per
@@ -897,6 +899,7 @@ def build_worker(config: WorkerConfig) -> Worker:
             timeout=config.smtp_command_timeout,
             helo_name=config.smtp_helo_name,
             ca_file=config.smtp_ca_file,
+            pipelining=config.smtp_pipelining,
         ),
         size=config.concurrency,
     )
