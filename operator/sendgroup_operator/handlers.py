@@ -57,23 +57,24 @@ def on_probe(memo: Any, **_: Any) -> dict[str, Any]:
     return startup.liveness(memo)
 
 
-@kopf.index(
+@kopf.on.event(
     "apps",
     "v1",
     "deployments",
     labels={builders.LABEL_MANAGED_BY: builders.MANAGED_BY, builders.LABEL_COMPONENT: "worker"},
 )
-def worker_deployments(
-    namespace: str | None, name: str, body: kopf.Body, **_: Any
-) -> dict[tuple[str | None, str], plan.DeploymentObs | None]:
-    """The worker Deployments, fed by a watch: ``(namespace, name) -> DeploymentObs`` (None
-    while deleting). kopf fills it before any SendGroup handler runs; the passes read it
-    instead of a GET per group per reaper tick (see ``reconcile._deployment``)."""
-    return {(namespace, name): reconcile.deployment_obs(body)}
-
-
-#: The index above as kopf passes it to every handler (by the index function's name).
-WorkerDeployments = kopf.Index[tuple[str | None, str], plan.DeploymentObs | None]
+async def on_worker_deployment(
+    type: str | None, namespace: str | None, name: str, body: kopf.Body, memo: Any, **_: Any
+) -> None:
+    """The worker Deployments, fed by a watch into ``Runtime.deployments`` (filled first by
+    one LIST at start-up, ``reconcile.load_deployments``); the passes read it instead of a
+    GET per group per pass (see ``reconcile._deployment``). Not a ``@kopf.index``: kopf holds
+    every handler until all indexed objects are indexed, through one condition notified per
+    object (quadratic at 10,000 groups, issue 15)."""
+    rt: reconcile.Runtime | None = getattr(memo, "runtime", None)
+    if rt is None or namespace is None:
+        return
+    rt.saw_deployment(namespace, name, None if type == "DELETED" else body)
 
 
 def _events(result: plan.Plan, body: kopf.Body) -> None:
@@ -148,11 +149,10 @@ async def on_change(
     patch: kopf.Patch,
     memo: Any,
     logger: startup.Logger,
-    worker_deployments: WorkerDeployments | None = None,
     **kwargs: Any,
 ) -> None:
     """Spec created or changed, or operator (re)started: one reconciliation pass."""
-    await _pass(body, patch, memo, logger, worker_deployments, kwargs)
+    await _pass(body, patch, memo, logger, memo.runtime.deployment_index(), kwargs)
 
 
 @kopf.daemon(*RESOURCE, initial_delay=1.0, cancellation_timeout=10.0)
@@ -161,7 +161,6 @@ async def reaper(
     memo: Any,
     logger: startup.Logger,
     stopped: kopf.DaemonStopped,
-    worker_deployments: WorkerDeployments | None = None,
     **kwargs: Any,
 ) -> None:
     """The reaper: measure the queue (through ``rt.observer``: a batched round trip shared
@@ -178,7 +177,7 @@ async def reaper(
     while not stopped:
         delay = rt.settings.reaper_interval
         try:
-            result = await _compute(body, memo, logger, worker_deployments, kwargs)
+            result = await _compute(body, memo, logger, rt.deployment_index(), kwargs)
             if result is not None:
                 _events(result, body)
                 if result.write_status:
@@ -228,12 +227,11 @@ async def on_delete(
     patch: kopf.Patch,
     memo: Any,
     logger: startup.Logger,
-    worker_deployments: WorkerDeployments | None = None,
     **kwargs: Any,
 ) -> None:
     """Deletion: workers gone, then purge or retain per ``deletionPolicy``; the finalizer
     stays until then (bounded when Redis is unreachable, see ``purgeTimeout``)."""
-    result = await _pass(body, patch, memo, logger, worker_deployments, kwargs)
+    result = await _pass(body, patch, memo, logger, memo.runtime.deployment_index(), kwargs)
     if result is not None and not result.finalized:
         raise kopf.TemporaryError("waiting for workers to stop and the purge", delay=2)
     rt: reconcile.Runtime = memo.runtime

@@ -89,7 +89,8 @@ class Kube:
 
     async def apply_deployment(self, body: dict[str, Any], exists: bool) -> None:
         """Create the Deployment (409: it exists, adopt it by patching) or merge-patch it to
-        ``body`` (labels, ownerReferences, replicas, template)."""
+        ``body`` (labels, ownerReferences, replicas, template); a patch that finds no
+        Deployment (404: gone since it was last seen) creates it."""
         ns, name = body["metadata"]["namespace"], body["metadata"]["name"]
         if not exists:
             try:
@@ -98,13 +99,23 @@ class Kube:
             except KubeError as exc:
                 if exc.status != 409:
                     raise
-        await self._call(
-            self.apps.patch_namespaced_deployment,
-            name,
-            ns,
-            _replacing(body),
-            _content_type=MERGE_PATCH,
-        )
+        try:
+            await self._call(
+                self.apps.patch_namespaced_deployment,
+                name,
+                ns,
+                _replacing(body),
+                _content_type=MERGE_PATCH,
+            )
+        except KubeError as exc:
+            if (
+                exc.status != 404
+                or not exists
+                or "spec" not in body
+                or "template" not in body["spec"]
+            ):
+                raise
+            await self._call(self.apps.create_namespaced_deployment, ns, body)
 
     async def delete_deployment(self, namespace: str, name: str) -> None:
         """Delete the Deployment; absent is fine. Its ReplicaSets/pods go by ownerReference."""

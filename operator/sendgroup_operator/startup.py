@@ -119,6 +119,8 @@ async def start(settings: kopf.OperatorSettings, memo: Any, logger: Logger) -> N
     memo.runtime = Runtime(settings=ours, kube=kube, queues=RedisQueues(ours.key_prefix))
     metrics.serve(ours.metrics_port, os.environ.get("SENDGROUP_LISTEN_HOST", "0.0.0.0"))
     await preflight(kube, ours, logger)
+    found = await reconcile.load_deployments(memo.runtime)
+    logger.info("%d worker Deployment(s) found", found)
     memo.runtime.heartbeat = time.monotonic()
     memo.orphan_task = asyncio.create_task(reconcile.orphan_loop(memo.runtime, logger))
 

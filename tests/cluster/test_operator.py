@@ -412,6 +412,31 @@ def test_operator_restart_keeps_the_reaper_deadline(
     assert objects.status("r")["idleSince"] == idle_since
 
 
+def test_a_deleted_deployment_comes_back_and_a_restart_sees_the_existing_ones(
+    operator_factory: Any, objects: Objects, redis_client: redis.Redis
+) -> None:
+    """The worker Deployments come from a watch (and one LIST at start-up), not a kopf index:
+    a Deployment deleted by hand is created again, and after a restart each group finds its
+    own Deployment (scaled, not created twice, no ApplyFailed)."""
+    first = operator_factory()
+    push(redis_client, "mail-wd", 2)
+    objects.apply(sendgroup("wd", workers=2))
+    wait_for(lambda: replicas(objects, "wd") == 2, 20, "workers")
+    first_uid = objects.get("deployment", "sg-wd")["metadata"]["uid"]
+    objects.cluster.kubectl("delete", "deployment", "sg-wd", "-n", objects.namespace)
+    back = wait_for(lambda: objects.get("deployment", "sg-wd"), 30, "the Deployment back")
+    assert back["metadata"]["uid"] != first_uid
+    wait_for(lambda: replicas(objects, "wd") == 2, 20, "workers again")
+    first.stop(signal.SIGKILL)
+    restarted = operator_factory()
+    objects.apply(sendgroup("wd", workers=3))
+    wait_for(lambda: replicas(objects, "wd") == 3, 30, "the spec change after the restart")
+    assert objects.get("deployment", "sg-wd")["metadata"]["uid"] == back["metadata"]["uid"]
+    assert "worker Deployment(s) found" in restarted.log()
+    reasons = {c.get("reason") for c in objects.status("wd").get("conditions", [])}
+    assert "ApplyFailed" not in reasons
+
+
 def test_cancel_stops_workers_then_purges(
     operator: OperatorProcess, objects: Objects, redis_client: redis.Redis
 ) -> None:
