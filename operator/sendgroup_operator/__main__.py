@@ -5,7 +5,9 @@ liveness endpoint on ``SENDGROUP_HEALTH_PORT`` (default 8081, ``/healthz``), pee
 from ``SENDGROUP_PEERING_PRIORITY``, peering identity from ``POD_ID`` (kopf's own variable; the
 chart sets it to the instance's name, stable across restarts, so a restarted instance finds
 its own stale record instead of "conflicting operators with the same priority");
-``SENDGROUP_STANDALONE=true`` disables peering (the chart sets it for a single replica).
+``SENDGROUP_STANDALONE=true`` disables peering (the chart sets it for a single replica);
+``SENDGROUP_SHARDING=true`` too: the replicas share the groups through their Leases
+(shardmember.py), every replica active.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ Settings come from the environment (the Helm chart sets them):
   SENDGROUP_DEFAULT_SMTP_HOST, _PORT, _TLS   relay for groups without spec.smtp
   SENDGROUP_METRICS_PORT, SENDGROUP_HEALTH_PORT (/healthz), SENDGROUP_LOG_LEVEL
   SENDGROUP_PEERING_PRIORITY, SENDGROUP_PEERING_NAME, SENDGROUP_STANDALONE   HA
+  SENDGROUP_SHARDING, SENDGROUP_SHARD_LEASE_DURATION   groups sharded over replicas
 The full list and defaults: docs/reference.md (generated from settings.py).
 """
 
@@ -56,6 +59,7 @@ def main() -> None:
     host = os.environ.get("SENDGROUP_LISTEN_HOST", "0.0.0.0")
     port = int(os.environ.get("SENDGROUP_HEALTH_PORT", "8081"))
     standalone = os.environ.get("SENDGROUP_STANDALONE", "").lower() in ("1", "true", "yes")
+    standalone = standalone or settings.sharding  # the shard Leases replace kopf peering
     kopf.run(
         clusterwide=settings.clusterwide,
         namespaces=() if settings.clusterwide else settings.namespaces,

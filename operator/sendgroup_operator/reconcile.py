@@ -33,6 +33,7 @@ from sendgroup_operator.kube import Kube, KubeError
 from sendgroup_operator.observer import Observer
 from sendgroup_operator.queueio import QueueUnavailable, RedisQueues
 from sendgroup_operator.settings import Settings
+from sendgroup_operator.shardmember import Shard
 from sendgroup_worker.queue import protocol
 
 #: Seconds a queue claim this process holds is trusted before it is confirmed in Redis again
@@ -83,6 +84,8 @@ class Runtime:
     #: Measures every group's queue in batches and watches idle groups (observer.py); built
     #: on ``queues``, waking a daemon through :meth:`kick`.
     observer: Observer = field(init=False)
+    #: This replica's shard membership when sharding is on (startup.py), else None.
+    shard: Shard | None = None
 
     def __post_init__(self) -> None:
         self.observer = Observer(self.queues, lambda key: self.kick(key, 0))

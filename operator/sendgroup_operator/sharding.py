@@ -155,6 +155,18 @@ class Membership:
             return True
         return now - self.joined_at < self.lease_duration
 
+    def next_change(self, now: float) -> float | None:
+        """The next moment after ``now`` at which :meth:`view` changes by time alone (a
+        member expires, our join wait ends, our fence closes), None when nothing would."""
+        assert self.margin is not None
+        moments = [s.changed_at + self.lease_duration for s in self.seen.values()]
+        if self.last_poll is not None:
+            moments.append(self.last_poll + self.lease_duration - self.margin)
+        if self.joined_at is not None:
+            moments.append(self.joined_at + self.lease_duration)
+        future = [m for m in moments if m > now]
+        return min(future) if future else None
+
     def may_act(self, uid: str, now: float) -> bool:
         """Whether this replica may act on object ``uid`` at ``now``: it owns it among the
         live members and is not fenced (rules a-d)."""

@@ -179,3 +179,14 @@ def test_view_counts_owned_groups() -> None:
     assert 400 < mine < 600
     assert view.members == ("a", "b")
     assert m.view(now) == view
+
+
+def test_next_change_is_the_earliest_time_rule() -> None:
+    m = Membership("a", lease_duration=L)
+    assert m.next_change(0.0) is None
+    m.polled(10.0, 10.5, [rec("a", "1"), rec("b", "1")])
+    # members expire at 10.5 + L; the fence closes at 10 + L - M; the join wait ends at 10.5 + L
+    assert m.margin is not None
+    assert m.next_change(11.0) == 10.0 + L - m.margin
+    assert m.next_change(10.0 + L - m.margin) == 10.5 + L
+    assert m.next_change(10.5 + L) is None
