@@ -50,9 +50,11 @@ def main() -> None:
         level=os.environ.get("SENDGROUP_LOG_LEVEL", "INFO"),
         format="%(asctime)s %(levelname)s %(name)s %(message)s",
     )
-    # One line per reaper pass per group would drown the log: keep kopf's other lines.
+    # One line per reaper pass per group (or, sharded, per watch event: on_event) would drown
+    # the log: keep kopf's other lines.
+    quiet = ("Timer 'reaper' succeeded", "Handler 'on_event' succeeded")
     logging.getLogger("kopf.objects").addFilter(
-        lambda record: not record.getMessage().startswith("Timer 'reaper' succeeded")
+        lambda record: not record.getMessage().startswith(quiet)
     )
     from sendgroup_operator import handlers, provider_handlers  # noqa: F401  (registers them)
 

@@ -184,10 +184,11 @@ async def on_change(
 
 
 @kopf.on.event(*RESOURCE)
-def on_event(body: kopf.Body, memo: Any, **_: Any) -> None:
+async def on_event(body: kopf.Body, memo: Any, **_: Any) -> None:
     """Sharding only: a spec change the owner's change handler may not have seen (another
     replica handled it first and kopf's shared diff base then says "no change") wakes the
-    owner's reaper daemon. No API call, no write."""
+    owner's reaper daemon. No API call, no write. Async: kopf runs a sync handler in a
+    thread, where there is no event loop to schedule the wake-up on."""
     rt: reconcile.Runtime | None = getattr(memo, "runtime", None)
     if rt is None or rt.shard is None:
         return
@@ -227,12 +228,12 @@ async def reaper(
             changed = shard.changed()  # before the check: a change in between is not lost
             if shard.may_act(meta["uid"]):
                 if not owner:
-                    logger.info("shard: this replica (%s) acts on this group", shard.identity)
+                    logger.debug("shard: this replica (%s) acts on this group", shard.identity)
                 owner = True
                 await _reap(body, memo, logger, stopped, worker_deployments, kwargs)
                 continue
             if owner:  # handed over: drop what this replica held for the group
-                logger.info(
+                logger.debug(
                     "shard: handed over to %s", shard.owner(meta["uid"]) or "(no live member)"
                 )
                 rt.forget(key)

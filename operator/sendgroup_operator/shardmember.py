@@ -202,7 +202,9 @@ class Shard:
                 "shard: members %s; this replica (%s) %s %d of %d groups",
                 ",".join(view.members) or "-",
                 self.identity,
-                "is fenced (joining, or its Lease is not renewed), owns" if view.fenced else "owns",
+                "acts on nothing yet (joining, stopping, or its Lease not renewed):"
+                if view.fenced
+                else "owns",
                 owned,
                 len(self.groups),
             )
