@@ -591,14 +591,17 @@ async def _refused(
 
 async def count_orphan_deployments(rt: Runtime) -> int:
     """Worker Deployments of ours whose SendGroup this process does not know (compared by
-    name sets: ``namespace/group``). Sets ``sendgroup_orphans{kind="deployment_without_group"}``
-    and returns the count. One LIST per watched namespace."""
+    name sets: ``namespace/group``; sharded, every replica counts them all). Sets
+    ``sendgroup_orphans{kind="deployment_without_group"}`` and returns the count. One LIST
+    per watched namespace."""
     selector = (
         f"{builders.LABEL_MANAGED_BY}={builders.MANAGED_BY},{builders.LABEL_COMPONENT}=worker"
     )
     settings = rt.settings
     namespaces: tuple[str | None, ...] = (None,) if settings.clusterwide else settings.namespaces
-    known = {(ns, builders.label_value(name)) for ns, name in (k.split("/", 1) for k in rt.demands)}
+    # sharded: every group this replica watches (its own have demands, the others do not)
+    groups = rt.demands if rt.shard is None else rt.shard.groups
+    known = {(ns, builders.label_value(name)) for ns, name in (k.split("/", 1) for k in groups)}
     orphans = 0
     for ns in namespaces:
         for dep in await rt.kube.list_deployments(ns, selector):
