@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import redis
 
+from sendgroup_operator import sharding
 from tests.cluster.conftest import Objects
 from tests.cluster.test_operator import push, replicas, sendgroup
 from tests.support.cluster import KubeCluster, wait_for
@@ -60,6 +61,12 @@ def test_groups_are_sharded_and_a_killed_replicas_groups_are_taken_over(
         "alpha": operator_factory(POD_ID="alpha", **env),
         "beta": operator_factory(POD_ID="beta", **env),
     }
+    # both past their join wait and seeing each other (before that, the first replica acts
+    # alone for a moment and may write a group the second one then owns: correct, but this
+    # test tells owners by who wrote)
+    for who, proc in procs.items():
+        settled = f"members alpha,beta; this replica ({who}) owns"
+        wait_for(lambda proc=proc, settled=settled: settled in proc.log(), 30, f"{who} settled")
     for name in GROUPS:
         push(redis_client, f"mail-{name}", 1)
     objects.apply("\n---\n".join(sendgroup(name) for name in GROUPS))
@@ -109,3 +116,44 @@ def test_groups_are_sharded_and_a_killed_replicas_groups_are_taken_over(
     assert gauge(survivor, "sendgroup_operator_shard_members") == 1
     # every group the survivor took over is reconciled by it (status follows the spec)
     wait_for(lambda: reconciled(objects, moved), 10, "the moved group's status")
+
+
+def test_a_joining_replica_takes_its_share_and_a_clean_stop_hands_it_back_at_once(
+    operator_factory: Any, objects: Objects, redis_client: redis.Redis
+) -> None:
+    lease = 9.0
+    env = {"SENDGROUP_SHARDING": "true", "SENDGROUP_SHARD_LEASE_DURATION": str(int(lease))}
+    names = [f"j{i}" for i in range(16)]
+    alpha = operator_factory(POD_ID="alpha", **env)
+    for name in names:
+        push(redis_client, f"mail-{name}", 1)
+    objects.apply("\n---\n".join(sendgroup(name) for name in names))
+    wait_for(lambda: all(replicas(objects, n) == 1 for n in names), 60, "alpha alone: all")
+    assert all(writers({"alpha": alpha}, n) == ["alpha"] for n in names)
+
+    uids = {n: (objects.get("sendgroup", n) or {})["metadata"]["uid"] for n in names}
+    to_beta = [n for n in names if sharding.owner(uids[n], ["alpha", "beta"]) == "beta"]
+    stays = [n for n in names if n not in to_beta]
+    assert to_beta and stays, to_beta  # random uids: all 16 on one side once in 30,000 runs
+    beta = operator_factory(POD_ID="beta", **env)
+    wait_for(partial(owns, beta, len(to_beta)), lease + 10, "beta owns its share")
+    wait_for(partial(owns, alpha, len(stays)), 5, "alpha gave it up")
+
+    # a change of a moved group is applied by beta only; of a kept one by alpha only
+    objects.patch_sg(to_beta[0], {"workers": 2})
+    objects.patch_sg(stays[0], {"workers": 2})
+    wait_for(lambda: replicas(objects, to_beta[0]) == 2, 15, "beta applies its group")
+    wait_for(lambda: replicas(objects, stays[0]) == 2, 15, "alpha applies its group")
+    assert f"deployment sg-{to_beta[0]} replicas=2" in beta.log()
+    assert f"deployment sg-{to_beta[0]} replicas=2" not in alpha.log()
+    assert f"deployment sg-{stays[0]} replicas=2" in alpha.log()
+    assert f"deployment sg-{stays[0]} replicas=2" not in beta.log()
+
+    # SIGTERM: beta stops its passes and deletes its Lease; alpha takes over at its next poll
+    beta.stop()
+    assert "left the set" in beta.log()
+    stopped = time.monotonic()
+    objects.patch_sg(to_beta[0], {"workers": 3})
+    wait_for(lambda: replicas(objects, to_beta[0]) == 3, lease, "alpha takes over at once")
+    print(f"taken over {time.monotonic() - stopped:.1f}s after the clean stop (lease {lease}s)")
+    wait_for(partial(owns, alpha, len(names)), 5, "alpha owns every group again")
