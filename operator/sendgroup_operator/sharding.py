@@ -48,6 +48,8 @@ from typing import Final
 DEFAULT_LEASE_DURATION: Final = 15.0
 #: Share of the lease duration kept as the self-fencing margin (rule a).
 MARGIN_SHARE: Final = 0.2
+#: Lease durations a member's Lease must go unchanged before another member deletes it.
+STALE_LIFETIMES: Final = 10.0
 
 
 def weight(member: str, uid: str) -> int:
@@ -138,6 +140,20 @@ class Membership:
     def lost(self) -> None:
         """Our Lease was gone when we renewed it (deleted by someone): we join again."""
         self.joined_at = None
+
+    def stale(self, now: float, lifetimes: float = STALE_LIFETIMES) -> tuple[str, ...]:
+        """Members (not us) whose Lease went unchanged for ``lifetimes`` lease durations of our
+        observation: long dead (a crash, a scale-down by SIGKILL); their Lease may be deleted.
+        A member that was only cut off is fenced long before, and joins again (waiting ``L``)
+        when its renewal finds its Lease gone."""
+        limit = lifetimes * self.lease_duration
+        return tuple(
+            sorted(
+                m
+                for m, s in self.seen.items()
+                if m != self.identity and now - s.changed_at >= limit
+            )
+        )
 
     def members(self, now: float) -> tuple[str, ...]:
         """Live members, sorted (rule c: a Lease unchanged for ``L`` is dead)."""

@@ -124,6 +124,7 @@ class Shard:
             leases = await self.kube.list_leases(self.namespace, self.selector)
             records = [r for r in map(record, leases) if r is not None]
             self.membership.polled(started, renewed, records)
+            await self._forget_stale(leases, logger)
             if self._failing:
                 logger.info("shard: Lease %s renewed again", self.name)
             self._failing = False
@@ -138,6 +139,17 @@ class Shard:
                 )
             self._failing = True
         self.publish(logger)
+
+    async def _forget_stale(self, leases: list[dict[str, Any]], logger: Logger) -> None:
+        """Delete the Leases of members long dead (:meth:`sharding.Membership.stale`), so a
+        crashed or removed replica's Lease does not stay forever (and a starting replica does
+        not count it live for its first lease duration)."""
+        stale = set(self.membership.stale(time.monotonic()))
+        for lease in leases:
+            rec = record(lease)
+            if rec is not None and rec.holder in stale:
+                await self.kube.delete_lease(self.namespace, lease["metadata"]["name"])
+                logger.info("shard: deleted the stale Lease of %s", rec.holder)
 
     async def _renew(self, logger: Logger) -> None:
         spec = {

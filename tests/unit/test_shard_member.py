@@ -224,3 +224,15 @@ async def test_a_sharded_replica_does_not_count_the_others_groups_as_orphans() -
     rt.set_demand("ops/mine", 1)
     rt.shard.groups = {"ops/mine": "u1", "ops/theirs": "u2"}
     assert await reconcile.count_orphan_deployments(rt) == 1
+
+
+@sync
+async def test_a_long_dead_members_lease_is_deleted() -> None:
+    fake = FakeLeases()
+    await shard(fake, "b").poll(LOG)  # b writes once, then dies
+    a = shard(fake, "a")
+    await a.poll(LOG)
+    a.membership.seen["b"].changed_at -= 10 * a.duration
+    await a.poll(LOG)
+    assert set(fake.leases) == {"sgo-a"}
+    assert a.membership.members(a.membership.last_poll or 0) == ("a",)

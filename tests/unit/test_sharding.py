@@ -190,3 +190,10 @@ def test_next_change_is_the_earliest_time_rule() -> None:
     assert m.next_change(11.0) == 10.0 + L - m.margin
     assert m.next_change(10.0 + L - m.margin) == 10.5 + L
     assert m.next_change(10.5 + L) is None
+
+
+def test_a_long_dead_member_is_stale_but_never_ourselves() -> None:
+    m = Membership("a", lease_duration=L)
+    m.polled(0.0, 0.0, [rec("a", "1"), rec("b", "1")])
+    assert m.stale(10 * L - 0.1) == ()
+    assert m.stale(10 * L) == ("b",)  # our own record is not judged (we renew it)
