@@ -63,6 +63,7 @@ class Runtime:
     demands: dict[str, int] = field(default_factory=dict)
     #: The cap's allocation of ``demands``, None after any change (see :meth:`allowed`).
     _shares: dict[str, int] | None = field(default=None, init=False, repr=False)
+    _shares_cap: int | None = field(default=None, init=False, repr=False)
     granted: dict[str, int] = field(default_factory=dict)
     table: metrics.GroupTable = field(default_factory=metrics.GroupTable)
     heartbeat: float = field(default_factory=time.monotonic)
@@ -114,13 +115,18 @@ class Runtime:
         many that the sum of what is granted passes the cap (others shrink on their next
         pass, then this group grows). Without a cap, the demand itself (no pass over the
         other groups); with one, the allocation is computed once per change of any demand,
-        not once per pass (issue 15: O(all groups) per check)."""
+        not once per pass (issue 15: O(all groups) per check). Sharded, the cap is split
+        evenly over the live replicas and each shares its part among the groups it owns (the
+        sum stays within the cap; the split is not max-min fair across replicas)."""
         self.set_demand(key, demand)
         cap = self.settings.max_total_workers
         if cap is None:
             return demand
-        if self._shares is None:
+        if self.shard is not None:  # sharded: this replica's part of the cap, for its groups
+            cap = self.shard.part(cap)
+        if self._shares is None or cap != self._shares_cap:
             self._shares = fairshare.allocate(self.demands, cap)
+            self._shares_cap = cap
         share = self._shares[key]
         others = sum(v for k, v in self.granted.items() if k != key)
         return max(0, min(share, cap - others))

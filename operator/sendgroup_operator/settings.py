@@ -219,7 +219,8 @@ class Settings:
         None,
         "SENDGROUP_MAX_TOTAL_WORKERS",
         "maxTotalWorkers",
-        "global worker cap shared max-min fairly by the groups with work (empty = no cap)",
+        "global worker cap shared max-min fairly by the groups with work (empty = no cap); "
+        "sharded, split evenly over the live replicas first",
     )
     dumps_claim_name: str = _setting(
         "sendgroup-dumps",

@@ -71,6 +71,17 @@ def owner(uid: str, members: Iterable[str]) -> str | None:
     return None if best is None else best[1]
 
 
+def part(total: int, members: Sequence[str], member: str) -> int:
+    """``member``'s part of a budget of ``total`` shared by ``members`` (the global worker
+    cap): an equal split, the remainder to the first members by name, so the parts of one view
+    add up to ``total``. ``total`` itself when ``member`` is not among ``members`` (alone)."""
+    ordered = sorted(members)
+    if member not in ordered:
+        return total
+    base, extra = divmod(total, len(ordered))
+    return base + (1 if ordered.index(member) < extra else 0)
+
+
 @dataclass(frozen=True)
 class LeaseRecord:
     """What a poll saw of one member's Lease: ``holder`` (the member's identity) and the

@@ -109,6 +109,11 @@ class Shard:
         """Whether this replica may act on object ``uid`` now (see :mod:`sharding`)."""
         return self.membership.may_act(uid, time.monotonic())
 
+    def part(self, total: int) -> int:
+        """This replica's part of a budget shared by the live members (the global cap)."""
+        members = self.membership.members(time.monotonic())
+        return sharding.part(total, members, self.identity)
+
     def owner(self, uid: str) -> str | None:
         """The live member owning ``uid`` in our view (maybe one still joining)."""
         return sharding.owner(uid, self.membership.members(time.monotonic()))

@@ -197,3 +197,11 @@ def test_a_long_dead_member_is_stale_but_never_ourselves() -> None:
     m.polled(0.0, 0.0, [rec("a", "1"), rec("b", "1")])
     assert m.stale(10 * L - 0.1) == ()
     assert m.stale(10 * L) == ("b",)  # our own record is not judged (we renew it)
+
+
+@settings(max_examples=100, deadline=None)
+@given(total=st.integers(0, 1000), members=st.sets(names, min_size=1, max_size=7))
+def test_the_parts_of_a_budget_add_up_to_it(total: int, members: set[str]) -> None:
+    parts = [sharding.part(total, sorted(members), m) for m in members]
+    assert sum(parts) == total and max(parts) - min(parts) <= 1
+    assert sharding.part(total, sorted(members), "not-a-member") == total
