@@ -205,3 +205,44 @@ def test_the_parts_of_a_budget_add_up_to_it(total: int, members: set[str]) -> No
     parts = [sharding.part(total, sorted(members), m) for m in members]
     assert sum(parts) == total and max(parts) - min(parts) <= 1
     assert sharding.part(total, sorted(members), "not-a-member") == total
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    phases=st.lists(st.floats(0, 4.9), min_size=3, max_size=3),
+    joins=st.lists(st.floats(0, 60), min_size=3, max_size=3),
+    cuts=st.lists(st.one_of(st.none(), st.floats(10, 90)), min_size=3, max_size=3),
+)
+def test_never_two_at_once_with_joins_and_partitions(
+    phases: list[float], joins: list[float], cuts: list[float | None]
+) -> None:
+    """Three replicas joining at random times, polling every L/3 at random phases; some are
+    cut off from the API server at a random time (they stop renewing and listing but keep
+    running: the worst case, a partition). At no instant may two of them act on one group,
+    and a replica that is never cut off ends up acting on something."""
+    period = L / 3
+    uids = UIDS[:30]
+    names_ = ["a", "b", "c"]
+    views = {n: Membership(n, lease_duration=L) for n in names_}
+    leases: dict[str, str] = {}
+    rv = 0
+    step = 0.25
+    next_poll = {n: joins[i] + phases[i] for i, n in enumerate(names_)}
+    acted: set[str] = set()
+    t = 0.0
+    while t < 120:
+        for i, n in enumerate(names_):
+            cut = cuts[i]
+            if t >= next_poll[n] and (cut is None or t < cut):
+                rv += 1
+                leases[n] = str(rv)
+                views[n].polled(t, t, [rec(h, v) for h, v in leases.items()])
+                next_poll[n] += period
+        for u in uids:
+            actors = [n for n in names_ if views[n].may_act(u, t)]
+            assert len(actors) <= 1, (u, t, actors)
+            acted.update(actors)
+        t += step
+    for i, n in enumerate(names_):
+        if cuts[i] is None:
+            assert n in acted
