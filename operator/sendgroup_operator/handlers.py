@@ -15,8 +15,9 @@ causes no writes, and no handler reacts to our own status patches (kopf's diff b
 
 Sharding (``SENDGROUP_SHARDING``, see sharding.py and shardmember.py): every replica watches
 every group, and a group is acted on only by its owner (``rt.shard.may_act``). A non-owner's
-change handler returns at once (kopf still records its diff base, one write per spec change,
-shared by all replicas; the owner then learns of the change through :func:`on_event`); its
+change handler returns at once (kopf records its diff base even when no handler matches: the
+first replica to see a spec change writes it, the others then see no change; two that see it
+at the same moment both write it; the owner learns of the change through :func:`on_event`); its
 reaper daemon waits for the assignment to change and runs a full pass as soon as it owns the
 group (the takeover); its deletion handler never lets kopf finish (kopf drops its finalizer
 when no deletion handler is left), so only the owner purges and releases the group.
