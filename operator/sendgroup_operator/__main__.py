@@ -5,7 +5,9 @@ liveness endpoint on ``SENDGROUP_HEALTH_PORT`` (default 8081, ``/healthz``), pee
 from ``SENDGROUP_PEERING_PRIORITY``, peering identity from ``POD_ID`` (kopf's own variable; the
 chart sets it to the instance's name, stable across restarts, so a restarted instance finds
 its own stale record instead of "conflicting operators with the same priority");
-``SENDGROUP_STANDALONE=true`` disables peering (the chart sets it for a single replica).
+``SENDGROUP_STANDALONE=true`` disables peering (the chart sets it for a single replica);
+``SENDGROUP_SHARDING=true`` too: the replicas share the groups through their Leases
+(shardmember.py), every replica active.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ Settings come from the environment (the Helm chart sets them):
   SENDGROUP_DEFAULT_SMTP_HOST, _PORT, _TLS   relay for groups without spec.smtp
   SENDGROUP_METRICS_PORT, SENDGROUP_HEALTH_PORT (/healthz), SENDGROUP_LOG_LEVEL
   SENDGROUP_PEERING_PRIORITY, SENDGROUP_PEERING_NAME, SENDGROUP_STANDALONE   HA
+  SENDGROUP_SHARDING, SENDGROUP_SHARD_LEASE_DURATION   groups sharded over replicas
 The full list and defaults: docs/reference.md (generated from settings.py).
 """
 
@@ -47,15 +50,18 @@ def main() -> None:
         level=os.environ.get("SENDGROUP_LOG_LEVEL", "INFO"),
         format="%(asctime)s %(levelname)s %(name)s %(message)s",
     )
-    # One line per reaper pass per group would drown the log: keep kopf's other lines.
+    # One line per reaper pass per group (or, sharded, per watch event: on_event) would drown
+    # the log: keep kopf's other lines.
+    quiet = ("Timer 'reaper' succeeded", "Handler 'on_event' succeeded")
     logging.getLogger("kopf.objects").addFilter(
-        lambda record: not record.getMessage().startswith("Timer 'reaper' succeeded")
+        lambda record: not record.getMessage().startswith(quiet)
     )
     from sendgroup_operator import handlers, provider_handlers  # noqa: F401  (registers them)
 
     host = os.environ.get("SENDGROUP_LISTEN_HOST", "0.0.0.0")
     port = int(os.environ.get("SENDGROUP_HEALTH_PORT", "8081"))
     standalone = os.environ.get("SENDGROUP_STANDALONE", "").lower() in ("1", "true", "yes")
+    standalone = standalone or settings.sharding  # the shard Leases replace kopf peering
     kopf.run(
         clusterwide=settings.clusterwide,
         namespaces=() if settings.clusterwide else settings.namespaces,

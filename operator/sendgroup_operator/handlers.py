@@ -13,11 +13,21 @@ It writes status through the API (:meth:`Kube.patch_group_status`): kopf applies
 Status is written only when the plan says something meaningful changed, so a steady group
 causes no writes, and no handler reacts to our own status patches (kopf's diff base ignores
 ``status``).
+
+Sharding (``SENDGROUP_SHARDING``, see sharding.py and shardmember.py): every replica watches
+every group, and a group is acted on only by its owner (``rt.shard.may_act``). A non-owner's
+change handler returns at once (kopf records its diff base even when no handler matches: the
+first replica to see a spec change writes it, the others then see no change; two that see it
+at the same moment both write it; the owner learns of the change through :func:`on_event`); its
+reaper daemon waits for the assignment to change and runs a full pass as soon as it owns the
+group (the takeover); its deletion handler never lets kopf finish (kopf drops its finalizer
+when no deletion handler is left), so only the owner purges and releases the group.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -40,12 +50,16 @@ async def on_startup(
 
 
 @kopf.on.cleanup()
-async def on_cleanup(memo: Any, **_: Any) -> None:
-    """Close the Redis pools."""
-    task = getattr(memo, "orphan_task", None)
-    if task is not None:
-        task.cancel()
+async def on_cleanup(memo: Any, logger: startup.Logger, **_: Any) -> None:
+    """Leave the shard set (sharding: the others take our groups at once), close the Redis
+    pools."""
+    for name in ("orphan_task", "shard_task"):
+        task = getattr(memo, name, None)
+        if task is not None:
+            task.cancel()
     rt: reconcile.Runtime | None = getattr(memo, "runtime", None)
+    if rt is not None and rt.shard is not None:
+        await rt.shard.leave(logger)
     if rt is not None:
         await rt.observer.close()
         await rt.queues.close()
@@ -141,6 +155,12 @@ async def _pass(
     return result
 
 
+def _not_mine(memo: Any, body: kopf.Body) -> bool:
+    """Sharding on and this replica may not act on the group now."""
+    shard = memo.runtime.shard
+    return shard is not None and not shard.may_act(body["metadata"]["uid"])
+
+
 @kopf.on.create(*RESOURCE)
 @kopf.on.update(*RESOURCE, field="spec")
 @kopf.on.resume(*RESOURCE)
@@ -151,8 +171,33 @@ async def on_change(
     logger: startup.Logger,
     **kwargs: Any,
 ) -> None:
-    """Spec created or changed, or operator (re)started: one reconciliation pass."""
-    await _pass(body, patch, memo, logger, memo.runtime.deployment_index(), kwargs)
+    """Spec created or changed, or operator (re)started: one reconciliation pass (by the
+    group's owner only, when sharded)."""
+    if _not_mine(memo, body):
+        return
+    shard = memo.runtime.shard
+    if shard is not None:
+        shard.busy += 1
+    try:
+        await _pass(body, patch, memo, logger, memo.runtime.deployment_index(), kwargs)
+    finally:
+        if shard is not None:
+            shard.busy -= 1
+
+
+@kopf.on.event(*RESOURCE)
+async def on_event(body: kopf.Body, memo: Any, **_: Any) -> None:
+    """Sharding only: a spec change the owner's change handler may not have seen (another
+    replica handled it first and kopf's shared diff base then says "no change") wakes the
+    owner's reaper daemon. No API call, no write. Async: kopf runs a sync handler in a
+    thread, where there is no event loop to schedule the wake-up on."""
+    rt: reconcile.Runtime | None = getattr(memo, "runtime", None)
+    if rt is None or rt.shard is None:
+        return
+    meta = body.get("metadata", {})
+    observed = (body.get("status") or {}).get("observedGeneration")
+    if meta.get("generation") != observed and rt.shard.may_act(meta.get("uid", "")):
+        rt.kick(f"{meta.get('namespace')}/{meta.get('name')}", 0)
 
 
 @kopf.daemon(*RESOURCE, initial_delay=1.0, cancellation_timeout=10.0)
@@ -173,9 +218,56 @@ async def reaper(
     is being deleted, or the operator exits)."""
     rt: reconcile.Runtime = memo.runtime
     meta = body["metadata"]
-    wakeup = rt.wakeup(f"{meta['namespace']}/{meta['name']}")
+    key = f"{meta['namespace']}/{meta['name']}"
+    shard = rt.shard
+    if shard is None:
+        await _reap(body, memo, logger, stopped, kwargs)
+        return
+    shard.groups[key] = meta["uid"]
+    shard.count()
+    owner = False
+    try:
+        while not stopped:
+            changed = shard.changed()  # before the check: a change in between is not lost
+            if shard.may_act(meta["uid"]):
+                if not owner:
+                    logger.debug("shard: this replica (%s) acts on this group", shard.identity)
+                owner = True
+                await _reap(body, memo, logger, stopped, kwargs)
+                continue
+            if owner:  # handed over: drop what this replica held for the group
+                logger.debug(
+                    "shard: handed over to %s", shard.owner(meta["uid"]) or "(no live member)"
+                )
+                rt.forget(key)
+                metrics.remove(meta["namespace"], meta["name"])
+            owner = False
+            await _sleep(stopped, None, None, changed)
+    finally:
+        shard.groups.pop(key, None)
+        shard.count()
+
+
+async def _reap(
+    body: kopf.Body,
+    memo: Any,
+    logger: startup.Logger,
+    stopped: kopf.DaemonStopped,
+    kwargs: Mapping[str, Any],
+) -> None:
+    """The reaper's passes, until stopped, or (sharded) until this replica may no longer act
+    on the group (checked before every pass)."""
+    rt: reconcile.Runtime = memo.runtime
+    meta = body["metadata"]
+    shard = rt.shard
     while not stopped:
+        if shard is not None and not shard.may_act(meta["uid"]):
+            return
+        wakeup = rt.wakeup(f"{meta['namespace']}/{meta['name']}")
+        changed = None if shard is None else shard.changed()
         delay = rt.settings.reaper_interval
+        if shard is not None:
+            shard.busy += 1
         try:
             result = await _compute(body, memo, logger, rt.deployment_index(), kwargs)
             if result is not None:
@@ -190,7 +282,10 @@ async def reaper(
             logger.warning("reaper pass failed: %s: %s", type(exc).__name__, exc)
         finally:
             rt.heartbeat = time.monotonic()
-        await _sleep(stopped, wakeup, delay)
+            if shard is not None:
+                shard.busy -= 1
+        # sharded: a change of the assignment ends the sleep too (the next check may stop us)
+        await _sleep(stopped, wakeup, delay, changed)
 
 
 async def write_status(
@@ -210,15 +305,26 @@ async def write_status(
         raise
 
 
-async def _sleep(stopped: kopf.DaemonStopped, wakeup: asyncio.Event, delay: float) -> None:
-    """Until ``delay`` seconds passed, the daemon is stopped, or a change handler woke it."""
-    waits = {asyncio.ensure_future(stopped.wait(delay)), asyncio.ensure_future(wakeup.wait())}
+async def _sleep(
+    stopped: kopf.DaemonStopped,
+    wakeup: asyncio.Event | None,
+    delay: float | None,
+    also: asyncio.Event | None = None,
+) -> None:
+    """Until ``delay`` seconds passed (None: no limit), the daemon is stopped, a change
+    handler woke it (``wakeup``, cleared here), or ``also`` is set (the shard assignment
+    changed; never cleared: other daemons wait on the same event)."""
+    waits: set[asyncio.Future[Any]] = {asyncio.ensure_future(stopped.wait(delay))}
+    for event in (wakeup, also):
+        if event is not None:
+            waits.add(asyncio.ensure_future(event.wait()))
     try:
         await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
     finally:
         for task in waits:
             task.cancel()
-        wakeup.clear()
+        if wakeup is not None:
+            wakeup.clear()
 
 
 @kopf.on.delete(*RESOURCE)
@@ -230,8 +336,27 @@ async def on_delete(
     **kwargs: Any,
 ) -> None:
     """Deletion: workers gone, then purge or retain per ``deletionPolicy``; the finalizer
-    stays until then (bounded when Redis is unreachable, see ``purgeTimeout``)."""
-    result = await _pass(body, patch, memo, logger, memo.runtime.deployment_index(), kwargs)
+    stays until then (bounded when Redis is unreachable, see ``purgeTimeout``). Sharded: a
+    non-owner waits up to a third of the lease duration for the assignment to change, then
+    runs the pass if it owns the group now, else asks kopf to retry (never succeeds, so
+    kopf keeps the finalizer for the owner)."""
+    shard = memo.runtime.shard
+    if shard is not None:
+        uid = body["metadata"]["uid"]
+        if not shard.may_act(uid):
+            changed = shard.changed()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(changed.wait(), shard.duration / 3)
+        if not shard.may_act(uid):
+            raise kopf.TemporaryError(
+                f"deleted by its owner ({shard.owner(uid) or 'no live replica yet'})", delay=1
+            )
+        shard.busy += 1
+    try:
+        result = await _pass(body, patch, memo, logger, memo.runtime.deployment_index(), kwargs)
+    finally:
+        if shard is not None:
+            shard.busy -= 1
     if result is not None and not result.finalized:
         raise kopf.TemporaryError("waiting for workers to stop and the purge", delay=2)
     rt: reconcile.Runtime = memo.runtime

@@ -64,6 +64,7 @@ class Kube:
         self.custom = k8s.CustomObjectsApi(api)
         self.authz = k8s.AuthorizationV1Api(api)
         self.apiext = k8s.ApiextensionsV1Api(api)
+        self.coordination = k8s.CoordinationV1Api(api)
         self.requests = 0
 
     async def _call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
@@ -266,6 +267,54 @@ class Kube:
         except KubeError as exc:
             if exc.status != 404:
                 raise
+
+    # --- shard member Leases (shardmember.py) ----------------------------------------------
+    async def list_leases(self, namespace: str, selector: str) -> list[dict[str, Any]]:
+        """coordination.k8s.io/v1 Leases matching ``selector`` in ``namespace`` (one call)."""
+        data = _json(
+            await self._call(
+                self.coordination.list_namespaced_lease,
+                namespace,
+                label_selector=selector,
+                _preload_content=False,
+            )
+        )
+        items: list[dict[str, Any]] = data.get("items", [])
+        return items
+
+    async def create_lease(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Create a Lease; returns it as stored (409 leaves as :class:`KubeError`)."""
+        ns = body["metadata"]["namespace"]
+        return _json(
+            await self._call(
+                self.coordination.create_namespaced_lease, ns, body, _preload_content=False
+            )
+        )
+
+    async def patch_lease(
+        self, namespace: str, name: str, patch: dict[str, Any]
+    ) -> dict[str, Any] | None:
+        """Merge-patch a Lease (a ``metadata.resourceVersion`` in ``patch`` makes it
+        conditional: 409 when the Lease changed since); None when it does not exist."""
+        try:
+            return _json(
+                await self._call(
+                    self.coordination.patch_namespaced_lease,
+                    name,
+                    namespace,
+                    patch,
+                    _content_type=MERGE_PATCH,
+                    _preload_content=False,
+                )
+            )
+        except KubeError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    async def delete_lease(self, namespace: str, name: str) -> None:
+        """Delete a Lease; absent is fine."""
+        await self._delete(self.coordination.delete_namespaced_lease, name, namespace)
 
     # --- preflight ------------------------------------------------------------------------
     async def crd_exists(self) -> bool:

@@ -20,6 +20,9 @@ sendgroup_queue_unreachable                deprecated (1 - sendgroup_queue_reach
                                            in the next release
 sendgroup_info                             namespace, sendgroup, campaign, host (always 1)
 sendgroup_operation_failed                 namespace, sendgroup, kind (dump, restore)
+sendgroup_operator_owned_groups            (groups this replica acts on; sharding only)
+sendgroup_operator_shard_members           (live members in this replica's view; sharding
+                                           only)
 =========================================  =====================================================
 
 Label cardinality is bounded by the number of SendGroups (a few series each) plus fixed sets
@@ -91,6 +94,16 @@ OPERATION_FAILED: Final = Gauge(
     "1 while the group's last dump or restore Job failed (condition Degraded=True, reason "
     "DumpFailed or RestoreFailed) and no later one succeeded",
     ["namespace", "sendgroup", "kind"],
+    registry=REGISTRY,
+)
+OWNED_GROUPS: Final = Gauge(
+    "sendgroup_operator_owned_groups",
+    "SendGroups this operator replica acts on (sharding: its share; 0 while it is fenced)",
+    registry=REGISTRY,
+)
+SHARD_MEMBERS: Final = Gauge(
+    "sendgroup_operator_shard_members",
+    "Live operator replicas in this replica's view of the shard set (sharding only)",
     registry=REGISTRY,
 )
 GROUPS: Final = Gauge("sendgroup_groups", "SendGroups by phase", ["phase"], registry=REGISTRY)

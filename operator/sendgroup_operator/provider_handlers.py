@@ -228,7 +228,12 @@ async def provider_pass(
     **kwargs: Any,
 ) -> None:
     """One pass over one provider (see the module docstring). Never raises: a failed pass is
-    logged and the next one runs a second later."""
+    logged and the next one runs a second later. Sharded: only the provider's owner (the same
+    assignment as groups, by the provider's uid) runs it; it sees every group through the
+    index, so its shares are the same as one replica's."""
+    shard = memo.runtime.shard
+    if shard is not None and not shard.may_act(body["metadata"]["uid"]):
+        return
     try:
         await _pass(body, patch, memo, logger, kwargs)
     except Exception as exc:  # the timer must keep running

@@ -33,6 +33,7 @@ from sendgroup_operator.kube import Kube, KubeError
 from sendgroup_operator.observer import Observer
 from sendgroup_operator.queueio import QueueUnavailable, RedisQueues
 from sendgroup_operator.settings import Settings
+from sendgroup_operator.shardmember import Shard
 from sendgroup_worker.queue import protocol
 
 #: Seconds a queue claim this process holds is trusted before it is confirmed in Redis again
@@ -63,6 +64,7 @@ class Runtime:
     demands: dict[str, int] = field(default_factory=dict)
     #: The cap's allocation of ``demands``, None after any change (see :meth:`allowed`).
     _shares: dict[str, int] | None = field(default=None, init=False, repr=False)
+    _shares_cap: int | None = field(default=None, init=False, repr=False)
     granted: dict[str, int] = field(default_factory=dict)
     table: metrics.GroupTable = field(default_factory=metrics.GroupTable)
     heartbeat: float = field(default_factory=time.monotonic)
@@ -96,6 +98,8 @@ class Runtime:
     parsed: dict[
         str, tuple[tuple[str, str], tuple[plan.Group, models.SendGroupSpec, models.SendGroupStatus]]
     ] = field(default_factory=dict)
+    #: This replica's shard membership when sharding is on (startup.py), else None.
+    shard: Shard | None = None
 
     def __post_init__(self) -> None:
         self.observer = Observer(self.queues, lambda key: self.kick(key, 0))
@@ -154,13 +158,18 @@ class Runtime:
         many that the sum of what is granted passes the cap (others shrink on their next
         pass, then this group grows). Without a cap, the demand itself (no pass over the
         other groups); with one, the allocation is computed once per change of any demand,
-        not once per pass (issue 15: O(all groups) per check)."""
+        not once per pass (issue 15: O(all groups) per check). Sharded, the cap is split
+        evenly over the live replicas and each shares its part among the groups it owns (the
+        sum stays within the cap; the split is not max-min fair across replicas)."""
         self.set_demand(key, demand)
         cap = self.settings.max_total_workers
         if cap is None:
             return demand
-        if self._shares is None:
+        if self.shard is not None:  # sharded: this replica's part of the cap, for its groups
+            cap = self.shard.part(cap)
+        if self._shares is None or cap != self._shares_cap:
             self._shares = fairshare.allocate(self.demands, cap)
+            self._shares_cap = cap
         share = self._shares[key]
         others = sum(v for k, v in self.granted.items() if k != key)
         return max(0, min(share, cap - others))
@@ -655,12 +664,15 @@ async def _refused(
 
 async def count_orphan_deployments(rt: Runtime) -> int:
     """Worker Deployments of ours whose SendGroup this process does not know (compared by
-    name sets: ``namespace/group``). Sets ``sendgroup_orphans{kind="deployment_without_group"}``
-    and returns the count. One LIST per watched namespace."""
+    name sets: ``namespace/group``; sharded, every replica counts them all). Sets
+    ``sendgroup_orphans{kind="deployment_without_group"}`` and returns the count. One LIST
+    per watched namespace."""
     selector = WORKER_SELECTOR
     settings = rt.settings
     namespaces: tuple[str | None, ...] = (None,) if settings.clusterwide else settings.namespaces
-    known = {(ns, builders.label_value(name)) for ns, name in (k.split("/", 1) for k in rt.demands)}
+    # sharded: every group this replica watches (its own have demands, the others do not)
+    groups = rt.demands if rt.shard is None else rt.shard.groups
+    known = {(ns, builders.label_value(name)) for ns, name in (k.split("/", 1) for k in groups)}
     orphans = 0
     for ns in namespaces:
         for dep in await rt.kube.list_deployments(ns, selector):

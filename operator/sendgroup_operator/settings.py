@@ -93,6 +93,21 @@ def _secret_ref(env: Mapping[str, str], name: str) -> str:
     return raw
 
 
+def _lease_duration(env: Mapping[str, str]) -> float:
+    """``SENDGROUP_SHARD_LEASE_DURATION``: seconds, at least 3 (renewed every third)."""
+    name = "SENDGROUP_SHARD_LEASE_DURATION"
+    raw = env.get(name, "").strip()
+    if not raw:
+        return 15.0
+    try:
+        value = float(raw)
+    except ValueError as exc:
+        raise SettingsError(f"{name}={raw!r}: expected seconds") from exc
+    if not value >= 3:
+        raise SettingsError(f"{name}={raw!r}: expected at least 3 seconds")
+    return value
+
+
 def _setting(default: Any, env: str, value: str, doc: str) -> Any:
     """A :class:`Settings` field: its default, environment variable, Helm value (``""`` when
     the chart has none) and meaning (the text of docs/reference.md)."""
@@ -204,7 +219,8 @@ class Settings:
         None,
         "SENDGROUP_MAX_TOTAL_WORKERS",
         "maxTotalWorkers",
-        "global worker cap shared max-min fairly by the groups with work (empty = no cap)",
+        "global worker cap shared max-min fairly by the groups with work (empty = no cap); "
+        "sharded, split evenly over the live replicas first",
     )
     dumps_claim_name: str = _setting(
         "sendgroup-dumps",
@@ -254,6 +270,26 @@ class Settings:
         "peering.lifetime",
         "seconds a peering record lives without keepalive: the longest a standby waits after "
         "the active instance died",
+    )
+    sharding: bool = _setting(
+        False,
+        "SENDGROUP_SHARDING",
+        "sharding.enabled",
+        "true: the groups are sharded over the replicas (one Lease per replica in the "
+        "operator's namespace, no kopf peering); false: kopf peering (one active replica)",
+    )
+    shard_lease_duration: float = _setting(
+        15.0,
+        "SENDGROUP_SHARD_LEASE_DURATION",
+        "sharding.leaseDuration",
+        "seconds a replica's Lease lives unrenewed (renewed every third of it): a killed "
+        "replica's groups are taken over within about 4/3 of it; a new replica acts after one",
+    )
+    shard_set: str = _setting(
+        "sendgroup-operator",
+        "SENDGROUP_SHARD_SET",
+        "",
+        "name of the shard set (label of its Leases; the chart sets the release's full name)",
     )
     status_refresh: float = _setting(
         60.0,
@@ -423,6 +459,9 @@ class Settings:
             peering_priority=_req_int(e, "SENDGROUP_PEERING_PRIORITY", 0),
             peering_name=e.get("SENDGROUP_PEERING_NAME") or d.peering_name,
             peering_lifetime=_req_int(e, "SENDGROUP_PEERING_LIFETIME", d.peering_lifetime),
+            sharding=_bool(e, "SENDGROUP_SHARDING", False),
+            shard_lease_duration=_lease_duration(e),
+            shard_set=e.get("SENDGROUP_SHARD_SET") or d.shard_set,
             status_refresh=float(_req_int(e, "SENDGROUP_STATUS_REFRESH", 60)),
             worker_service_account=e.get("SENDGROUP_WORKER_SERVICE_ACCOUNT") or None,
             default_smtp_host=e.get("SENDGROUP_DEFAULT_SMTP_HOST") or d.default_smtp_host,

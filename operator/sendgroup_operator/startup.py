@@ -17,7 +17,7 @@ import kopf
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
-from sendgroup_operator import metrics, models, reconcile
+from sendgroup_operator import metrics, models, reconcile, shardmember
 from sendgroup_operator.kube import Kube
 from sendgroup_operator.queueio import RedisQueues
 from sendgroup_operator.reconcile import Runtime
@@ -47,6 +47,13 @@ NAMESPACED_PERMISSIONS: Final = (
     ("get", "", "secrets"),
     ("create", "", "events"),
 )
+#: (verb, API group, resource) a sharded operator needs in its own namespace (its Lease).
+SHARD_PERMISSIONS: Final = (
+    ("list", "coordination.k8s.io", "leases"),
+    ("create", "coordination.k8s.io", "leases"),
+    ("patch", "coordination.k8s.io", "leases"),
+    ("delete", "coordination.k8s.io", "leases"),
+)
 
 
 def load_kube_config() -> k8s.ApiClient:
@@ -66,6 +73,7 @@ def configure_kopf(settings: kopf.OperatorSettings, ours: Settings) -> None:
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix=models.GROUP, key="last-handled-configuration"
     )
+    # with sharding kopf runs standalone (__main__): the Leases of shardmember.py coordinate
     settings.peering.priority = ours.peering_priority
     settings.peering.name = ours.peering_name
     settings.peering.lifetime = ours.peering_lifetime
@@ -85,6 +93,10 @@ async def missing_permissions(kube: Kube, ours: Settings) -> list[str]:
             if not await kube.can(verb, group, resource, ns):
                 where = f"in namespace {ns}" if ns else "cluster-wide"
                 missing.append(f"{verb} {group or 'core'}/{resource} {where}")
+    if ours.sharding:
+        for verb, group, resource in SHARD_PERMISSIONS:
+            if not await kube.can(verb, group, resource, ours.namespace):
+                missing.append(f"{verb} {group}/{resource} in namespace {ours.namespace}")
     return missing
 
 
@@ -122,7 +134,25 @@ async def start(settings: kopf.OperatorSettings, memo: Any, logger: Logger) -> N
     found = await reconcile.load_deployments(memo.runtime)
     logger.info("%d worker Deployment(s) found", found)
     memo.runtime.heartbeat = time.monotonic()
+    if ours.sharding:
+        shard = shardmember.Shard(kube, ours)
+        logger.info(
+            "sharding: member %s of set %s (Lease %s/%s, %.0f s)",
+            shard.identity,
+            shard.shard_set,
+            ours.namespace,
+            shard.name,
+            ours.shard_lease_duration,
+        )
+        await shard.poll(logger)
+        memo.runtime.shard = shard
+        memo.shard_task = asyncio.create_task(_poll_after(shard, logger))
     memo.orphan_task = asyncio.create_task(reconcile.orphan_loop(memo.runtime, logger))
+
+
+async def _poll_after(shard: shardmember.Shard, logger: Logger) -> None:
+    await asyncio.sleep(shard.duration / 3)
+    await shard.run(logger)
 
 
 def liveness(memo: Any) -> dict[str, Any]:

@@ -42,7 +42,8 @@ def rbac_objects(namespace: str, sa: str = SA_NAME) -> list[dict[str, Any]]:
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "Role",
             "metadata": {"name": sa, "namespace": namespace},
-            "rules": rules["namespaced"],
+            # the operator's own namespace is watched here: its shard Lease rules too
+            "rules": rules["namespaced"] + rules["shard"],
         },
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",

@@ -32,3 +32,26 @@ def test_forgetting_a_group_frees_its_share() -> None:
     assert rt.allowed("ns/b", 4) == 0  # a still holds all 4 until its next pass
     rt.forget("ns/a")
     assert rt.allowed("ns/b", 4) == 4
+
+
+class _Shard:
+    def __init__(self, members: int) -> None:
+        self.members = members
+
+    def part(self, total: int) -> int:
+        return total // self.members
+
+
+def test_a_sharded_replica_shares_its_part_of_the_cap() -> None:
+    rt = _runtime(20)
+    rt.shard = _Shard(2)  # type: ignore[assignment]
+    names = [f"ns/g{i}" for i in range(5)]
+    for _round in range(3):
+        for key in names:
+            rt.granted[key] = rt.allowed(key, 5)
+    assert sum(rt.granted.values()) == 10  # half the cap: the other replica has the rest
+    rt.shard = _Shard(1)  # the other replica left: the whole cap, shares recomputed
+    for _round in range(3):
+        for key in names:
+            rt.granted[key] = rt.allowed(key, 5)
+    assert sum(rt.granted.values()) == 20

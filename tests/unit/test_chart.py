@@ -40,7 +40,42 @@ VARIANTS: dict[str, dict[str, Any]] = {
     },
     "service-monitor": {"serviceMonitor.enabled": True},
     "ha": {"replicas": 2},
+    "sharded": {"replicas": 3, "sharding.enabled": True, "watchNamespaces": ["mail", "news"]},
 }
+
+
+def test_sharded_instances_get_leases_not_peering() -> None:
+    """sharding.enabled with replicas >= 2: every instance runs with SENDGROUP_SHARDING, its
+    instance name as shard identity, one shard set; no KopfPeering (no write per namespace),
+    and the Lease rules (rules file, "shard") only in the release namespace."""
+    objects = render(
+        {"replicas": 3, "sharding.enabled": True, "sharding.leaseDuration": 9},
+        extra=("--set", "watchNamespaces={mail,news}"),
+    )
+    deps = operator_deployments(objects)
+    envs = [env_of(d, "mail") for d in deps]
+    assert [e["POD_ID"] for e in envs] == [d["metadata"]["name"] for d in deps]
+    for e in envs:
+        assert e["SENDGROUP_SHARDING"] == "true"
+        assert e["SENDGROUP_SHARD_LEASE_DURATION"] == "9"
+        assert e["SENDGROUP_SHARD_SET"] == "sg-sendgroup-operator"
+        assert "SENDGROUP_PEERING_PRIORITY" not in e and "SENDGROUP_STANDALONE" not in e
+        ours = settings.Settings.from_env(e)
+        assert ours.sharding and ours.shard_lease_duration == 9.0
+    assert find(objects, "KopfPeering") == [] and find(objects, "ClusterKopfPeering") == []
+    [role] = find(objects, "Role", "sg-sendgroup-operator-shard")
+    assert role["metadata"]["namespace"] == "mail" and role["rules"] == RULES["shard"]
+    [binding] = find(objects, "RoleBinding", "sg-sendgroup-operator-shard")
+    assert binding["metadata"]["namespace"] == "mail"
+    assert not any("leases" in str(r["rules"]) for r in find(objects, "Role") if r is not role)
+
+
+def test_sharding_needs_two_replicas() -> None:
+    objects = render({"sharding.enabled": True})
+    [dep] = operator_deployments(objects)
+    env = env_of(dep, "mail")
+    assert "SENDGROUP_SHARDING" not in env and env["SENDGROUP_STANDALONE"] == "true"
+    assert find(objects, "Role", "sg-sendgroup-operator-shard") == []
 
 
 def operator_deployments(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:

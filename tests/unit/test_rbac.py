@@ -31,8 +31,14 @@ def test_preflight_permissions_are_granted() -> None:
         assert _allows(RULES["namespaced"], verb, group, resource), (verb, group, resource)
 
 
+def test_shard_permissions_are_granted() -> None:
+    for verb, group, resource in startup.SHARD_PERMISSIONS:
+        assert _allows(RULES["shard"], verb, group, resource), (verb, group, resource)
+    assert {res for r in RULES["shard"] for res in r["resources"]} == {"leases"}
+
+
 def test_no_wildcards_and_secrets_read_only() -> None:
-    for rule in RULES["namespaced"] + RULES["cluster"]:
+    for rule in RULES["namespaced"] + RULES["cluster"] + RULES["shard"]:
         assert "*" not in rule["verbs"] and "*" not in rule["resources"]
     secrets = [r for r in RULES["namespaced"] if "secrets" in r["resources"]]
     assert [r["verbs"] for r in secrets] == [["get"]]

@@ -124,6 +124,12 @@ the release namespace when all are watched.
 The operator's rules from files/rbac-rules.yaml (the single source, shared with the tests):
 a dict with "namespaced" and "cluster" lists.
 */}}
+{{- /* "true" when the groups are sharded over the instances (sharding.enabled, replicas >= 2),
+else empty. */ -}}
+{{- define "sendgroup-operator.sharded" -}}
+{{- if and .Values.sharding.enabled (ge (int .Values.replicas) 2) -}}true{{- end -}}
+{{- end -}}
+
 {{- define "sendgroup-operator.rbacRules" -}}
 {{- $rules := .Files.Get "files/rbac-rules.yaml" | fromYaml -}}
 {{- if or (not $rules.namespaced) (not $rules.cluster) -}}
