@@ -175,6 +175,27 @@ class Kube:
             self.batch.delete_namespaced_job, name, namespace, propagation_policy="Background"
         )
 
+    async def list_groups(self, namespace: str | None) -> list[dict[str, Any]]:
+        """The SendGroups of ``namespace`` (None: all namespaces), as the API returns them."""
+        plural = (models.GROUP, models.VERSION)
+        if namespace is None:
+            response = await self._call(
+                self.custom.list_cluster_custom_object,
+                *plural,
+                models.PLURAL,
+                _preload_content=False,
+            )
+        else:
+            response = await self._call(
+                self.custom.list_namespaced_custom_object,
+                *plural,
+                namespace,
+                models.PLURAL,
+                _preload_content=False,
+            )
+        items: list[dict[str, Any]] = _json(response).get("items", [])
+        return items
+
     async def list_deployments(self, namespace: str | None, selector: str) -> list[dict[str, Any]]:
         """Deployments matching ``selector`` in ``namespace`` (None: all namespaces)."""
         if namespace is None:

@@ -4,7 +4,7 @@ groups resolved to it, share its budget among them, write the shares to the prov
 provider's status (groups, effective rate, shares, active rules, conditions) and events.
 
 Thin: the decisions are :mod:`provider_plan` (pure), the I/O :mod:`provider_io` (Redis) and
-:mod:`provider_dns` (MX). Groups come from a kopf index of SendGroups (no API call per pass).
+:mod:`provider_dns` (MX). Groups come from a watch-fed map of SendGroups (no API call per pass).
 
 The group side (``status.provider`` with condition ``ProviderResolved``, and the worker env
 ``SENDGROUP_PROVIDER`` from :func:`provider_plan.worker_provider_env`) belongs to the group's
@@ -61,21 +61,33 @@ _resolved: dict[tuple[str, str, str], tuple[float, provider_plan.Resolution]] = 
 _samples: dict[str, tuple[provider_plan.SendSample, ...]] = {}
 
 
-@kopf.index(*SG)
-def provider_groups(
-    namespace: str | None, name: str, body: kopf.Body, **_: Any
-) -> dict[tuple[str | None, str], dict[str, Any]]:
-    """Every SendGroup: ``(namespace, name) -> {spec, status, metadata}``."""
+def group_entry(body: Mapping[str, Any]) -> dict[str, Any]:
+    """What a provider pass needs of a SendGroup: ``{spec, status, metadata}``."""
     return {
-        (namespace, name): {
-            "spec": dict(body.get("spec") or {}),
-            "status": dict(body.get("status") or {}),
-            "metadata": {
-                "creationTimestamp": body["metadata"].get("creationTimestamp"),
-                "generation": body["metadata"].get("generation"),
-            },
-        }
+        "spec": dict(body.get("spec") or {}),
+        "status": dict(body.get("status") or {}),
+        "metadata": {
+            "creationTimestamp": body["metadata"].get("creationTimestamp"),
+            "generation": body["metadata"].get("generation"),
+        },
     }
+
+
+@kopf.on.event(*SG)
+async def provider_groups(
+    type: str | None, namespace: str | None, name: str, body: kopf.Body, memo: Any, **_: Any
+) -> None:
+    """Every SendGroup into ``Runtime.groups`` (``(namespace, name) -> group_entry``; filled
+    first by one LIST at start-up, ``startup.load_groups``). Not a ``@kopf.index``: kopf holds
+    every handler until all indexed objects are indexed, through one condition notified per
+    object and woken for every waiting object, quadratic in the number of groups (issue 15)."""
+    rt = getattr(memo, "runtime", None)
+    if rt is None or namespace is None:
+        return
+    if type == "DELETED":
+        rt.groups.pop((namespace, name), None)
+    else:
+        rt.groups[(namespace, name)] = group_entry(body)
 
 
 @kopf.index(*SP)
@@ -248,30 +260,29 @@ async def _pass(
     own_ns = body["metadata"].get("namespace")
     provider = _admitted(parse_provider(_plain(body)), memo.runtime.settings)
     cluster = _parse_providers(_values(kwargs.get("cluster_providers"), ""))
-    groups_index = kwargs.get("provider_groups") or {}
+    groups: Mapping[tuple[str, str], Mapping[str, Any]] = memo.runtime.groups
     members: list[tuple[models.SendGroupSpec, Mapping[str, Any], str]] = []
-    for (g_ns, g_name), entries in list(groups_index.items()):
-        if g_ns is None or (own_ns is not None and g_ns != own_ns):
+    for (g_ns, g_name), entry in list(groups.items()):
+        if own_ns is not None and g_ns != own_ns:
             continue
-        for entry in entries:
-            try:
-                spec = models.SendGroupSpec.model_validate(entry["spec"])
-            except pydantic.ValidationError:
-                continue
-            r = await _resolution(
-                g_ns,
-                g_name,
-                spec,
-                kwargs,
-                cluster,
-                previous_provider(
-                    entry["status"] or {}, (entry.get("metadata") or {}).get("generation")
-                ),
-            )
-            if r.provider is None or (r.provider.kind, r.provider.name) != (kind, name):
-                continue
-            if provider_plan.laravel_unpaced(spec) is None:  # laravel workers take no permit
-                members.append((spec, entry["status"], f"{g_ns}/{g_name}"))
+        try:
+            spec = models.SendGroupSpec.model_validate(entry["spec"])
+        except pydantic.ValidationError:
+            continue
+        r = await _resolution(
+            g_ns,
+            g_name,
+            spec,
+            kwargs,
+            cluster,
+            previous_provider(
+                entry["status"] or {}, (entry.get("metadata") or {}).get("generation")
+            ),
+        )
+        if r.provider is None or (r.provider.kind, r.provider.name) != (kind, name):
+            continue
+        if provider_plan.laravel_unpaced(spec) is None:  # laravel workers take no permit
+            members.append((spec, entry["status"], f"{g_ns}/{g_name}"))
     if provider.invalid is not None or _was_invalid(provider):
         status, event = provider_plan.invalid_status(provider, datetime.now(UTC))
         if event is not None:

@@ -93,6 +93,10 @@ class Runtime:
     #: of objects: at 10,000 groups and 1,000 Deployments it did not finish, issue 15).
     deployments: dict[tuple[str, str], plan.DeploymentObs | None] = field(default_factory=dict)
     deployments_synced: bool = False
+    #: Every watched SendGroup, ``(namespace, name) -> {spec, status, metadata}``, for the
+    #: provider passes (``provider_handlers.provider_groups``, a watch event handler; filled
+    #: first by one LIST at start-up, :func:`load_groups`).
+    groups: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     #: The models of each group's body as last parsed, by (uid, resourceVersion); see
     #: :meth:`parse`.
     parsed: dict[
@@ -364,6 +368,22 @@ async def _deployment(
 WORKER_SELECTOR = (
     f"{builders.LABEL_MANAGED_BY}={builders.MANAGED_BY},{builders.LABEL_COMPONENT}=worker"
 )
+
+
+async def load_groups(rt: Runtime) -> int:
+    """Fill ``rt.groups`` (what the provider passes read) with one LIST of the SendGroups per
+    watched namespace (one cluster-wide when watching all), at start-up before kopf's watches
+    begin. Returns how many were found."""
+    namespaces: tuple[str | None, ...] = (
+        (None,) if rt.settings.clusterwide else rt.settings.namespaces
+    )
+    found = 0
+    for ns in namespaces:
+        for body in await rt.kube.list_groups(ns):
+            meta = body["metadata"]
+            rt.groups[(meta["namespace"], meta["name"])] = provider_handlers.group_entry(body)
+            found += 1
+    return found
 
 
 async def load_deployments(rt: Runtime) -> int:

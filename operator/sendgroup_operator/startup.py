@@ -131,8 +131,9 @@ async def start(settings: kopf.OperatorSettings, memo: Any, logger: Logger) -> N
     memo.runtime = Runtime(settings=ours, kube=kube, queues=RedisQueues(ours.key_prefix))
     metrics.serve(ours.metrics_port, os.environ.get("SENDGROUP_LISTEN_HOST", "0.0.0.0"))
     await preflight(kube, ours, logger)
+    groups = await reconcile.load_groups(memo.runtime)
     found = await reconcile.load_deployments(memo.runtime)
-    logger.info("%d worker Deployment(s) found", found)
+    logger.info("%d SendGroup(s) and %d worker Deployment(s) found", groups, found)
     memo.runtime.heartbeat = time.monotonic()
     if ours.sharding:
         shard = shardmember.Shard(kube, ours)

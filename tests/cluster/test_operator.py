@@ -432,7 +432,7 @@ def test_a_deleted_deployment_comes_back_and_a_restart_sees_the_existing_ones(
     objects.apply(sendgroup("wd", workers=3))
     wait_for(lambda: replicas(objects, "wd") == 3, 30, "the spec change after the restart")
     assert objects.get("deployment", "sg-wd")["metadata"]["uid"] == back["metadata"]["uid"]
-    assert "worker Deployment(s) found" in restarted.log()
+    assert "SendGroup(s) and 1 worker Deployment(s) found" in restarted.log()
     reasons = {c.get("reason") for c in objects.status("wd").get("conditions", [])}
     assert "ApplyFailed" not in reasons
 
