@@ -50,9 +50,14 @@ def main() -> None:
         level=os.environ.get("SENDGROUP_LOG_LEVEL", "INFO"),
         format="%(asctime)s %(levelname)s %(name)s %(message)s",
     )
-    # One line per reaper pass per group (or, sharded, per watch event: on_event) would drown
-    # the log: keep kopf's other lines.
-    quiet = ("Timer 'reaper' succeeded", "Handler 'on_event' succeeded")
+    # One line per reaper pass per group, or per watch event (on_event when sharded, the
+    # Deployment and SendGroup maps always) would drown the log: keep kopf's other lines.
+    quiet = (
+        "Timer 'reaper' succeeded",
+        "Handler 'on_event' succeeded",
+        "Handler 'on_worker_deployment' succeeded",
+        "Handler 'provider_groups' succeeded",
+    )
     logging.getLogger("kopf.objects").addFilter(
         lambda record: not record.getMessage().startswith(quiet)
     )

@@ -150,16 +150,7 @@ class Kube:
     # --- Jobs and pods ------------------------------------------------------------------------
     async def list_jobs(self, namespace: str, selector: str) -> list[dict[str, Any]]:
         """Jobs matching ``selector``."""
-        data = _json(
-            await self._call(
-                self.batch.list_namespaced_job,
-                namespace,
-                label_selector=selector,
-                _preload_content=False,
-            )
-        )
-        items: list[dict[str, Any]] = data.get("items", [])
-        return items
+        return await self._items(self.batch.list_namespaced_job, namespace, label_selector=selector)
 
     async def create_job(self, body: dict[str, Any]) -> None:
         """Create the Job; 409 AlreadyExists means an earlier pass created it: adopt it."""
@@ -179,53 +170,24 @@ class Kube:
         """The SendGroups of ``namespace`` (None: all namespaces), as the API returns them."""
         plural = (models.GROUP, models.VERSION)
         if namespace is None:
-            response = await self._call(
-                self.custom.list_cluster_custom_object,
-                *plural,
-                models.PLURAL,
-                _preload_content=False,
-            )
-        else:
-            response = await self._call(
-                self.custom.list_namespaced_custom_object,
-                *plural,
-                namespace,
-                models.PLURAL,
-                _preload_content=False,
-            )
-        items: list[dict[str, Any]] = _json(response).get("items", [])
-        return items
+            return await self._items(self.custom.list_cluster_custom_object, *plural, models.PLURAL)
+        return await self._items(
+            self.custom.list_namespaced_custom_object, *plural, namespace, models.PLURAL
+        )
 
     async def list_deployments(self, namespace: str | None, selector: str) -> list[dict[str, Any]]:
         """Deployments matching ``selector`` in ``namespace`` (None: all namespaces)."""
         if namespace is None:
-            response = await self._call(
-                self.apps.list_deployment_for_all_namespaces,
-                label_selector=selector,
-                _preload_content=False,
+            return await self._items(
+                self.apps.list_deployment_for_all_namespaces, label_selector=selector
             )
-        else:
-            response = await self._call(
-                self.apps.list_namespaced_deployment,
-                namespace,
-                label_selector=selector,
-                _preload_content=False,
-            )
-        items: list[dict[str, Any]] = _json(response).get("items", [])
-        return items
+        return await self._items(
+            self.apps.list_namespaced_deployment, namespace, label_selector=selector
+        )
 
     async def list_pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
         """Pods matching ``selector``."""
-        data = _json(
-            await self._call(
-                self.core.list_namespaced_pod,
-                namespace,
-                label_selector=selector,
-                _preload_content=False,
-            )
-        )
-        items: list[dict[str, Any]] = data.get("items", [])
-        return items
+        return await self._items(self.core.list_namespaced_pod, namespace, label_selector=selector)
 
     async def pod_log_tail(self, namespace: str, pod: str, lines: int = 5) -> str | None:
         """The last ``lines`` lines of a pod's log; None when there is none (no node ran it,
@@ -282,6 +244,14 @@ class Kube:
             if exc.status != 404:
                 raise
 
+    async def _items(
+        self, fn: Callable[..., Any], *args: Any, **kwargs: Any
+    ) -> list[dict[str, Any]]:
+        """The ``items`` of one list call (raw JSON, not the client's models)."""
+        data = _json(await self._call(fn, *args, _preload_content=False, **kwargs))
+        items: list[dict[str, Any]] = data.get("items", [])
+        return items
+
     async def _delete(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
         try:
             await self._call(fn, *args, **kwargs)
@@ -292,16 +262,9 @@ class Kube:
     # --- shard member Leases (shardmember.py) ----------------------------------------------
     async def list_leases(self, namespace: str, selector: str) -> list[dict[str, Any]]:
         """coordination.k8s.io/v1 Leases matching ``selector`` in ``namespace`` (one call)."""
-        data = _json(
-            await self._call(
-                self.coordination.list_namespaced_lease,
-                namespace,
-                label_selector=selector,
-                _preload_content=False,
-            )
+        return await self._items(
+            self.coordination.list_namespaced_lease, namespace, label_selector=selector
         )
-        items: list[dict[str, Any]] = data.get("items", [])
-        return items
 
     async def create_lease(self, body: dict[str, Any]) -> dict[str, Any]:
         """Create a Lease; returns it as stored (409 leaves as :class:`KubeError`)."""

@@ -113,16 +113,20 @@ class Stopped:
         return True
 
 
+def start_reaper(memo: SimpleNamespace) -> tuple[Stopped, asyncio.Task[None]]:
+    """The reaper daemon of BODY running in the current loop, and its stop flag."""
+    stopped = Stopped()
+    log = SimpleNamespace(info=print, debug=print, warning=print)
+    task = asyncio.create_task(handlers.reaper(body=BODY, memo=memo, logger=log, stopped=stopped))
+    return stopped, task
+
+
 def test_a_non_owners_reaper_waits_then_takes_over(passes: list[str]) -> None:
     shard = FakeShard(mine=False)
     memo = memo_with(shard)
 
     async def scenario() -> None:
-        stopped = Stopped()
-        log = SimpleNamespace(info=print, debug=print, warning=print)
-        task = asyncio.create_task(
-            handlers.reaper(body=BODY, memo=memo, logger=log, stopped=stopped)
-        )
+        stopped, task = start_reaper(memo)
         await asyncio.sleep(0.1)
         assert passes == [] and shard.groups == {"mail/g": "uid-g"}  # waits, no pass
         shard.take()
@@ -140,11 +144,7 @@ def test_an_owners_reaper_stops_acting_when_the_group_moves(passes: list[str]) -
     memo = memo_with(shard)
 
     async def scenario() -> None:
-        stopped = Stopped()
-        log = SimpleNamespace(info=print, debug=print, warning=print)
-        task = asyncio.create_task(
-            handlers.reaper(body=BODY, memo=memo, logger=log, stopped=stopped)
-        )
+        stopped, task = start_reaper(memo)
         await asyncio.sleep(0.1)
         assert passes == ["pass"]
         shard.mine = False  # another member owns it now
