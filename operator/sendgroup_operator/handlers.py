@@ -213,9 +213,8 @@ async def reaper(
     this daemon when jobs arrive), move the clocks, act on deadlines; again after
     ``requeue_after`` (2 s) while a transition is in motion, after ``plan.idle_wait`` (60 s)
     when the pass left it idle (the observer wakes it when jobs arrive), else after
-    ``reaperInterval``. A
-    failed pass is logged and counted; the loop keeps running until kopf stops it (the group
-    is being deleted, or the operator exits)."""
+    ``reaperInterval``. A failed pass is logged and counted; the loop keeps running until kopf
+    stops it (the group is being deleted, or the operator exits)."""
     rt: reconcile.Runtime = memo.runtime
     meta = body["metadata"]
     key = f"{meta['namespace']}/{meta['name']}"
