@@ -129,6 +129,11 @@ def labels(ref: GroupRef, component: str) -> dict[str, str]:
     }
 
 
+#: Labels every worker Deployment of ours carries (a watch filter), and the same as a selector.
+WORKER_LABELS: Final = {LABEL_MANAGED_BY: MANAGED_BY, LABEL_COMPONENT: "worker"}
+WORKER_SELECTOR: Final = ",".join(f"{k}={v}" for k, v in WORKER_LABELS.items())
+
+
 def group_selector(ref: GroupRef) -> str:
     """Label selector of all pods/Jobs/Deployments of one group."""
     return f"{LABEL_GROUP}={label_value(ref.name)},{LABEL_PART_OF}={PART_OF}"

@@ -75,7 +75,7 @@ def on_probe(memo: Any, **_: Any) -> dict[str, Any]:
     "apps",
     "v1",
     "deployments",
-    labels={builders.LABEL_MANAGED_BY: builders.MANAGED_BY, builders.LABEL_COMPONENT: "worker"},
+    labels=builders.WORKER_LABELS,
 )
 async def on_worker_deployment(
     type: str | None, namespace: str | None, name: str, body: kopf.Body, memo: Any, **_: Any

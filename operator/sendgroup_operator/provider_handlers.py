@@ -78,7 +78,7 @@ async def provider_groups(
     type: str | None, namespace: str | None, name: str, body: kopf.Body, memo: Any, **_: Any
 ) -> None:
     """Every SendGroup into ``Runtime.groups`` (``(namespace, name) -> group_entry``; filled
-    first by one LIST at start-up, ``startup.load_groups``). Not a ``@kopf.index``: kopf holds
+    first by one LIST at start-up, ``reconcile.load_groups``). Not a ``@kopf.index``: kopf holds
     every handler until all indexed objects are indexed, through one condition notified per
     object and woken for every waiting object, quadratic in the number of groups (issue 15)."""
     rt = getattr(memo, "runtime", None)
@@ -241,8 +241,8 @@ async def provider_pass(
 ) -> None:
     """One pass over one provider (see the module docstring). Never raises: a failed pass is
     logged and the next one runs a second later. Sharded: only the provider's owner (the same
-    assignment as groups, by the provider's uid) runs it; it sees every group through the
-    index, so its shares are the same as one replica's."""
+    assignment as groups, by the provider's uid) runs it; it sees every group
+    (``Runtime.groups``), so its shares are the same as one replica's."""
     shard = memo.runtime.shard
     if shard is not None and not shard.may_act(body["metadata"]["uid"]):
         return

@@ -365,20 +365,12 @@ async def _deployment(
     return None if raw is None else deployment_obs(raw)
 
 
-WORKER_SELECTOR = (
-    f"{builders.LABEL_MANAGED_BY}={builders.MANAGED_BY},{builders.LABEL_COMPONENT}=worker"
-)
-
-
 async def load_groups(rt: Runtime) -> int:
     """Fill ``rt.groups`` (what the provider passes read) with one LIST of the SendGroups per
     watched namespace (one cluster-wide when watching all), at start-up before kopf's watches
     begin. Returns how many were found."""
-    namespaces: tuple[str | None, ...] = (
-        (None,) if rt.settings.clusterwide else rt.settings.namespaces
-    )
     found = 0
-    for ns in namespaces:
+    for ns in rt.settings.list_scopes:
         for body in await rt.kube.list_groups(ns):
             meta = body["metadata"]
             rt.groups[(meta["namespace"], meta["name"])] = provider_handlers.group_entry(body)
@@ -390,12 +382,9 @@ async def load_deployments(rt: Runtime) -> int:
     """Fill ``rt.deployments`` with one LIST of the worker Deployments per watched namespace
     (one cluster-wide when watching all), then mark the index synced. Run at start-up before
     kopf's watches begin: their events only add what is newer. Returns how many were found."""
-    namespaces: tuple[str | None, ...] = (
-        (None,) if rt.settings.clusterwide else rt.settings.namespaces
-    )
     found = 0
-    for ns in namespaces:
-        for dep in await rt.kube.list_deployments(ns, WORKER_SELECTOR):
+    for ns in rt.settings.list_scopes:
+        for dep in await rt.kube.list_deployments(ns, builders.WORKER_SELECTOR):
             meta = dep["metadata"]
             rt.saw_deployment(meta["namespace"], meta["name"], dep)
             found += 1
@@ -687,15 +676,12 @@ async def count_orphan_deployments(rt: Runtime) -> int:
     name sets: ``namespace/group``; sharded, every replica counts them all). Sets
     ``sendgroup_orphans{kind="deployment_without_group"}`` and returns the count. One LIST
     per watched namespace."""
-    selector = WORKER_SELECTOR
-    settings = rt.settings
-    namespaces: tuple[str | None, ...] = (None,) if settings.clusterwide else settings.namespaces
     # sharded: every group this replica watches (its own have demands, the others do not)
     groups = rt.demands if rt.shard is None else rt.shard.groups
     known = {(ns, builders.label_value(name)) for ns, name in (k.split("/", 1) for k in groups)}
     orphans = 0
-    for ns in namespaces:
-        for dep in await rt.kube.list_deployments(ns, selector):
+    for ns in rt.settings.list_scopes:
+        for dep in await rt.kube.list_deployments(ns, builders.WORKER_SELECTOR):
             meta = dep["metadata"]
             group = (meta.get("labels") or {}).get(builders.LABEL_GROUP, "")
             if (meta["namespace"], group) not in known:

@@ -406,6 +406,12 @@ class Settings:
         """Namespaces to watch when not cluster-wide (default: the operator's own)."""
         return self.watch_namespaces or (self.namespace,)
 
+    @property
+    def list_scopes(self) -> tuple[str | None, ...]:
+        """Where a LIST of everything watched goes: ``(None,)`` (all namespaces) when
+        cluster-wide, else each watched namespace."""
+        return (None,) if self.clusterwide else self.namespaces
+
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         """Read the settings from ``env`` (default ``os.environ``).

@@ -87,8 +87,7 @@ def configure_kopf(settings: kopf.OperatorSettings, ours: Settings) -> None:
 async def missing_permissions(kube: Kube, ours: Settings) -> list[str]:
     """What the ServiceAccount may not do, as ``verb group/resource in namespace`` lines."""
     missing: list[str] = []
-    namespaces: tuple[str | None, ...] = (None,) if ours.clusterwide else ours.namespaces
-    for ns in namespaces:
+    for ns in ours.list_scopes:
         for verb, group, resource in NAMESPACED_PERMISSIONS:
             if not await kube.can(verb, group, resource, ns):
                 where = f"in namespace {ns}" if ns else "cluster-wide"
