@@ -15,6 +15,7 @@ services do, is taken as standalone).
 from __future__ import annotations
 
 import asyncio as _asyncio
+import errno
 import hashlib
 import logging
 from collections.abc import Sequence
@@ -198,11 +199,65 @@ def build_async(target: RedisTarget, kind: str, **overrides: Any) -> AsyncClient
         return cast(AsyncClient, sentinel.master_for(target.service, **kw))
     if kind == "cluster":
         nodes = [redis.asyncio.cluster.ClusterNode(h, p) for h, p in target.nodes]
-        return cast(
-            AsyncClient,
-            redis.asyncio.cluster.RedisCluster(startup_nodes=nodes, **_cluster_kwargs(kwargs)),
+        cluster: Any = redis.asyncio.cluster.RedisCluster(
+            startup_nodes=nodes, **_cluster_kwargs(kwargs)
         )
+        guard_cluster_connections(cluster)
+        return cast(AsyncClient, cluster)
     return _async_plain(target, overrides)
+
+
+class _WriteGuard:
+    """Mixin for a redis-py asyncio ``Connection`` class: a write to a connection that another
+    task closed in the meantime raises ``ConnectionResetError`` (which redis-py turns into its
+    ``ConnectionError``: the cluster client then re-reads the slot map and retries, the worker
+    logs one outage line) instead of ``AttributeError: 'NoneType' object has no attribute
+    'writelines'``.
+
+    The race (redis-py 7.4.1, ``redis/asyncio/cluster.py``): after a failed call the cluster
+    client runs ``ClusterNode.disconnect_free_connections`` on a snapshot of the free
+    connections, which stay in the free list while they close; another task takes one,
+    ``send_packed_command`` finds it still connected and hands the write to ``asyncio.wait_for``
+    (a new task, so one event-loop turn later), and by then ``disconnect`` has set
+    ``_writer = None``. Nothing was written, so the command is safe to retry."""
+
+    _writer: Any
+
+    async def _send_packed_command(self, command: Any) -> None:
+        writer = self._writer
+        if writer is None:
+            raise ConnectionResetError(
+                errno.ECONNRESET, "closed by another task before the write (redis-py race)"
+            )
+        writer.writelines(command)
+        await writer.drain()
+
+
+_GUARDED: dict[type, type] = {}
+
+
+def _guarded(cls: type) -> type:
+    """``cls`` (``Connection`` or ``SSLConnection``) with :class:`_WriteGuard` in front."""
+    if issubclass(cls, _WriteGuard):
+        return cls
+    if cls not in _GUARDED:
+        _GUARDED[cls] = type(f"Guarded{cls.__name__}", (_WriteGuard, cls), {})
+    return _GUARDED[cls]
+
+
+def guard_cluster_connections(client: Any) -> None:
+    """Make every connection of ``client`` (an asyncio ``RedisCluster``) a :class:`_WriteGuard`
+    one: those of the node objects it made from the seeds, and (through the shared
+    ``connection_kwargs``, which the client passes to every ``ClusterNode`` it creates after a
+    slot-map read or a MOVED) those of every later node. redis-py's ``RedisCluster`` takes no
+    ``connection_class`` argument (it reads one only to turn TLS on), hence the two attributes
+    set here."""
+    kwargs: dict[str, Any] = client.connection_kwargs
+    kwargs["connection_class"] = _guarded(
+        kwargs.get("connection_class", redis.asyncio.connection.Connection)
+    )
+    for node in client.nodes_manager.startup_nodes.values():
+        node.connection_class = _guarded(node.connection_class)
 
 
 def _one_server_url(target: RedisTarget) -> str:
@@ -323,6 +378,7 @@ __all__ = [
     "connect_async",
     "detect_async",
     "detect_sync",
+    "guard_cluster_connections",
     "is_cluster",
     "quiet_cluster_node_notices",
 ]
