@@ -43,9 +43,7 @@ def test_the_race_is_real_for_redis_py_and_a_connection_error_for_ours(
     redis_cluster: RedisCluster,
 ) -> None:
     async def run() -> tuple[BaseException | None, BaseException | None, list[str], bytes]:
-        client: Any = redisclient.build_async(
-            parse(redis_cluster.url), "cluster", socket_timeout=5
-        )
+        client: Any = redisclient.build_async(parse(redis_cluster.url), "cluster", socket_timeout=5)
         try:
             await client.set("{race}k", "v")
             node = client.get_node_from_key("{race}k")
