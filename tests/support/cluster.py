@@ -151,12 +151,13 @@ def start_cluster(state_dir: Path, timeout: float = 900) -> KubeCluster:
     try:
         proc = _cluster_script("--state-dir", str(state_dir), "up", timeout=timeout)
     except subprocess.TimeoutExpired as exc:
-        stop_cluster(state_dir)
-        raise ClusterError(f"hack/cluster/cluster up took longer than {timeout}s") from exc
+        logs = _stop_keeping_logs(state_dir)
+        raise ClusterError(f"hack/cluster/cluster up took longer than {timeout}s{logs}") from exc
     if proc.returncode != 0:
-        stop_cluster(state_dir)
+        logs = _stop_keeping_logs(state_dir)
         raise ClusterError(
-            f"hack/cluster/cluster up failed (exit {proc.returncode}):\n{proc.stderr[-6000:]}"
+            f"hack/cluster/cluster up failed (exit {proc.returncode}):\n"
+            f"{proc.stdout[-3000:]}{proc.stderr[-6000:]}{logs}"
         )
     elapsed = time.monotonic() - started
     env = dict(
@@ -170,6 +171,19 @@ def start_cluster(state_dir: Path, timeout: float = 900) -> KubeCluster:
         state_dir=state_dir,
         startup_seconds=elapsed,
     )
+
+
+def _stop_keeping_logs(state_dir: Path, lines: int = 15) -> str:
+    """Stop a cluster that failed to start (``down --keep-logs``) and return the last ``lines``
+    lines of each component's log, for the error: the script's own message only says where
+    the logs were, and the state dir is temporary."""
+    _cluster_script("--state-dir", str(state_dir), "down", "--keep-logs", timeout=120)
+    tails = []
+    for log in sorted((state_dir / "logs").glob("*.log")):
+        tail = log.read_text(errors="replace").splitlines()[-lines:]
+        tails.append(f"\n--- {log.name} (last {len(tail)} lines)\n" + "\n".join(tail))
+    shutil.rmtree(state_dir, ignore_errors=True)
+    return "".join(tails)
 
 
 def stop_cluster(state_dir: Path) -> subprocess.CompletedProcess[str]:
