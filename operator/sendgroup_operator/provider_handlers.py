@@ -52,7 +52,8 @@ SG = (models.GROUP, models.VERSION, models.PLURAL)
 RESOLUTION_REUSE: Final = 1.0
 #: Seconds a group's resolution is reused while its spec and every provider it could match
 #: (their uid and metadata.generation) are unchanged. Resolving is pure but for MX answers
-#: (cached by their TTL): an MX change reaches the groups within this time after its TTL.
+#: (cached by their TTL): an MX change reaches the groups within this time after its TTL. A
+#: resolution left ``Unknown`` by a DNS failure is kept one round only.
 #: Re-resolving every group every second cost ~45 us each (10,000 groups: ~0.45 s of CPU a
 #: second, issue 15).
 RESOLUTION_KEEP: Final = 60.0
@@ -411,7 +412,7 @@ async def membership(
             providers, fp = namespaced[g_ns]
             key = (g_ns, g_name, str(entry.get("specKey") or spec.model_dump_json()), fp)
             hit = _resolved.get(key)
-            if hit is not None and now - hit[0] < RESOLUTION_KEEP:
+            if hit is not None and now - hit[0] < _keep(hit[1]):
                 found.append((g_ns, g_name, hit[1]))
                 continue
             previous = previous_provider(
@@ -431,6 +432,13 @@ async def membership(
             members.setdefault((r.provider.kind, r.provider.name, own), []).append((g_ns, g_name))
         rt.provider_round = _Round(time.monotonic(), members)
         return members
+
+
+def _keep(r: provider_plan.Resolution) -> float:
+    """How long ``r`` is reused (seconds): :data:`RESOLUTION_KEEP`, but one round only when
+    its ``ProviderResolved`` is ``Unknown`` (a DNS failure: the MX cache retries every 30 s,
+    and its answer must reach the group at once)."""
+    return RESOLUTION_REUSE if r.status == "Unknown" else RESOLUTION_KEEP
 
 
 def _fingerprint(providers: Iterable[SendProvider]) -> int:

@@ -146,3 +146,35 @@ def test_one_round_per_second_whatever_the_number_of_provider_passes(
 
     first, second, third, fourth, valid = asyncio.run(run())
     assert (first, second, third, fourth) == (valid - 1, 1, valid, valid)
+
+
+def test_a_resolution_left_unknown_by_dns_is_tried_again_next_round(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    resolved: list[str] = []
+    real = provider_handlers.resolve_group
+
+    def dns_down_for_one(spec: Any, *args: Any, **kwargs: Any) -> provider_plan.Resolution:
+        resolved.append(spec.host)
+        if spec.host == "dns-down.example":
+            return provider_plan.Resolution(None, "Unknown", "MxLookupFailed", "DNS timeout")
+        return real(spec, *args, **kwargs)
+
+    monkeypatch.setattr(provider_handlers, "resolve_group", dns_down_for_one)
+
+    async def run() -> list[str]:
+        provider_handlers._resolved.clear()
+        rt = _runtime()
+        rt.groups[("b", "dns")] = provider_handlers.group_entry(
+            _body("b", "dns", {"campaign": "c", "host": "dns-down.example"})
+        )
+        await provider_handlers.membership(rt, INDEXES, CLUSTER)
+        resolved.clear()
+        rt.provider_round.at -= provider_handlers.RESOLUTION_REUSE
+        for key in list(provider_handlers._resolved):
+            at, r = provider_handlers._resolved[key]
+            provider_handlers._resolved[key] = (at - provider_handlers.RESOLUTION_REUSE, r)
+        await provider_handlers.membership(rt, INDEXES, CLUSTER)
+        return resolved
+
+    assert asyncio.run(run()) == ["dns-down.example"]
