@@ -407,8 +407,8 @@ async def membership(
             if spec is None:
                 continue
             if g_ns not in namespaced:
-                own = _parse_providers(_values(indexes.get("namespaced_providers"), g_ns))
-                namespaced[g_ns] = (own, hash((cluster_fp, _fingerprint(own))))
+                theirs = _parse_providers(_values(indexes.get("namespaced_providers"), g_ns))
+                namespaced[g_ns] = (theirs, hash((cluster_fp, _fingerprint(theirs))))
             providers, fp = namespaced[g_ns]
             key = (g_ns, g_name, str(entry.get("specKey") or spec.model_dump_json()), fp)
             hit = _resolved.get(key)
