@@ -97,6 +97,11 @@ class Runtime:
     #: provider passes (``provider_handlers.provider_groups``, a watch event handler; filled
     #: first by one LIST at start-up, :func:`load_groups`).
     groups: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    #: The provider passes' shared round: which groups each provider has, computed once a
+    #: second for all of them (``provider_handlers.membership``), and the lock that makes one
+    #: pass compute it while the others wait.
+    provider_round: Any = None
+    provider_round_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     #: The models of each group's body as last parsed, by (uid, resourceVersion); see
     #: :meth:`parse`.
     parsed: dict[
