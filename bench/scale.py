@@ -1,7 +1,10 @@
-"""``bench/scale [N] [--namespaces K] [--rest SECONDS] [--pushes P] [--clusterwide]``: one
-operator, N SendGroups (default 1,000) on the local control plane (no node: worker pods stay
-Pending), issue 15. ``--clusterwide``: the operator watches every namespace (``*``: one watch
-per resource) instead of the K namespaces by name (one watch per resource per namespace).
+"""``bench/scale [N] [--namespaces K] [--rest SECONDS] [--pushes P] [--clusterwide]
+[--providers]``: one operator, N SendGroups (default 1,000) on the local control plane (no node:
+worker pods stay Pending), issue 15. ``--clusterwide``: the operator watches every namespace
+(``*``: one watch per resource) instead of the K namespaces by name (one watch per resource per
+namespace). ``--providers``: the chart's default ClusterSendProviders exist too (as a chart
+install has them) and every group's ``spec.host`` is one of their domains, round-robin (a domain
+match: no DNS), so every provider's pass has its share of the groups.
 
 The mix, spread round-robin over K namespaces (default 10), created before the operator starts:
 
@@ -50,6 +53,13 @@ from tests.support.redis_server import RedisServer
 
 GROUP, VERSION, PLURAL = "sendgroups.io", "v1alpha1", "sendgroups"
 RESULTS = Path(__file__).resolve().parent / "results"
+PROVIDERS_FILE = (
+    Path(__file__).resolve().parent.parent
+    / "helm"
+    / "sendgroup-operator"
+    / "files"
+    / "default-providers.yaml"
+)
 #: main's figures from issue 15 (1,000 groups in one namespace, separate idle and busy runs)
 MAIN_1000 = {
     "cold start s (idle / busy)": "8.5 / 24.5",
@@ -152,9 +162,37 @@ def _pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
+def _default_providers() -> tuple[list[str], list[str]]:
+    """The chart's default ClusterSendProviders as manifests, and the first domain of each
+    that has domains."""
+    data = yaml.safe_load(PROVIDERS_FILE.read_text())["providers"]
+    docs, domains = [], []
+    for name, spec in data.items():
+        docs.append(
+            yaml.safe_dump(
+                {
+                    "apiVersion": f"{GROUP}/{VERSION}",
+                    "kind": "ClusterSendProvider",
+                    "metadata": {"name": name},
+                    "spec": spec,
+                }
+            )
+        )
+        if spec["match"].get("domains"):  # one matched by MX suffixes only gets no group
+            domains.append(spec["match"]["domains"][0])
+    return docs, domains
+
+
 def run(
-    n: int, k: int, rest: float, pushes: int, work: Path, clusterwide: bool = False
+    n: int,
+    k: int,
+    rest: float,
+    pushes: int,
+    work: Path,
+    clusterwide: bool = False,
+    providers: bool = False,
 ) -> dict[str, Any]:
+    provider_docs, domains = _default_providers() if providers else ([], [])  # before any start
     state = work / "cluster" / "state"
     started = time.monotonic()
     kube = start_cluster(state)
@@ -162,6 +200,7 @@ def run(
     idle_redis, other_redis = RedisServer().start(), RedisServer().start()
     namespaces = [f"scale-{i:02d}" for i in range(k)]
     out: dict[str, Any] = {"groups": n, "namespaces": k, "rest_s": rest, "clusterwide": clusterwide}
+    out["providers"] = len(provider_docs)
     op: OperatorProcess | None = None
     try:
         apply_crds(kube)
@@ -170,6 +209,8 @@ def run(
         kubeconfig = _rbac(
             kube, namespaces[0], namespaces[1:], work / "operator.kubeconfig", clusterwide
         )
+        if provider_docs:
+            kube.kubectl("apply", "-f", "-", input="---\n".join(provider_docs))
         kinds: dict[tuple[str, str], str] = {}
         docs = []
         for i in range(n):
@@ -177,7 +218,7 @@ def run(
             kinds[(ns, name)] = kind
             spec: dict[str, Any] = {
                 "campaign": "scale",
-                "host": f"{name}.example.com",
+                "host": domains[i % len(domains)] if domains else f"{name}.example.com",
                 "queue": f"{ns}.mail-{name}",
             }
             if kind != "idle":  # idle ones on the default Redis (A)
@@ -410,12 +451,24 @@ def markdown(out: dict[str, Any]) -> str:
     ]
     lines = [
         f"# Scale: {n} SendGroups on one operator ({out['namespaces']} namespaces"
-        + (", watched cluster-wide)" if out.get("clusterwide") else ")"),
+        + (", watched cluster-wide" if out.get("clusterwide") else "")
+        + (
+            f", the chart's {out['providers']} default ClusterSendProviders"
+            if out.get("providers")
+            else ""
+        )
+        + ")",
         "",
         f"Mix: 70 % idle, 20 % paused, 10 % busy (3 jobs each); created in {out['create_s']:.0f} s "
         f"before the operator started. Phases at first reconcile: {out['phases']}. Rest window "
         f"{rest['window_s']:.0f} s. Idle groups on their own Redis, so its commandstats are theirs "
-        f"alone: {rest['redis_by_command']}. Writes in the window: {rest['idle_group_writes']} "
+        + (
+            "and the providers' (the default Redis also holds every provider's state, read and "
+            "written by its pass every second)"
+            if out.get("providers")
+            else "alone"
+        )
+        + f": {rest['redis_by_command']}. Writes in the window: {rest['idle_group_writes']} "
         f"idle SendGroups, {rest['peering_writes']} peering objects (one replica: peering off).",
         "",
         "| figure | this branch | main (issue 15, 1,000 groups, idle / busy runs) |",
@@ -448,12 +501,25 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="the operator watches all namespaces (one watch per resource, not one per namespace)",
     )
+    parser.add_argument(
+        "--providers",
+        action="store_true",
+        help="the chart's default ClusterSendProviders exist, every group matches one",
+    )
     parser.add_argument("--work", type=Path, default=None, help="scratch dir (default a temp dir)")
     args = parser.parse_args(argv)
     import tempfile
 
     work = args.work or Path(tempfile.mkdtemp(prefix="bench-scale-"))
-    out = run(args.groups, args.namespaces, args.rest, args.pushes, work, args.clusterwide)
+    out = run(
+        args.groups,
+        args.namespaces,
+        args.rest,
+        args.pushes,
+        work,
+        args.clusterwide,
+        args.providers,
+    )
     text = markdown(out)
     RESULTS.mkdir(exist_ok=True)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%MZ")
