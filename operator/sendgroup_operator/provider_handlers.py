@@ -410,7 +410,7 @@ async def membership(
                 theirs = _parse_providers(_values(indexes.get("namespaced_providers"), g_ns))
                 namespaced[g_ns] = (theirs, hash((cluster_fp, _fingerprint(theirs))))
             providers, fp = namespaced[g_ns]
-            key = (g_ns, g_name, str(entry.get("specKey") or spec.model_dump_json()), fp)
+            key = (g_ns, g_name, str(entry["specKey"]), fp)
             hit = _resolved.get(key)
             if hit is not None and now - hit[0] < _keep(hit[1]):
                 found.append((g_ns, g_name, hit[1]))
