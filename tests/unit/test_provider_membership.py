@@ -99,17 +99,34 @@ def test_each_provider_gets_the_groups_a_one_by_one_resolution_gives_it() -> Non
             ]
 
 
-def test_one_round_per_second_whatever_the_number_of_provider_passes(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def _count_resolutions(monkeypatch: pytest.MonkeyPatch, dns_down: str | None = None) -> list[str]:
+    """The hosts ``resolve_group`` is called for, in order, from now on; ``dns_down``: a host
+    whose resolution comes back ``Unknown`` (a DNS failure)."""
     resolved: list[str] = []
     real = provider_handlers.resolve_group
 
     def counting(spec: Any, *args: Any, **kwargs: Any) -> provider_plan.Resolution:
         resolved.append(spec.host)
+        if spec.host == dns_down:
+            return provider_plan.Resolution(None, "Unknown", "MxLookupFailed", "DNS timeout")
         return real(spec, *args, **kwargs)
 
     monkeypatch.setattr(provider_handlers, "resolve_group", counting)
+    return resolved
+
+
+def _age(rt: _Rt, round_by: float, resolutions_by: float) -> None:
+    """Move the last round and every kept resolution back in time by these seconds."""
+    rt.provider_round.at -= round_by
+    for key in list(provider_handlers._resolved):
+        at, r = provider_handlers._resolved[key]
+        provider_handlers._resolved[key] = (at - resolutions_by, r)
+
+
+def test_one_round_per_second_whatever_the_number_of_provider_passes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    resolved = _count_resolutions(monkeypatch)
 
     async def run() -> tuple[int, int, int]:
         provider_handlers._resolved.clear()
@@ -136,10 +153,7 @@ def test_one_round_per_second_whatever_the_number_of_provider_passes(
         await provider_handlers.membership(rt, INDEXES, changed)
         third = len(resolved) - first - second
         # and after RESOLUTION_KEEP seconds anyway (an MX answer may have changed)
-        rt.provider_round.at -= provider_handlers.RESOLUTION_REUSE
-        for key in list(provider_handlers._resolved):
-            at, r = provider_handlers._resolved[key]
-            provider_handlers._resolved[key] = (at - provider_handlers.RESOLUTION_KEEP, r)
+        _age(rt, provider_handlers.RESOLUTION_REUSE, provider_handlers.RESOLUTION_KEEP)
         await provider_handlers.membership(rt, INDEXES, changed)
         fourth = len(resolved) - first - second - third
         return first, second, third, fourth, len(rt.groups) - 1  # the invalid is never resolved
@@ -151,16 +165,7 @@ def test_one_round_per_second_whatever_the_number_of_provider_passes(
 def test_a_resolution_left_unknown_by_dns_is_tried_again_next_round(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    resolved: list[str] = []
-    real = provider_handlers.resolve_group
-
-    def dns_down_for_one(spec: Any, *args: Any, **kwargs: Any) -> provider_plan.Resolution:
-        resolved.append(spec.host)
-        if spec.host == "dns-down.example":
-            return provider_plan.Resolution(None, "Unknown", "MxLookupFailed", "DNS timeout")
-        return real(spec, *args, **kwargs)
-
-    monkeypatch.setattr(provider_handlers, "resolve_group", dns_down_for_one)
+    resolved = _count_resolutions(monkeypatch, dns_down="dns-down.example")
 
     async def run() -> list[str]:
         provider_handlers._resolved.clear()
@@ -170,10 +175,7 @@ def test_a_resolution_left_unknown_by_dns_is_tried_again_next_round(
         )
         await provider_handlers.membership(rt, INDEXES, CLUSTER)
         resolved.clear()
-        rt.provider_round.at -= provider_handlers.RESOLUTION_REUSE
-        for key in list(provider_handlers._resolved):
-            at, r = provider_handlers._resolved[key]
-            provider_handlers._resolved[key] = (at - provider_handlers.RESOLUTION_REUSE, r)
+        _age(rt, provider_handlers.RESOLUTION_REUSE, provider_handlers.RESOLUTION_REUSE)
         await provider_handlers.membership(rt, INDEXES, CLUSTER)
         return resolved
 
