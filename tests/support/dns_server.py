@@ -5,7 +5,6 @@ queries it received."""
 
 from __future__ import annotations
 
-import socket
 import threading
 from collections import Counter
 from typing import Any
@@ -13,12 +12,7 @@ from typing import Any
 from dnslib import MX, QTYPE, RCODE, RR, DNSRecord
 from dnslib.server import BaseResolver, DNSLogger, DNSServer
 
-
-def free_udp_port() -> int:
-    """A UDP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests.support.ports import free_port
 
 
 class _Resolver(BaseResolver):  # type: ignore[misc]
@@ -51,7 +45,7 @@ class MxDnsServer:
         self.silent: set[str] = set()
         self.queries: Counter[str] = Counter()
         self.lock = threading.Lock()
-        self.port = free_udp_port()
+        self.port = free_port(udp=True)
         self._server = DNSServer(
             _Resolver(self),
             address="127.0.0.1",

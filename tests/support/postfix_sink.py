@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.support.smtp_sink import free_port
+from tests.support.ports import free_port
 
 
 def smtp_sink_binary() -> str:

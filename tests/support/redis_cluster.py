@@ -9,32 +9,22 @@ assigned with ``redis-cli --cluster create`` (Debian's ``redis-tools``, installe
 
 from __future__ import annotations
 
-import random
 import shutil
-import socket
 import subprocess
 import time
 
 import redis
 import redis.cluster
 
+from tests.support.ports import free_port
 from tests.support.redis_server import RedisServer
 
 
 def _cluster_ports(host: str = "127.0.0.1") -> tuple[int, int]:
-    """(client port, cluster bus port), both free on ``host`` a moment ago; the client port is
-    <= 55535 because Redis refuses higher ones in cluster mode."""
-    for _ in range(200):
-        port = random.randint(20000, 55000)
-        bus = port + 10000
-        try:
-            for p in (port, bus):
-                with socket.socket() as sock:
-                    sock.bind((host, p))
-        except OSError:
-            continue
-        return port, bus
-    raise RuntimeError("no free port pair for a Redis Cluster node")
+    """(client port, cluster bus port = client port + 10000), both free on ``host`` a moment ago
+    and below the kernel's ephemeral range (:mod:`tests.support.ports`)."""
+    port = free_port(host, gap=10000)
+    return port, port + 10000
 
 
 class RedisCluster:

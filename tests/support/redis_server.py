@@ -13,7 +13,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -22,13 +21,7 @@ from typing import Final
 
 import redis
 
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
+from tests.support.ports import free_port
 
 #: The server builds the tests know: name -> how to find the binary.
 SERVER_BUILDS: Final = ("redis", "valkey")

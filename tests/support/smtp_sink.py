@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import re
-import socket
 import ssl
 import threading
 import time
@@ -39,15 +38,10 @@ from typing import Any
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import SMTP, AuthResult, Envelope, LoginPassword, Session, syntax
 
+from tests.support.ports import free_port
+
 JOB_HEADER = "X-SendGroup-Job"
 _JOB_RE = re.compile(rb"^X-SendGroup-Job:[ \t]*(\S+)", re.MULTILINE | re.IGNORECASE)
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,6 @@ the API server never took, and every later pass planned from it and saw nothing 
 from __future__ import annotations
 
 import asyncio
-import socket
 
 import kubernetes.client as k8s
 import pytest
@@ -14,13 +13,11 @@ import urllib3
 from sendgroup_operator import handlers, models, reconcile
 from sendgroup_operator.kube import Kube
 from sendgroup_operator.settings import Settings
+from tests.support.ports import free_port
 
 
 def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-    return port  # nothing listens once the socket is closed
+    return free_port()  # nothing listens there: free a moment ago, below the ephemeral range
 
 
 def test_a_failed_status_write_is_forgotten_so_the_next_pass_writes_again() -> None:

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 import pytest
 
 from sendgroup_worker.health import HEARTBEAT_INTERVAL, WorkerHealth, smtp_check
+from tests.support.ports import free_port
 from tests.support.smtp_sink import SmtpSink
 
 
@@ -134,13 +135,6 @@ def test_a_port_in_use_is_logged_not_fatal(caplog: pytest.LogCaptureFixture) -> 
         health = WorkerHealth(stall_after=1, job_limit=1, checks={})
         assert health.serve(port, "127.0.0.1") == 0
     assert "cannot listen" in caplog.text
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @pytest.fixture
