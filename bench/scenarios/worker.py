@@ -208,10 +208,12 @@ def run_peer(
     smtp_host: str = "127.0.0.1",
     smtp_port: int = 25,
     drain: bool = True,
+    extra_env: dict[str, str] | None = None,
 ) -> db.Drain:
     """Flush, enqueue ``jobs``, start ``peer``'s worker, time the drain (at most ``cap``
     seconds), stop it; then (``samples`` > 0) flush, start a fresh worker, wait for one warm-up
-    job and take the idle pickup latency. ``drain=False``: the latency only."""
+    job and take the idle pickup latency. ``drain=False``: the latency only. ``extra_env``:
+    variables set on top of the worker's environment (e.g. ``SMTP_PIPELINING=off``)."""
     client = setup.server.client()
     if concurrency is None:
         concurrency = OURS_CONCURRENCY if peer == "ours" else PEER_CONCURRENCY.get(peer, 1)
@@ -223,7 +225,10 @@ def run_peer(
         env = laravel_env(setup)
     else:
         env = dict(PEER_ENV.get(peer, {}))
-    log = setup.logs / f"{peer}-{concurrency}{'-smtp' if smtp else ''}.log"
+    env.update(extra_env or {})
+    suffix = "-smtp" if smtp else ""
+    suffix += "".join(f"-{k}={v}" for k, v in sorted((extra_env or {}).items()))
+    log = setup.logs / f"{peer}-{concurrency}{suffix}.log"
     argv = worker_argv(peer, setup, concurrency, smtp)
     result = db.Drain(0, 0.0, 0.0, None, None)
     try:
