@@ -1,10 +1,11 @@
-"""``bench/scale [N] [--namespaces K] [--rest SECONDS] [--pushes P] [--clusterwide]
-[--providers]``: one operator, N SendGroups (default 1,000) on the local control plane (no node:
-worker pods stay Pending), issue 15. ``--clusterwide``: the operator watches every namespace
-(``*``: one watch per resource) instead of the K namespaces by name (one watch per resource per
-namespace). ``--providers``: the chart's default ClusterSendProviders exist too (as a chart
-install has them) and every group's ``spec.host`` is one of their domains, round-robin (a domain
-match: no DNS), so every provider's pass has its share of the groups.
+"""``bench/scale [N] [--namespaces K] [--rest SECONDS] [--pushes P] [--clusterwide] [--providers]
+[--env NAME=VALUE ...]``: one operator, N SendGroups (default 1,000) on the local control plane
+(no node: worker pods stay Pending), issue 15. ``--env``: an operator setting (recorded in the
+report), e.g. ``SENDGROUP_WORKER_LIMIT=100``. ``--clusterwide``: the operator watches every
+namespace (``*``: one watch per resource) instead of the K namespaces by name (one watch per
+resource per namespace). ``--providers``: the chart's default ClusterSendProviders exist too (as
+a chart install has them) and every group's ``spec.host`` is one of their domains, round-robin
+(a domain match: no DNS), so every provider's pass has its share of the groups.
 
 The mix, spread round-robin over K namespaces (default 10), created before the operator starts:
 
@@ -191,6 +192,7 @@ def run(
     work: Path,
     clusterwide: bool = False,
     providers: bool = False,
+    operator_env: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     provider_docs, domains = _default_providers() if providers else ([], [])  # before any start
     state = work / "cluster" / "state"
@@ -201,6 +203,7 @@ def run(
     namespaces = [f"scale-{i:02d}" for i in range(k)]
     out: dict[str, Any] = {"groups": n, "namespaces": k, "rest_s": rest, "clusterwide": clusterwide}
     out["providers"] = len(provider_docs)
+    out["operator_env"] = dict(operator_env or {})
     op: OperatorProcess | None = None
     try:
         apply_crds(kube)
@@ -255,6 +258,7 @@ def run(
             SENDGROUP_STATUS_REFRESH="60",
             SENDGROUP_DEFAULT_IMAGE="sendgroup-worker:dev",
             SENDGROUP_ALLOWED_REDIS_HOSTS=f"127.0.0.1:{other_redis.port}",
+            **(operator_env or {}),
         )
         t = time.monotonic()
         op.start()
@@ -459,6 +463,11 @@ def markdown(out: dict[str, Any]) -> str:
         )
         + ")",
         "",
+        *(
+            [f"Operator settings beyond the script's: `{out['operator_env']}`.", ""]
+            if out.get("operator_env")
+            else []
+        ),
         f"Mix: 70 % idle, 20 % paused, 10 % busy (3 jobs each); created in {out['create_s']:.0f} s "
         f"before the operator started. Phases at first reconcile: {out['phases']}. Rest window "
         f"{rest['window_s']:.0f} s. Idle groups on their own Redis, so its commandstats are theirs "
@@ -507,7 +516,16 @@ def main(argv: list[str] | None = None) -> int:
         help="the chart's default ClusterSendProviders exist, every group matches one",
     )
     parser.add_argument("--work", type=Path, default=None, help="scratch dir (default a temp dir)")
+    parser.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="an operator setting (e.g. SENDGROUP_WORKER_LIMIT=100), repeatable",
+    )
     args = parser.parse_args(argv)
+    if bad := [e for e in args.env if "=" not in e]:
+        parser.error(f"--env wants NAME=VALUE, got {bad}")
     import tempfile
 
     work = args.work or Path(tempfile.mkdtemp(prefix="bench-scale-"))
@@ -519,6 +537,7 @@ def main(argv: list[str] | None = None) -> int:
         work,
         args.clusterwide,
         args.providers,
+        dict(e.split("=", 1) for e in args.env),
     )
     text = markdown(out)
     RESULTS.mkdir(exist_ok=True)

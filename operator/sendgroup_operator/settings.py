@@ -291,6 +291,14 @@ class Settings:
         "",
         "name of the shard set (label of its Leases; the chart sets the release's full name)",
     )
+    worker_limit: int = _setting(
+        0,
+        "SENDGROUP_WORKER_LIMIT",
+        "workerLimit",
+        "at most this many SendGroups handled at once (kopf's queueing.worker_limit; an idle "
+        "one frees its slot after 0.5 s instead of kopf's 5 s); 0 = no limit: every group of a "
+        "cold start gets a worker at once, which bounds neither memory nor API load",
+    )
     status_refresh: float = _setting(
         60.0,
         "SENDGROUP_STATUS_REFRESH",
@@ -468,6 +476,7 @@ class Settings:
             sharding=_bool(e, "SENDGROUP_SHARDING", False),
             shard_lease_duration=_lease_duration(e),
             shard_set=e.get("SENDGROUP_SHARD_SET") or d.shard_set,
+            worker_limit=_req_int(e, "SENDGROUP_WORKER_LIMIT", d.worker_limit),
             status_refresh=float(_req_int(e, "SENDGROUP_STATUS_REFRESH", 60)),
             worker_service_account=e.get("SENDGROUP_WORKER_SERVICE_ACCOUNT") or None,
             default_smtp_host=e.get("SENDGROUP_DEFAULT_SMTP_HOST") or d.default_smtp_host,

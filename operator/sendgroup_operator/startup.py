@@ -65,6 +65,11 @@ def load_kube_config() -> k8s.ApiClient:
     return k8s.ApiClient()
 
 
+#: seconds a kopf worker waits for its object's next event before freeing its slot, when
+#: ``SENDGROUP_WORKER_LIMIT`` caps the workers (kopf's default: 5)
+IDLE_WORKER_TIMEOUT: Final = 0.5
+
+
 def configure_kopf(settings: kopf.OperatorSettings, ours: Settings) -> None:
     """kopf settings: our prefix for its annotations and finalizer, no status storage,
     peering priority, and no events for kopf's own log lines (only ours)."""
@@ -82,6 +87,13 @@ def configure_kopf(settings: kopf.OperatorSettings, ours: Settings) -> None:
     settings.posting.level = logging.WARNING
     settings.watching.server_timeout = 300
     settings.batching.error_delays = [1, 2, 5, 10, 30]
+    if ours.worker_limit > 0:
+        # kopf keeps one worker task per object with events (queueing.worker_limit caps how many
+        # run); a worker waits idle_timeout for its object's next event before freeing its
+        # slot: 5 s by default, so a capped cold start would idle most of its slots. Our own
+        # status patch comes back as an event within a few hundred ms.
+        settings.queueing.worker_limit = ours.worker_limit
+        settings.queueing.idle_timeout = IDLE_WORKER_TIMEOUT
 
 
 async def missing_permissions(kube: Kube, ours: Settings) -> list[str]:
