@@ -385,7 +385,7 @@ class Worker:
         if self.pacer is not None:
             lane.debt = _recipients(job) - 1
         await self._wake_one()
-        self.metrics.in_flight.labels(*self.metrics.group).inc()
+        self.metrics.in_flight_group.inc()
         if self.health is not None:
             self.health.job_started(lane.index)
         try:
@@ -393,7 +393,7 @@ class Worker:
         finally:
             if self.health is not None:
                 self.health.job_finished(lane.index)
-            self.metrics.in_flight.labels(*self.metrics.group).dec()
+            self.metrics.in_flight_group.dec()
             self.finished += 1
             if self.config.max_jobs and self.finished >= self.config.max_jobs:
                 self.stop("max jobs reached")
@@ -468,7 +468,7 @@ class Worker:
 
     async def _wait_if_suspended(self, lane: _Lane) -> bool:
         remaining = await self.backpressure.suspended_for()
-        self.metrics.suspended.labels(*self.metrics.group).set(1 if remaining > 0 else 0)
+        self.metrics.suspended_group.set(1 if remaining > 0 else 0)
         if remaining <= 0:
             if self._suspension_logged:
                 log.info("group no longer suspended: sending again")
@@ -676,7 +676,7 @@ class Worker:
                 self.backpressure.record_temporary(result.reply_text)
             )
             if suspended:
-                self.metrics.suspended.labels(*self.metrics.group).set(1)
+                self.metrics.suspended_group.set(1)
         if opts.fails_after_temporary(job.attempts, self.clock.now()):
             if record:
                 await self._record(job, result, lb.FAILED)
