@@ -292,12 +292,13 @@ class Settings:
         "name of the shard set (label of its Leases; the chart sets the release's full name)",
     )
     worker_limit: int = _setting(
-        0,
+        100,
         "SENDGROUP_WORKER_LIMIT",
         "workerLimit",
-        "at most this many SendGroups handled at once (kopf's queueing.worker_limit; an idle "
-        "one frees its slot after 0.5 s instead of kopf's 5 s); 0 = no limit: every group of a "
-        "cold start gets a worker at once, which bounds neither memory nor API load",
+        "at most this many objects handled at once per watch stream (kopf's "
+        "queueing.worker_limit; an idle one frees its slot after 0.5 s instead of kopf's 5 s); "
+        "0 = no limit: every group of a cold start gets a worker at once (1,000 groups: 566 "
+        "MiB and 40.6 s to reconcile all, against 272 MiB and 33.7 s with 100)",
     )
     status_refresh: float = _setting(
         60.0,

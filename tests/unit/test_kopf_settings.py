@@ -1,5 +1,5 @@
 """The operator's settings reach kopf's: SENDGROUP_WORKER_LIMIT caps kopf's per-object workers
-(and shortens how long an idle one holds its slot); unset, kopf keeps its own defaults."""
+(and shortens how long an idle one holds its slot); 0, kopf keeps its own defaults."""
 
 from __future__ import annotations
 
@@ -22,12 +22,15 @@ def test_worker_limit_caps_kopfs_workers_and_frees_idle_slots_sooner() -> None:
     assert settings.queueing.idle_timeout == IDLE_WORKER_TIMEOUT < 5
 
 
-def test_no_limit_by_default_leaves_kopfs_queueing_as_it_is() -> None:
+def test_zero_leaves_kopfs_queueing_as_it_is() -> None:
     default = kopf.OperatorSettings().queueing
-    for env in ({}, {"SENDGROUP_WORKER_LIMIT": "0"}):
-        queueing = _kopf(env).queueing
-        assert queueing.worker_limit is None, env
-        assert queueing.idle_timeout == default.idle_timeout, env
+    queueing = _kopf({"SENDGROUP_WORKER_LIMIT": "0"}).queueing
+    assert queueing.worker_limit is None
+    assert queueing.idle_timeout == default.idle_timeout
+
+
+def test_the_default_caps_a_cold_start() -> None:
+    assert _kopf({}).queueing.worker_limit == Settings().worker_limit > 0
 
 
 def test_a_negative_limit_is_refused_at_start_naming_the_variable() -> None:
