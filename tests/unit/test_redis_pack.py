@@ -1,6 +1,7 @@
 """The worker's asyncio Redis connections pack commands with hiredis' C packer
 (``redisclient._HiredisPack``): the same bytes as redis-py's own Python packer, for every
-argument type the queue code sends, and the same error for one RESP cannot carry."""
+argument type the queue code sends (memoryviews through redis-py's own packer), and the same
+error for one RESP cannot carry."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ _ARG = st.one_of(
     st.binary(max_size=40),
     st.integers(min_value=-(2**63), max_value=2**63 - 1),
     st.floats(allow_nan=False, allow_infinity=False),
+    st.binary(max_size=40).map(memoryview),  # redis-py sends these as is; hiredis refuses them
 )
 
 

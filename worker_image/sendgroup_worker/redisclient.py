@@ -240,17 +240,21 @@ class _HiredisPack:
     its asyncio client packs in Python, one ``Encoder.encode`` call per argument, which was
     17 % of the worker's CPU per no-op job (cProfile; the reserve call carries ~23 arguments).
     Same bytes on the wire (RESP arrays of bulk strings, str as UTF-8); a first argument with
-    spaces is split as redis-py splits it (``"CONFIG GET"``)."""
+    spaces is split as redis-py splits it (``"CONFIG GET"``). An argument hiredis does not
+    take (a ``memoryview``, which redis-py sends as is; a type neither takes) goes to redis-py's
+    own packer, so every call packs or fails exactly as it would without this mixin."""
 
     def pack_command(self, *args: Any) -> list[bytes]:
+        split = args
         if isinstance(args[0], str):
-            args = (*args[0].encode().split(), *args[1:])
+            split = (*args[0].encode().split(), *args[1:])
         elif b" " in args[0]:
-            args = (*args[0].split(), *args[1:])
+            split = (*args[0].split(), *args[1:])
         try:
-            return [hiredis.pack_command(args)]
-        except TypeError as exc:  # an argument of a type RESP cannot carry
-            raise redis.exceptions.DataError(str(exc)) from exc
+            return [hiredis.pack_command(split)]
+        except TypeError:
+            packed: list[bytes] = super().pack_command(*args)  # type: ignore[misc]
+            return packed
 
 
 _MIXED: dict[tuple[type, ...], type] = {}
