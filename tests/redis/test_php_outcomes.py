@@ -153,3 +153,32 @@ def test_an_unreadable_suppression_set_sends_nothing(
     failed = q.failed_get(uuid)
     assert failed is not None and failed.exception == "ResponseError"
     assert "WRONGTYPE" in failed.message and "attempt 3, no tries left" in failed.message
+
+
+def test_a_clobbered_outcome_stream_loses_no_mail_and_is_reported_once(
+    redis_url: str, redis_client: redis.Redis, smtp_sink: SmtpSink
+) -> None:
+    """Hostile input: the app wrote the outcome stream's key as a string. The entry rides in
+    the acknowledging script, which refuses only the entry: every mail goes out once, is
+    acknowledged (not retried, not failed), the key is left as the app wrote it, and the worker
+    says so in one line, not one per mail."""
+    stream = loopback.outcome_stream_key(NS)
+    redis_client.set(stream, "not a stream")
+    mails = [_mail(f"user{i}@x.example") for i in range(20)]
+    uuids = run_php("push.php", redis_url, Q, "", stdin=jsonl(mails)).stdout.split()
+    q = Queue(redis_client, QueueKeys(Q), retry_after=3)
+    env = worker_env(redis_url, Q, smtp_sink.port, SENDGROUP_NAMESPACE=NS)
+    w = WorkerProcess(env)
+    try:
+        wait_for(drained(q), 30, "the jobs settled")
+        assert w.proc.poll() is None
+    finally:
+        w.signal(signal.SIGTERM)
+        assert w.wait(10) == 0
+        w.stop()
+    assert sorted(smtp_sink.per_job()) == sorted(uuids)
+    assert set(smtp_sink.per_job().values()) == {1}
+    stats = q.measure()
+    assert (stats.delivered, stats.failed_total) == (20, 0)
+    assert redis_client.get(stream) == b"not a stream"
+    assert w.log().count(f"outcome stream {stream} refused") == 1

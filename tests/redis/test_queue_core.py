@@ -15,6 +15,7 @@ import redis.asyncio
 
 from sendgroup_worker.producer import make_mail_payload
 from sendgroup_worker.queue import Ack, AsyncQueue, Queue, QueueKeys
+from sendgroup_worker.queue import protocol as p
 from sendgroup_worker.queue.protocol import PUSH_CHUNK
 
 pytestmark = pytest.mark.redis
@@ -347,3 +348,40 @@ def test_oldest_job_age_reads_laravel_12_created_at(q: Queue) -> None:
     both = {"uuid": "b", "attempts": 0, "pushedAt": f"{NOW - 5}", "createdAt": int(NOW) - 30}
     q.push(json.dumps(both).encode())
     assert q.measure(now=NOW).oldest_job_age_seconds == pytest.approx(5)
+
+
+def test_an_ack_s_outcome_entry_lands_with_it_and_a_clobbered_stream_refuses_only_the_entry(
+    q: Queue, redis_client: redis.Redis
+) -> None:
+    """The worker's outcome entry rides in the acknowledging script (``StreamEntry``): one
+    XADD per ack, capped; the ack counts even when its reservation was lost; a stream key an
+    app overwrote with a string refuses the entry (counted in the reply) and nothing else."""
+    stream = "sendgroups:core:outcomes"
+
+    def entry(uuid: str) -> p.StreamEntry:
+        return p.StreamEntry(stream, 1000, ("uuid", uuid, "outcome", "delivered"))
+
+    q.push_many([payload(i) for i in range(4)])
+    first, second, third = q.reserve(count=3, now=NOW)
+    res = q.reserve_detailed(count=0, ack=[Ack.of(first, entry=entry(first.uuid))], now=NOW)
+    assert res.lost_acks == [] and res.refused_entries == 0
+    entries = redis_client.xrange(stream)
+    assert [e[1] for e in entries] == [{b"uuid": first.uuid.encode(), b"outcome": b"delivered"}]
+    assert redis_client.zscore(q.keys.sent, first.uuid) is not None
+    assert q.measure().delivered == 1
+    # the reservation is gone (expired, taken back): the entry is still written, the mail
+    # did go out
+    redis_client.zrem(q.keys.reserved, second.reserved)
+    done = q.run(p.done_detailed_call(q.keys, q.settings, Ack.of(second, entry=entry(second.uuid))))
+    assert done == p.DoneResult(lost=True, entry_refused=False)
+    assert len(redis_client.xrange(stream)) == 2
+    # an app overwrote the stream key: the entry is refused, the acknowledgement is not
+    redis_client.set(stream, "not a stream")
+    res = q.reserve_detailed(count=1, ack=[Ack.of(third, entry=entry(third.uuid))], now=NOW)
+    assert res.refused_entries == 1 and res.lost_acks == [] and len(res.jobs) == 1
+    assert redis_client.get(stream) == b"not a stream"
+    assert redis_client.zscore(q.keys.sent, third.uuid) is not None
+    fourth = res.jobs[0]
+    done = q.run(p.done_detailed_call(q.keys, q.settings, Ack.of(fourth, entry=entry(fourth.uuid))))
+    assert done == p.DoneResult(lost=False, entry_refused=True)
+    assert q.measure().delivered == 4 and q.size() == 0

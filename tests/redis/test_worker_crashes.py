@@ -1,5 +1,6 @@
 """The mail worker when things go wrong: SIGKILL mid-send, SIGTERM mid-send, a worker frozen
-with SIGSTOP past its reservation, and Redis restarting under running workers."""
+with SIGSTOP past its reservation, Redis restarting under running workers, and the workers'
+connections killed by the server while they send."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
+import redis
 
 from tests.support.redis_server import RedisServer
 from tests.support.smtp_sink import SmtpSink
@@ -166,6 +168,52 @@ def test_redis_restart_under_running_workers_loses_nothing(
     assert counts(stats) == (0, 0, 0, 0) and stats.failed_total == 0
     logs = "".join(w.log() for w in workers)
     assert "Redis unreachable" in logs and "Redis reachable again" in logs
+
+
+def _kill_worker_connections(client: redis.Redis) -> int:
+    """CLIENT KILL every normal connection but ``client``'s own; returns how many."""
+    own = client.client_id()
+    killed = 0
+    for entry in client.client_list(_type="normal"):
+        if int(entry["id"]) != own:
+            killed += client.client_kill_filter(_id=int(entry["id"]))
+    return killed
+
+
+def test_connections_killed_under_sending_lanes_lose_and_repeat_nothing(
+    redis_url: str, smtp_sink: SmtpSink
+) -> None:
+    """Each lane holds one Redis connection (``redisclient.lane_client``): when the server
+    drops them all mid-run, twice, every lane carries on, and each mail goes out once."""
+    q = sync_queue(redis_url, Q, retry_after=10)
+    admin = redis.Redis.from_url(redis_url)
+    payloads = [mail_payload(f"ck{i}@x.example") for i in range(400)]
+    uuids = {json.loads(p)["uuid"] for p in payloads}
+    env = worker_env(redis_url, Q, smtp_sink.port, RATE_PER_MINUTE=12000, WORKER_RETRY_AFTER=10)
+    workers = [WorkerProcess(env, f"ck{i}") for i in range(2)]
+    killed = []
+    try:
+        q.push_many(payloads)
+        for at in (60, 180):
+            wait_for(lambda at=at: len(smtp_sink.snapshot()) >= at, 30, f"{at} mails sent")
+            killed.append(_kill_worker_connections(admin))
+        wait_for(lambda: len(smtp_sink.snapshot()) >= 400, 60, "all 400 delivered")
+        wait_for(drained(q), 30, "queue drained")
+        time.sleep(0.5)  # a duplicate would arrive now
+        for w in workers:
+            w.signal(signal.SIGTERM)
+        assert [w.wait(15) for w in workers] == [0, 0]
+    finally:
+        for w in workers:
+            w.stop()
+        admin.close()
+    # both workers' lanes (4 each) held connections that were killed
+    assert all(n >= 8 for n in killed), killed
+    per_job = smtp_sink.per_job()
+    assert set(per_job) == uuids and set(per_job.values()) == {1}
+    stats = q.measure()
+    assert counts(stats) == (0, 0, 0, 0)
+    assert (stats.delivered, stats.failed_total) == (400, 0)
 
 
 def test_redis_down_at_start_and_at_sigterm_never_crashes_the_worker(

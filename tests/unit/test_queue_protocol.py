@@ -33,20 +33,48 @@ def test_reserve_call_layout() -> None:
     assert call.script == "reserve"
     assert call.keys[:4] == KEYS.laravel_keys
     assert call.keys[4:] == (KEYS.failed, KEYS.failed_jobs, KEYS.stats, KEYS.sent, KEYS.paused)
-    assert call.args[:8] == ("1796000000.25", "90", "3", "50", "100000", "604800", "604800", "2")
-    assert call.args[8:] == ("1", b"R1", "u1", "0", b"R2", "u2")
+    assert call.args[:9] == (
+        "1796000000.25", "90", "3", "50", "100000", "604800", "604800", "2", "0"
+    )  # fmt: skip
+    assert call.args[9:] == ("1", b"R1", "u1", "0", "0", b"R2", "u2", "0")
     with pytest.raises(ValueError):
         p.reserve_call(KEYS, settings, count=-1)
+
+
+def test_an_ack_s_stream_entry_rides_in_the_same_call() -> None:
+    settings = p.QueueSettings(retry_after=90)
+    entry = p.StreamEntry("sendgroups:ns:outcomes", 1000, ("uuid", "u1", "outcome", "delivered"))
+    ack = [p.Ack(b"R1", "u1", entry=entry), p.Ack(b"R2", "u2")]
+    call = p.reserve_call(KEYS, settings, count=1, ack=ack, now=1796000000)
+    assert call.keys[-1] == "sendgroups:ns:outcomes" and len(call.keys) == 10
+    assert call.args[8] == "1000"  # the stream's MAXLEN ~ cap
+    assert call.args[9:] == (
+        "1", b"R1", "u1", "4", "uuid", "u1", "outcome", "delivered", "1", b"R2", "u2", "0"
+    )  # fmt: skip
+    done = p.done_detailed_call(KEYS, settings, ack[0], now=1796000000)
+    assert done.keys == (KEYS.reserved, KEYS.sent, KEYS.stats, "sendgroups:ns:outcomes")
+    assert done.args[5:] == ("1000", "uuid", "u1", "outcome", "delivered")
+    assert done.parse(3) == p.DoneResult(lost=True, entry_refused=True)
+    assert p.done_call(KEYS, settings, ack[0]).parse(2) is False  # refused, not lost
+    other = p.StreamEntry("sendgroups:other:outcomes", 1000, ("uuid", "u2"))
+    with pytest.raises(ValueError, match="one key"):
+        p.reserve_call(KEYS, settings, ack=[ack[0], p.Ack(b"R2", "u2", entry=other)])
+    for bad in ((), ("uuid",)):
+        with pytest.raises(ValueError, match="pairs"):
+            p.StreamEntry("s", 10, bad)
+    with pytest.raises(ValueError, match="maxlen"):
+        p.StreamEntry("s", 0, ("a", "b"))
 
 
 def test_parse_reserve_reply() -> None:
     raw = b'{"uuid":"u","attempts":0}'
     res = b'{"uuid":"u","attempts":1}'
-    r = p.parse_reserve_reply([[2], [3, 1, 0], raw, res, b"x", b"\xff"])
+    r = p.parse_reserve_reply([[2], [3, 1, 0, 1], raw, res, b"x", b"\xff"])
     assert r.lost_acks == [1] and (r.migrated, r.invalid) == (3, 1) and not r.paused
+    assert r.refused_entries == 1
     assert r.jobs[0] == p.Reserved(raw, res, {"uuid": "u", "attempts": 1}, "u", 1)
     assert r.jobs[1].payload is None  # Python cannot read it: the worker fails the job
-    paused = p.parse_reserve_reply([[], [0, 0, 1]])
+    paused = p.parse_reserve_reply([[], [0, 0, 1, 0]])
     assert paused.paused and paused.jobs == []
 
 

@@ -49,11 +49,13 @@ def test_an_argument_resp_cannot_carry_is_a_data_error_as_in_redis_py() -> None:
             ours.pack_command("SET", "k", bad)
 
 
-def test_every_kind_of_client_gets_the_packer() -> None:
+def test_every_kind_of_client_gets_the_packer_and_the_direct_write() -> None:
     standalone = redisclient.build_async(parse("redis://127.0.0.1:1/0"), "standalone")
     sentinel = redisclient.build_async(parse("redis+sentinel://127.0.0.1:1/mymaster/0"), "sentinel")
     cluster = redisclient.build_async(parse("redis://127.0.0.1:1/0"), "cluster")
     for pool in (standalone.connection_pool, sentinel.connection_pool):  # type: ignore[union-attr]
         assert issubclass(pool.connection_class, redisclient._HiredisPack)
+        assert issubclass(pool.connection_class, redisclient._DirectWrite)
     kwargs = cluster.connection_kwargs  # type: ignore[union-attr]
     assert issubclass(kwargs["connection_class"], redisclient._HiredisPack)
+    assert issubclass(kwargs["connection_class"], redisclient._DirectWrite)

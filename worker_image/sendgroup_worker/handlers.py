@@ -68,14 +68,16 @@ class HandlerResult:
 
 @dataclass(frozen=True, slots=True)
 class JobContext:
-    """What a handler gets: the decoded payload, its uuid and attempt number (1 = first), and
+    """What a handler gets: the decoded payload, its uuid and attempt number (1 = first),
     ``fence()``: False once the job must no longer cause side effects (reservation about to
-    expire or gone)."""
+    expire or gone), and ``screen``: the suppression check to use for this job (the worker
+    passes its lane's, on the lane's held Redis connection; None: the registry's own)."""
 
     payload: Mapping[str, Any]
     uuid: str
     attempts: int
     fence: Callable[[], bool]
+    screen: smtp.Screen | None = None
 
 
 HandlerFn = Callable[[JobContext], Awaitable[HandlerResult]]
@@ -114,9 +116,9 @@ def default_registry(
     screen: smtp.Screen | None = None,
     limits: smtp.MailLimits = smtp.DEFAULT_LIMITS,
 ) -> Registry:
-    """The worker's registry: :data:`SEND_MAIL` over ``pool`` (recipients checked with
-    ``screen`` right before the SMTP transaction, see ``loopback``; mails capped by
-    ``limits``) and :data:`NOOP`."""
+    """The worker's registry: :data:`SEND_MAIL` over ``pool`` (recipients checked right
+    before the SMTP transaction with the job's ``JobContext.screen``, else ``screen``, see
+    ``loopback``; mails capped by ``limits``) and :data:`NOOP`."""
     registry = Registry()
 
     async def send_mail(job: JobContext) -> HandlerResult:
@@ -125,7 +127,7 @@ def default_registry(
         except smtp.InvalidMailData as exc:
             return HandlerResult(Outcome.PERMANENT, "InvalidMailData", str(exc))
         started = time.monotonic()
-        result = await pool.send(mail, job.fence, screen)
+        result = await pool.send(mail, job.fence, job.screen or screen)
         metrics.reply(result.reply_class.value, time.monotonic() - started)
         return dataclasses.replace(
             from_send_result(result),

@@ -25,10 +25,15 @@ Outcome entries (``XADD <key> MAXLEN ~ <n> * field value ...``, all values text)
 * ``queue``, ``group``: the queue and the SendGroup; ``at``: unix seconds (Redis clock).
 
 Delivery is at least once: an entry is written before the job's outcome is committed to the
-queue, so a worker killed in between writes it again on the job's next attempt (consumers key
-on ``uuid`` + ``outcome``; the last entry of a uuid is its latest state). The stream is capped
-with ``MAXLEN ~`` (``OUTCOME_STREAM_MAXLEN``, default 100,000 entries; Redis trims whole
-macro nodes, so it may hold a little more); ``0`` turns it off.
+queue, or with it: on one server or a Sentinel service a ``delivered`` entry rides in the
+script that acknowledges the job (:meth:`Loopback.entry`, ``queue.protocol.StreamEntry``), so
+the two land together; on Redis Cluster (the stream lies in another slot) and for the other
+outcomes it is an XADD of its own, before the commit, so a worker killed in between writes it
+again on the job's next attempt (consumers key on ``uuid`` + ``outcome``; the last entry of a
+uuid is its latest state). An entry Redis refuses inside the acknowledging script (an app
+overwrote the key with another type) is counted and logged, and the mail stays delivered.
+The stream is capped with ``MAXLEN ~`` (``OUTCOME_STREAM_MAXLEN``, default 100,000 entries;
+Redis trims whole macro nodes, so it may hold a little more); ``0`` turns it off.
 
 The suppression set is checked in one round trip (``SISMEMBER`` per recipient, pipelined) once
 the SMTP connection is ready, right before MAIL FROM/RCPT/DATA, so an address added while a
@@ -47,6 +52,8 @@ from typing import Any, Final
 import redis.asyncio
 
 from sendgroup_contract import keys as contract_keys
+from sendgroup_worker.queue.protocol import StreamEntry
+from sendgroup_worker.redisclient import is_cluster
 
 #: Outcome values of a stream entry.
 DELIVERED: Final = "delivered"
@@ -132,6 +139,23 @@ class Loopback:
         self.stream = stream if maxlen > 0 else None
         self.suppressed = suppressed
         self.maxlen = maxlen
+
+    def bind(self, client: redis.asyncio.Redis[bytes]) -> Loopback:
+        """The same keys and cap on another client of the same Redis (a lane's held
+        connection); ``self`` when ``client`` is this one's."""
+        if client is self.client:
+            return self
+        return Loopback(client, self.stream, self.suppressed, self.maxlen)
+
+    def entry(self, outcome: Outcome) -> StreamEntry | None:
+        """``outcome`` as an entry the acknowledging queue script writes itself (one round
+        trip less per mail, and the entry lands with the acknowledgement, atomically); None
+        when the stream is off or the client is a Redis Cluster's (the stream's key lies in
+        another slot than the queue's: :meth:`record` it instead)."""
+        if self.stream is None or is_cluster(self.client):
+            return None
+        fields = [text for pair in outcome.fields().items() for text in pair]
+        return StreamEntry(self.stream, self.maxlen, tuple(fields))
 
     async def record(self, outcome: Outcome) -> None:
         """XADD one entry (no-op when the stream is off)."""

@@ -120,8 +120,15 @@ class PipeliningProtocol(SMTPProtocol):
             raise aiosmtplib.SMTPServerDisconnected("Connection lost")
         self._response_pending = True
         self._hand_over()
+        waiter = self._response_waiter
         try:
-            reply = await asyncio.wait_for(self._response_waiter, timeout)
+            if waiter.done():  # the reply was queued already: no timer, no loop turn
+                reply = waiter.result()
+            else:
+                # asyncio.timeout, not wait_for: no task wrapped around the future (3.11's
+                # wait_for makes one per call); on expiry the future is cancelled all the same
+                async with asyncio.timeout(timeout):
+                    reply = await waiter
         except TimeoutError as exc:
             raise aiosmtplib.SMTPReadTimeoutError("Timed out waiting for server response") from exc
         finally:

@@ -5,9 +5,9 @@ One asyncio process runs ``concurrency`` lanes. Each lane loops:
 1. wait while the group is suspended by backpressure (:mod:`backpressure`);
 2. take a slot from the group's shared rate limit (:mod:`ratelimit`) *before* reserving, so
    waiting for the rate never counts as an attempt;
-3. ``reserve`` one job (the same queue script acknowledges the lane's previous delivery,
-   migrates due delayed jobs and expired reservations, and moves garbage payloads to
-   failed); when there is none, give
+3. ``reserve`` one job (the same queue script acknowledges the lane's previous delivery and
+   writes its outcome stream entry, migrates due delayed jobs and expired reservations, and
+   moves garbage payloads to failed); when there is none, give
    the slot back and block on ``BLPOP notify`` until a job arrives or the next delayed job or
    reservation is due (at most ``WORKER_BLOCK_FOR``): an idle worker costs ~0 CPU and a few
    Redis calls per block period;
@@ -19,6 +19,11 @@ One asyncio process runs ``concurrency`` lanes. Each lane loops:
    354, see ``SmtpPool._pipelined``); then done / release with backoff / fail. Each of those
    reports ``lost`` when the reservation is gone, and the worker then leaves the job alone
    (another worker owns it).
+
+Each lane sends its commands on a Redis connection it holds (``redisclient.lane_client``; the
+cluster client's own per-node connections on Redis Cluster). A delivered mail costs three
+Redis round trips on one server or Sentinel (reserve with the previous ack and its entry,
+``begin_send``, the suppression check) and four on a cluster (the entry's own XADD).
 
 SIGTERM/SIGINT: stop taking jobs, finish the jobs in flight (each within its timeout), exit 0.
 ``WORKER_MAX_JOBS`` / ``WORKER_MAX_TIME``: the same clean stop. Redis errors: logged once per
@@ -167,10 +172,13 @@ class Outage:
 
 @dataclass(slots=True)
 class _Lane:
-    """One lane's state: its index and the acknowledgement of its last delivered job, which
-    rides along with the lane's next reserve call."""
+    """One lane's state: its index, its queue and loopback on the lane's own Redis connection
+    (:func:`~sendgroup_worker.redisclient.lane_client`), and the acknowledgement of its last
+    delivered job, which rides along with the lane's next reserve call."""
 
     index: int
+    queue: AsyncQueue
+    loopback: lb.Loopback
     ack: Ack | None = None
     #: recipients of the lane's last mail beyond the one its permit counted (provider pacing:
     #: charged on the lane's next permit call)
@@ -227,6 +235,9 @@ class Worker:
         self.taken = 0
         self.finished = 0
         self._suspension_logged = False
+        #: outcome entries refused since the last log line, and when that line was written
+        self._refused_entries = 0
+        self._refused_logged_at = -1e9
         self._paused_logged = False
         #: the pause marker as the last reserve (or look) saw it; None = not looked yet
         self._paused: bool | None = None
@@ -297,8 +308,18 @@ class Worker:
     # --- the lane --------------------------------------------------------------------------
     async def _lane(self, index: int) -> None:
         delay = wait_exponential_jitter(initial=0.1, max=OUTAGE_MAX_WAIT, jitter=0.2)
+        held = redisclient.lane_client(self.client)
+        lane = _Lane(index, self.queue.bind(held), self.loopback.bind(held))
+        try:
+            await self._lane_loop(lane, delay)
+        finally:
+            if held is not self.client:
+                with contextlib.suppress(Exception):
+                    await redisclient.aclose(held)  # the connection goes back to the pool
+
+    async def _lane_loop(self, lane: _Lane, delay: Callable[[RetryCallState], float]) -> None:
+        index = lane.index
         failures = 0
-        lane = _Lane(index)
         while not self.stopping.is_set():
             try:
                 await self._step(lane)
@@ -325,10 +346,12 @@ class Worker:
         """Send the lane's pending acknowledgement now (before waiting or stopping)."""
         ack = lane.ack
         if ack is not None:
-            lost = await self._retry(lambda: self.queue.done(ack, delivered=True))
+            done = await self._retry(lambda: lane.queue.done_detailed(ack, delivered=True))
             lane.ack = None
-            if lost:
+            if done.lost:
                 log.warning("job %s: delivered, but its reservation had expired", ack.uuid)
+            if done.entry_refused:
+                self._entry_refused(ack.uuid)
 
     async def _step(self, lane: _Lane) -> None:
         if await self._wait_if_suspended(lane):
@@ -358,11 +381,13 @@ class Worker:
         await self.clock.refresh()
         now = self.clock.now()
         acks = [lane.ack] if lane.ack is not None else []
-        result = await self.queue.reserve_detailed(1, ack=acks, now=now)
+        result = await lane.queue.reserve_detailed(1, ack=acks, now=now)
         lane.ack = None  # the script ran: acknowledged (lost or not)
         self.outage.ok()
         if result.lost_acks:
             log.warning("job %s: delivered, but its reservation had expired", acks[0].uuid)
+        if result.refused_entries:
+            self._entry_refused(acks[0].uuid)
         for _ in range(result.invalid):
             self.metrics.job("failed")
         if result.invalid:
@@ -547,15 +572,18 @@ class Worker:
     async def _process(self, lane: _Lane, job: Reserved, reserved_until: float) -> None:
         payload = job.payload
         if payload is None:
-            await self._fail(job, "InvalidPayload", job.invalid or "payload is not a JSON object")
+            await self._fail(
+                lane, job, "InvalidPayload", job.invalid or "payload is not a JSON object"
+            )
             return
         handler = self.registry.get(payload.get("job"))
         if handler is None and laravel.is_laravel_job(payload.get("job")):
             reason = laravel.unrunnable_reason(payload, self.config.queue)
-            await self._fail(job, laravel.LARAVEL_JOB_EXCEPTION, reason)
+            await self._fail(lane, job, laravel.LARAVEL_JOB_EXCEPTION, reason)
             return
         if handler is None:
             await self._fail(
+                lane,
                 job,
                 "UnknownHandler",
                 f"no handler for job {payload.get('job')}; "
@@ -572,17 +600,17 @@ class Worker:
                 + (" or run too long" if opts.retry_until is not None else ""),
             )
             if handler.sends:
-                await self._record(job, exceeded, lb.FAILED)
-            await self._fail(job, exceeded.exception, exceeded.message)
+                await self._record(lane, job, exceeded, lb.FAILED)
+            await self._fail(lane, job, exceeded.exception, exceeded.message)
             return
         if handler.sends:
-            state = await self._retry(lambda: self.queue.begin_send(job))
+            state = await self._retry(lambda: lane.queue.begin_send(job))
             if state == "lost":
                 self.metrics.job("lost")
                 log.info("job %s: reservation gone before sending; left to its owner", job.uuid)
                 return
             if state == "already_sent":
-                await self._retry(lambda: self.queue.done(job, delivered=False))
+                await self._retry(lambda: lane.queue.done(job, delivered=False))
                 self.metrics.job("skipped")
                 log.info("job %s: already sent by an earlier reservation; not sent again", job.uuid)
                 return
@@ -596,7 +624,13 @@ class Worker:
         def fence() -> bool:  # may the handler still cause its side effect?
             return held() and time.monotonic() < deadline
 
-        context = h.JobContext(payload=payload, uuid=job.uuid, attempts=job.attempts, fence=fence)
+        context = h.JobContext(
+            payload=payload,
+            uuid=job.uuid,
+            attempts=job.attempts,
+            fence=fence,
+            screen=lane.loopback.screen if lane.loopback.suppressed is not None else None,
+        )
         try:
             async with asyncio.timeout(timeout):
                 result = await handler.run(context)
@@ -635,7 +669,9 @@ class Worker:
         record: bool = False,
     ) -> None:
         """Act on ``result``; with ``record`` (mail handlers) also write the outcome stream
-        entry (see :mod:`sendgroup_worker.loopback`), before the outcome is committed."""
+        entry (see :mod:`sendgroup_worker.loopback`), before the outcome is committed; a
+        delivered mail's entry rides with its acknowledgement in the same script where the
+        deployment allows it (:meth:`lb.Loopback.entry`)."""
         if result.sent_to > 1 and self.pacer is None and not self.limiter.unlimited:
             # the rate counts recipients: the job's first slot was taken before reserving,
             # the others are charged now (in debt: the next jobs wait for them); with a
@@ -643,11 +679,13 @@ class Worker:
             await self._best_effort(self.limiter.charge(result.sent_to - 1, self.backpressure.run))
         if result.outcome is h.Outcome.DONE:
             # acknowledged inside the lane's next reserve call (one round trip saved), or by
-            # _flush before the lane waits or stops
-            lane.ack = Ack.of(job, delivered=True)
+            # _flush before the lane waits or stops; the outcome entry with it (another one)
+            outcome = self._outcome(job, result, lb.DELIVERED) if record else None
+            entry = lane.loopback.entry(outcome) if outcome is not None else None
+            lane.ack = Ack.of(job, delivered=True, entry=entry)
             self.metrics.job("delivered")
-            if record:
-                await self._record(job, result, lb.DELIVERED)
+            if outcome is not None and entry is None:
+                await self._write(lane, outcome)
             await self._best_effort(self.backpressure.record_success())
             return
         if result.outcome is h.Outcome.FENCED:
@@ -656,8 +694,8 @@ class Worker:
             return
         if result.outcome is h.Outcome.SUPPRESSED:
             if record:
-                await self._record(job, result, lb.SUPPRESSED)
-            lost = await self._retry(lambda: self.queue.done(job, delivered=False))
+                await self._record(lane, job, result, lb.SUPPRESSED)
+            lost = await self._retry(lambda: lane.queue.done(job, delivered=False))
             self.metrics.job("lost" if lost else "suppressed")
             log.info(
                 "job %s: not sent: %s (%s)", job.uuid, result.message, ",".join(result.suppressed)
@@ -667,8 +705,8 @@ class Worker:
             await self._provider_reply(result.reply_text or result.message)
         if result.outcome is h.Outcome.PERMANENT:
             if record:
-                await self._record(job, result, lb.FAILED)
-            await self._fail(job, result.exception, result.message)
+                await self._record(lane, job, result, lb.FAILED)
+            await self._fail(lane, job, result.exception, result.message)
             return
         # temporary: 4xx, connection trouble, timeout (the provider's), or a handler that raised
         if result.from_provider:
@@ -679,8 +717,9 @@ class Worker:
                 self.metrics.suspended_group.set(1)
         if opts.fails_after_temporary(job.attempts, self.clock.now()):
             if record:
-                await self._record(job, result, lb.FAILED)
+                await self._record(lane, job, result, lb.FAILED)
             await self._fail(
+                lane,
                 job,
                 result.exception or "MaxAttemptsExceededException",
                 f"{result.message} (attempt {job.attempts}, no tries left)",
@@ -688,8 +727,8 @@ class Worker:
             return
         delay = opts.backoff_for(job.attempts)
         if record:
-            await self._record(job, result, lb.DEFERRED, retry_in=delay)
-        lost = await self._retry(lambda: self.queue.release(job, delay, now=self.clock.now()))
+            await self._record(lane, job, result, lb.DEFERRED, retry_in=delay)
+        lost = await self._retry(lambda: lane.queue.release(job, delay, now=self.clock.now()))
         if lost:
             self.metrics.job("lost")
             log.info("job %s: reservation gone; not released again", job.uuid)
@@ -719,8 +758,8 @@ class Worker:
                 rule.duration,
             )
 
-    async def _fail(self, job: Reserved, exception: str, message: str) -> None:
-        lost = await self._retry(lambda: self.queue.fail(job, exception, message))
+    async def _fail(self, lane: _Lane, job: Reserved, exception: str, message: str) -> None:
+        lost = await self._retry(lambda: lane.queue.fail(job, exception, message))
         if lost:
             self.metrics.job("lost")
             log.info("job %s: reservation gone; not failed again", job.uuid)
@@ -731,6 +770,7 @@ class Worker:
     # --- helpers ---------------------------------------------------------------------------
     async def _record(
         self,
+        lane: _Lane,
         job: Reserved,
         result: h.HandlerResult,
         outcome: str,
@@ -738,7 +778,45 @@ class Worker:
     ) -> None:
         """Write ``job``'s outcome stream entry, retried like a job outcome; never raises (a
         Redis outage that outlasts a stop loses the entry, logged, but never the job)."""
-        entry = lb.Outcome(
+        await self._write(lane, self._outcome(job, result, outcome, retry_in))
+
+    async def _write(self, lane: _Lane, entry: lb.Outcome) -> None:
+        """XADD ``entry`` on its own (see :meth:`_record`)."""
+        try:
+            await self._retry(lambda: lane.loopback.record(entry))
+        except REDIS_RETRY:
+            log.error(
+                "job %s: outcome %s not written to the outcome stream", entry.uuid, entry.outcome
+            )
+
+    def _entry_refused(self, uuid: str) -> None:
+        """Count a delivered mail whose outcome entry Redis refused inside the acknowledging
+        script (the stream key holds another type: an app overwrote it); logged at most once
+        a minute, with the count since the last line. The mail stays delivered."""
+        self._refused_entries += 1
+        now = time.monotonic()
+        if now - self._refused_logged_at < 60:
+            return
+        log.error(
+            "outcome stream %s refused %d entr%s (latest: job %s, delivered): the key holds "
+            "something other than a stream; the mails were sent and acknowledged",
+            self.loopback.stream,
+            self._refused_entries,
+            "y" if self._refused_entries == 1 else "ies",
+            uuid,
+        )
+        self._refused_entries = 0
+        self._refused_logged_at = now
+
+    def _outcome(
+        self,
+        job: Reserved,
+        result: h.HandlerResult,
+        outcome: str,
+        retry_in: float | None = None,
+    ) -> lb.Outcome:
+        """``job``'s outcome stream entry (see :mod:`sendgroup_worker.loopback`)."""
+        return lb.Outcome(
             uuid=job.uuid,
             outcome=outcome,
             reply=result.message,
@@ -751,15 +829,27 @@ class Worker:
             exception=result.exception if outcome in (lb.FAILED, lb.DEFERRED) else "",
             retry_in=retry_in,
         )
-        try:
-            await self._retry(lambda: self.loopback.record(entry))
-        except REDIS_RETRY:
-            log.error("job %s: outcome %s not written to the outcome stream", job.uuid, outcome)
 
     async def _retry(self, call: Callable[[], Awaitable[T]]) -> T:
         """Run a Redis call until it succeeds: a finished job's outcome must reach Redis.
         Once the worker is stopping, gives up (re-raising) :data:`STOP_RETRY_LIMIT` seconds
-        after the stop, so an outage cannot hold a stopping pod until SIGKILL."""
+        after the stop, so an outage cannot hold a stopping pod until SIGKILL.
+
+        The first attempt runs bare; only a failed one enters tenacity's loop (which tries
+        again at once, then backs off): building the retry state for every call was about
+        6 % of the worker's CPU per mail (py-spy, four such calls per mail)."""
+        try:
+            value = await call()
+        except REDIS_RETRY as exc:
+            self.outage.failed(exc)
+        else:
+            self.outage.ok()
+            return value
+        return await self._retry_loop(call)
+
+    async def _retry_loop(self, call: Callable[[], Awaitable[T]]) -> T:
+        """:meth:`_retry` after a failed first attempt: tenacity, capped exponential backoff
+        with jitter (0.05 s doubling up to :data:`OUTAGE_MAX_WAIT`)."""
 
         def give_up(state: RetryCallState) -> bool:
             return (

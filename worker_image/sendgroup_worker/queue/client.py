@@ -266,6 +266,25 @@ class AsyncQueue(_Base):
         self._wait_warned_at = -1e9
         self._node_clients: dict[str, redis.asyncio.Redis[bytes]] = {}
 
+    def bind(self, client: AsyncClient) -> AsyncQueue:
+        """This queue (same keys, settings and ``WAIT`` policy) on another client of the same
+        Redis, e.g. one lane's held connection (:func:`~sendgroup_worker.redisclient.lane_client`);
+        ``self`` when ``client`` is this queue's own client."""
+        if client is self.redis:
+            return self
+        s = self.settings
+        return AsyncQueue(
+            client,
+            self.keys,
+            s.retry_after,
+            migrate_limit=s.migrate_limit,
+            failed_max_count=s.failed_max_count,
+            failed_max_age=s.failed_max_age,
+            sent_ttl=s.sent_ttl,
+            wait_replicas=self.wait_replicas,
+            wait_timeout=self.wait_timeout,
+        )
+
     async def run(self, call: p.ScriptCall[T]) -> T:
         """Run one prepared script call (one round trip) and return its parsed reply. With
         ``wait_replicas`` set, a write script (:data:`DURABLE_SCRIPTS`) is followed by ``WAIT
@@ -364,6 +383,13 @@ class AsyncQueue(_Base):
     ) -> bool:
         """See :meth:`Queue.done`."""
         return await self.run(p.done_call(self.keys, self.settings, job, delivered, now))
+
+    async def done_detailed(
+        self, job: p.Reserved | p.Ack, delivered: bool = True, now: float | None = None
+    ) -> p.DoneResult:
+        """:meth:`done`, also writing an :class:`~protocol.Ack`'s stream entry in the same
+        script; says whether Redis refused the entry. See :func:`protocol.done_detailed_call`."""
+        return await self.run(p.done_detailed_call(self.keys, self.settings, job, delivered, now))
 
     async def release(self, job: p.Reserved, delay: float = 0, now: float | None = None) -> bool:
         """See :meth:`Queue.release`."""

@@ -147,21 +147,45 @@ class Reserved:
 
 
 @dataclass(frozen=True, slots=True)
+class StreamEntry:
+    """A stream entry the acknowledging script writes with the acknowledgement, atomically:
+    ``XADD key MAXLEN ~ maxlen * field value ...`` (the worker's outcome entry,
+    :mod:`sendgroup_worker.loopback`). ``fields``: field, value, field, value, ... (text).
+
+    The key is not one of the queue's, so on Redis Cluster it lies in another slot: entries are
+    for one-server and Sentinel deployments only (the worker writes its own XADD on a
+    cluster). The script writes it with ``redis.pcall``: an entry Redis refuses (the key holds
+    another type) is counted in the reply and never stops the acknowledgement."""
+
+    key: str
+    maxlen: int
+    fields: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        if self.maxlen < 1:
+            raise ValueError(f"maxlen must be >= 1 entries, got {self.maxlen}")
+        if not self.fields or len(self.fields) % 2:
+            raise ValueError("fields must be non-empty field/value pairs")
+
+
+@dataclass(frozen=True, slots=True)
 class Ack:
     """A finished job to acknowledge inside the next ``reserve`` call.
 
     ``delivered=True`` also records the idempotency marker and counts a delivery (use it when
     the mail went out); ``False`` just removes the reservation (e.g. ``already_sent``).
+    ``entry``: a stream entry written in the same script (see :class:`StreamEntry`).
     """
 
     reserved: bytes
     uuid: str
     delivered: bool = True
+    entry: StreamEntry | None = None
 
     @classmethod
-    def of(cls, job: Reserved, delivered: bool = True) -> Ack:
+    def of(cls, job: Reserved, delivered: bool = True, entry: StreamEntry | None = None) -> Ack:
         """The acknowledgement of ``job``."""
-        return cls(job.reserved, job.uuid, delivered)
+        return cls(job.reserved, job.uuid, delivered, entry)
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,7 +197,8 @@ class ReserveResult:
     moved from delayed/reserved to ready by this call; ``invalid``: popped payloads that were
     moved to the failed structure instead of being returned; ``paused``: the group's pause
     marker (``QueueKeys.paused``) is set, so nothing was migrated or reserved (the acks were
-    still applied).
+    still applied); ``refused_entries``: the acks' stream entries Redis refused (see
+    :class:`StreamEntry`; their acks were applied).
     """
 
     jobs: list[Reserved]
@@ -181,6 +206,16 @@ class ReserveResult:
     migrated: int = 0
     invalid: int = 0
     paused: bool = False
+    refused_entries: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class DoneResult:
+    """Reply of :func:`done_call`: ``lost`` (the reservation was already gone) and whether
+    Redis refused the acknowledgement's stream entry (``entry_refused``)."""
+
+    lost: bool
+    entry_refused: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -353,14 +388,19 @@ _UUID: Final = re.compile(rb'"uuid"\s*:\s*"([^"\\]{1,200})"')
 def parse_reserve_reply(reply: Any) -> ReserveResult:
     """Turn the reply of ``reserve.lua`` into a :class:`ReserveResult`."""
     lost = [_as_int(i) - 1 for i in reply[0]]
-    migrated, invalid, paused = (_as_int(v) for v in reply[1])
+    migrated, invalid, paused, refused = (_as_int(v) for v in reply[1])
     items = reply[2:]
     jobs = [
         _reserved_from(_as_bytes(items[i]), _as_bytes(items[i + 1]))
         for i in range(0, len(items), 2)
     ]
     return ReserveResult(
-        jobs=jobs, lost_acks=lost, migrated=migrated, invalid=invalid, paused=paused == 1
+        jobs=jobs,
+        lost_acks=lost,
+        migrated=migrated,
+        invalid=invalid,
+        paused=paused == 1,
+        refused_entries=refused,
     )
 
 
@@ -382,10 +422,15 @@ def reserve_call(
     token each; (3) up to ``count`` LPOPs (one notify token dropped per pop), each valid job's
     ``attempts`` + 1, ZADD to reserved with score now + retry_after. Invalid payloads go to the
     failed structure. While the pause marker exists only step (1) runs. Raises ValueError if
-    ``count`` < 0.
+    ``count`` < 0, or if the acks' stream entries name different keys or caps (one stream per
+    call: it is the script's tenth key).
+
+    An ack's :class:`StreamEntry` is added (``redis.pcall('XADD', ...)``) right before its
+    ZREM, in the same script: the entry and the acknowledgement land together or not at all.
     """
     if count < 0:
         raise ValueError(f"count must be >= 0, got {count}")
+    stream = _one_stream(a.entry for a in ack)
     t = now_seconds(now)
     args: list[bytes | str | int | float] = [
         _num(t),
@@ -396,29 +441,46 @@ def reserve_call(
         str(settings.failed_max_age),
         str(settings.sent_ttl),
         str(len(ack)),
+        str(stream[1]) if stream else "0",
     ]
     for a in ack:
-        args += ["1" if a.delivered else "0", a.reserved, a.uuid]
+        fields = a.entry.fields if a.entry is not None else ()
+        args += ["1" if a.delivered else "0", a.reserved, a.uuid, str(len(fields)), *fields]
+    queue_keys = (
+        keys.ready,
+        keys.delayed,
+        keys.reserved,
+        keys.notify,
+        keys.failed,
+        keys.failed_jobs,
+        keys.stats,
+        keys.sent,
+        keys.paused,
+    )
     return ScriptCall(
         "reserve",
-        (
-            keys.ready,
-            keys.delayed,
-            keys.reserved,
-            keys.notify,
-            keys.failed,
-            keys.failed_jobs,
-            keys.stats,
-            keys.sent,
-            keys.paused,
-        ),
+        (*queue_keys, stream[0]) if stream else queue_keys,
         tuple(args),
         parse_reserve_reply,
     )
 
 
+def _one_stream(entries: Iterable[StreamEntry | None]) -> tuple[str, int] | None:
+    """The (key, maxlen) all given entries share, None without entries; ValueError if they
+    differ."""
+    found = {(e.key, e.maxlen) for e in entries if e is not None}
+    if len(found) > 1:
+        raise ValueError(f"stream entries of one call must share one key and cap: {found}")
+    return found.pop() if found else None
+
+
 def _lost(reply: Any) -> bool:
-    return _as_int(reply) == 1
+    return bool(_as_int(reply) & 1)
+
+
+def _done(reply: Any) -> DoneResult:
+    value = _as_int(reply)
+    return DoneResult(lost=bool(value & 1), entry_refused=bool(value & 2))
 
 
 def done_call(
@@ -435,17 +497,43 @@ def done_call(
     The counter moves only when the marker is new, so retrying ``done`` after a dropped reply
     never counts a mail twice.
     """
-    return ScriptCall(
-        "done",
-        (keys.reserved, keys.sent, keys.stats),
-        (
-            job.reserved,
-            job.uuid,
-            "1" if delivered else "0",
-            _num(now_seconds(now)),
-            str(settings.sent_ttl),
-        ),
-        _lost,
+    return ScriptCall("done", *_done_keys_args(keys, settings, job, delivered, now), _lost)
+
+
+def done_detailed_call(
+    keys: QueueKeys,
+    settings: QueueSettings,
+    job: Reserved | Ack,
+    delivered: bool = True,
+    now: float | None = None,
+) -> ScriptCall[DoneResult]:
+    """:func:`done_call` that also writes an :class:`Ack`'s stream entry (``job.entry``, in the
+    same script, before the ZREM, as :func:`reserve_call` does) and says whether Redis refused
+    it. Reply bits: 1 lost, 2 entry refused."""
+    return ScriptCall("done", *_done_keys_args(keys, settings, job, delivered, now), _done)
+
+
+def _done_keys_args(
+    keys: QueueKeys,
+    settings: QueueSettings,
+    job: Reserved | Ack,
+    delivered: bool,
+    now: float | None,
+) -> tuple[tuple[str, ...], tuple[bytes | str | int | float, ...]]:
+    entry = job.entry if isinstance(job, Ack) else None
+    args: tuple[bytes | str | int | float, ...] = (
+        job.reserved,
+        job.uuid,
+        "1" if delivered else "0",
+        _num(now_seconds(now)),
+        str(settings.sent_ttl),
+    )
+    if entry is None:
+        return (keys.reserved, keys.sent, keys.stats), args
+    return (keys.reserved, keys.sent, keys.stats, entry.key), (
+        *args,
+        str(entry.maxlen),
+        *entry.fields,
     )
 
 
@@ -662,6 +750,7 @@ __all__ = [
     "Ack",
     "BeginSend",
     "Claim",
+    "DoneResult",
     "FailedJob",
     "FailedPage",
     "QueueMeasure",
@@ -670,12 +759,14 @@ __all__ = [
     "Reserved",
     "RetryResult",
     "ScriptCall",
+    "StreamEntry",
     "begin_send_call",
     "claim_call",
     "clear_call",
     "decode_job",
     "decode_payload",
     "done_call",
+    "done_detailed_call",
     "fail_call",
     "failed_forget_call",
     "failed_list_call",

@@ -221,3 +221,14 @@ local function sg_trim_sent(skey, now, ttl)
     if #old > 0 then redis.call('ZREM', skey, unpack(old)) end
   end
 end
+
+-- Add a stream entry: XADD key MAXLEN ~ maxlen * argv[first], ..., argv[first + n - 1]
+-- (field/value texts). redis.pcall: a refusal (the key holds another type) must not stop the
+-- acknowledgement that comes with it. Returns 1 when refused, else 0.
+local function sg_add_entry(key, maxlen, argv, first, n)
+  local cmd = {'XADD', key, 'MAXLEN', '~', maxlen, '*'}
+  for i = first, first + n - 1 do cmd[#cmd + 1] = argv[i] end
+  local res = redis.pcall(unpack(cmd))
+  if type(res) == 'table' and res.err then return 1 end
+  return 0
+end

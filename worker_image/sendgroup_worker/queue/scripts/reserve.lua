@@ -1,9 +1,13 @@
 -- reserve: acknowledge finished jobs, migrate due jobs, pop up to `count` jobs. One round trip.
 -- KEYS: 1 ready, 2 delayed, 3 reserved, 4 notify, 5 failed, 6 failed_jobs, 7 stats, 8 sent,
---       9 paused (the operator's pause marker: while it exists, acks only)
+--       9 paused (the operator's pause marker: while it exists, acks only),
+--       10 (only when an ack carries one) the stream of the acks' entries
 -- ARGV: 1 now, 2 retry_after, 3 count, 4 migrate_limit, 5 failed_max_count, 6 failed_max_age,
---       7 sent_ttl, 8 n_acks, then per ack: delivered ("1"/"0"), reserved bytes, uuid
--- Reply: {lost_ack_indexes (1-based), {migrated, invalid, paused (0/1)}, raw1, reserved1, ...}
+--       7 sent_ttl, 8 n_acks, 9 the stream's MAXLEN ~ cap (0: no entries), then per ack:
+--       delivered ("1"/"0"), reserved bytes, uuid, n (entry field+value count, 0: none),
+--       then the entry's n field/value texts
+-- Reply: {lost_ack_indexes (1-based), {migrated, invalid, paused (0/1), refused_entries},
+--         raw1, reserved1, ...}
 local ready, delayed, reserved, notify = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local failed, failed_jobs, stats, sent = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local now = tonumber(ARGV[1])
@@ -13,14 +17,20 @@ local migrate_limit = tonumber(ARGV[4])
 local max_count, max_age = tonumber(ARGV[5]), tonumber(ARGV[6])
 local sent_ttl = tonumber(ARGV[7])
 local n_acks = tonumber(ARGV[8])
+local maxlen = ARGV[9]
 
--- 1. acknowledgements (same rules as done.lua)
+-- 1. acknowledgements (same rules as done.lua), each after its stream entry (if any)
 local lost = {}
 local delivered_n = 0
 local any_delivered = false
+local refused = 0
+local base = 9
 for a = 1, n_acks do
-  local base = 8 + (a - 1) * 3
   local delivered = ARGV[base + 1] == '1'
+  local n_fields = tonumber(ARGV[base + 4])
+  if n_fields > 0 then
+    refused = refused + sg_add_entry(KEYS[10], maxlen, ARGV, base + 5, n_fields)
+  end
   local removed = redis.call('ZREM', reserved, ARGV[base + 2])
   if removed == 0 then lost[#lost + 1] = a end
   if delivered then
@@ -28,6 +38,7 @@ for a = 1, n_acks do
     delivered_n = delivered_n + redis.call('ZADD', sent, now, ARGV[base + 3])
     any_delivered = true
   end
+  base = base + 4 + n_fields
 end
 if delivered_n > 0 then
   redis.call('HINCRBY', stats, 'delivered', delivered_n)
@@ -38,7 +49,7 @@ end
 
 -- paused: the acks above count (those mails went out), nothing else moves
 if redis.call('EXISTS', KEYS[9]) == 1 then
-  return {lost, {0, 0, 1}}
+  return {lost, {0, 0, 1, refused}}
 end
 
 -- 2. migration of due delayed jobs and expired reservations (bounded per call)
@@ -49,7 +60,7 @@ if migrate_limit > 0 then
 end
 
 -- 3. pop
-local out = {lost, {migrated, 0, 0}}
+local out = {lost, {migrated, 0, 0, refused}}
 local got, popped, invalid = 0, 0, 0
 local until_score = now + retry_after
 while got < count and popped < count + 100 do
