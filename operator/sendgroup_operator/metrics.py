@@ -33,9 +33,10 @@ checks it against this registry).
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 from collections import Counter as TallyCounter
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
@@ -137,6 +138,9 @@ class GroupTable:
         #: groups per phase, kept with ``phases`` so :meth:`export` need not count them all
         self.tally: TallyCounter[str] = TallyCounter()
         self.starved_since: dict[str, datetime] = {}
+        #: the values of ``starved_since``, sorted, so :meth:`export` counts the groups
+        #: starved past the grace period with one bisection
+        self._starts: list[datetime] = []
 
     def update(
         self, key: str, status: models.SendGroupStatus, spec: models.SendGroupSpec, now: datetime
@@ -157,25 +161,33 @@ class GroupTable:
             and status.workers.ready == 0
         )
         if starving:
-            self.starved_since.setdefault(key, now)
+            if key not in self.starved_since:
+                self.starved_since[key] = now
+                bisect.insort(self._starts, now)
         else:
-            self.starved_since.pop(key, None)
+            self._unstarve(key)
 
     def forget(self, key: str) -> None:
         """The group is gone."""
         previous = self.phases.pop(key, None)
         if previous is not None:
             self.tally[previous] -= 1
-        self.starved_since.pop(key, None)
+        self._unstarve(key)
+
+    def _unstarve(self, key: str) -> None:
+        since = self.starved_since.pop(key, None)
+        if since is not None:
+            del self._starts[bisect.bisect_left(self._starts, since)]
 
     def export(self, now: datetime, grace: float) -> None:
-        """Set ``sendgroup_groups`` and ``sendgroup_orphans``: O(phases + starved groups),
-        not O(all groups) (issue 15: this runs after every pass)."""
+        """Set ``sendgroup_groups`` and ``sendgroup_orphans``: O(phases + log starved
+        groups), not O(all groups) (issue 15: this runs after every pass; counting the starved
+        groups one by one was O(starved groups) per pass, 8 % of the operator's CPU at rest
+        with 300 of 3,000 groups starved, py-spy, and quadratic in the groups)."""
         for phase in models.Phase:
             GROUPS.labels(phase.value).set(self.tally.get(phase.value, 0))
-        starved = sum(
-            1 for since in self.starved_since.values() if (now - since).total_seconds() >= grace
-        )
+        # since <= now - grace  <=>  (now - since) >= grace
+        starved = bisect.bisect_right(self._starts, now - timedelta(seconds=grace))
         ORPHANS.labels("group_without_workers").set(starved)
 
 

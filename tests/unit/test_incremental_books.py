@@ -5,7 +5,7 @@ full recomputation over every group gives (the behaviour before the change)."""
 from __future__ import annotations
 
 from collections import Counter
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import kubernetes.client as k8s
 from hypothesis import given, settings
@@ -69,3 +69,41 @@ def test_phase_tally_equals_a_full_count(steps: list[tuple[str, int | None, mode
     for phase in PHASES:
         expected = sum(1 for p in table.phases.values() if p == phase.value)
         assert metrics.GROUPS.labels(phase.value)._value.get() == expected
+
+
+# a step: (group, starving or not, or None for a deletion, seconds since the start)
+starve_steps = st.lists(
+    st.tuples(st.sampled_from(KEYS), st.one_of(st.none(), st.booleans()), st.integers(0, 200)),
+    max_size=60,
+)
+
+
+@settings(max_examples=150, derandomize=True, deadline=None)
+@given(steps=starve_steps, grace=st.sampled_from([0.0, 0.5, 30.0, 60.0, 120.0]))
+def test_orphan_count_equals_a_full_count(
+    steps: list[tuple[str, bool | None, int]], grace: float
+) -> None:
+    """``sendgroup_orphans{kind="group_without_workers"}`` from the sorted starts equals the
+    count over every starved group (what export computed before, one by one)."""
+    table = metrics.GroupTable()
+    spec = models.SendGroupSpec.model_validate({"campaign": "c", "host": "gmail.com"})
+    start = datetime(2026, 12, 3, tzinfo=UTC)
+    for key, starving, at in steps:
+        now = start + timedelta(seconds=at)
+        if starving is None:
+            table.forget(key)
+        else:
+            status = models.SendGroupStatus.model_validate(
+                {"queue": {"total": 1 if starving else 0}, "workers": {"allowed": 1, "ready": 0}}
+            )
+            table.update(key, status, spec, now)
+        for probe in (now, now + timedelta(seconds=grace), now + timedelta(seconds=500)):
+            table.export(probe, grace)
+            full = sum(
+                1
+                for since in table.starved_since.values()
+                if (probe - since).total_seconds() >= grace
+            )
+            gauge = metrics.ORPHANS.labels("group_without_workers")._value.get()
+            assert gauge == full
+            assert len(table._starts) == len(table.starved_since)
