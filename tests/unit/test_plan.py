@@ -47,16 +47,22 @@ def run(
         obs = dataclasses.replace(
             obs, deployment=dataclasses.replace(obs.deployment, template_hash=current)
         )
-    return p.plan(
+    status = status or models.SendGroupStatus()
+    before = status.model_dump()
+    result = p.plan(
         group,
         s,
-        status or models.SendGroupStatus(),
+        status,
         obs,
         measure if measure is not None else q(0),
         s.workers if allowed is None else allowed,
         SETTINGS,
         now,
     )
+    # the planner works on a copy: reconcile shares the status it plans from between passes
+    # (its parse cache, and the last status it wrote, ``Runtime.written``), uncopied
+    assert status.model_dump() == before
+    return result
 
 
 def dep(replicas: int, ready: int | None = None) -> p.Observed:
