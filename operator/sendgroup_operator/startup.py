@@ -17,7 +17,7 @@ import kopf
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
-from sendgroup_operator import metrics, models, reconcile, shardmember
+from sendgroup_operator import gcfreeze, metrics, models, reconcile, shardmember
 from sendgroup_operator.kube import Kube
 from sendgroup_operator.queueio import RedisQueues
 from sendgroup_operator.reconcile import Runtime
@@ -160,6 +160,7 @@ async def start(settings: kopf.OperatorSettings, memo: Any, logger: Logger) -> N
         memo.runtime.shard = shard
         memo.shard_task = asyncio.create_task(_poll_after(shard, logger))
     memo.orphan_task = asyncio.create_task(reconcile.orphan_loop(memo.runtime, logger))
+    memo.gc_task = asyncio.create_task(gcfreeze.freeze_loop(logger=logger))
 
 
 async def _poll_after(shard: shardmember.Shard, logger: Logger) -> None:
