@@ -129,6 +129,20 @@ def test_outcome_stream_is_bounded_and_can_be_turned_off(redis_url: str) -> None
     assert not exists
 
 
+def _drain_with_one_worker(env: dict[str, str], q: Queue) -> WorkerProcess:
+    """Run one worker until ``q`` is drained (it must not exit on its own), then stop it
+    cleanly (exit 0); the stopped worker, for its log."""
+    w = WorkerProcess(env)
+    try:
+        wait_for(drained(q), 30, "the jobs settled")
+        assert w.proc.poll() is None
+    finally:
+        w.signal(signal.SIGTERM)
+        assert w.wait(10) == 0
+        w.stop()
+    return w
+
+
 def test_an_unreadable_suppression_set_sends_nothing(
     redis_url: str, redis_client: redis.Redis, smtp_sink: SmtpSink
 ) -> None:
@@ -141,14 +155,7 @@ def test_an_unreadable_suppression_set_sends_nothing(
     ).stdout.split()
     q = Queue(redis_client, QueueKeys(Q), retry_after=3)
     env = worker_env(redis_url, Q, smtp_sink.port, SENDGROUP_NAMESPACE=NS, WORKER_BACKOFF="0.2")
-    w = WorkerProcess(env)
-    try:
-        wait_for(drained(q), 30, "the job settled")
-        assert w.proc.poll() is None
-    finally:
-        w.signal(signal.SIGTERM)
-        assert w.wait(10) == 0
-        w.stop()
+    _drain_with_one_worker(env, q)
     assert smtp_sink.snapshot() == [] and "ann@x.example" not in smtp_sink.attempts
     failed = q.failed_get(uuid)
     assert failed is not None and failed.exception == "ResponseError"
@@ -168,14 +175,7 @@ def test_a_clobbered_outcome_stream_loses_no_mail_and_is_reported_once(
     uuids = run_php("push.php", redis_url, Q, "", stdin=jsonl(mails)).stdout.split()
     q = Queue(redis_client, QueueKeys(Q), retry_after=3)
     env = worker_env(redis_url, Q, smtp_sink.port, SENDGROUP_NAMESPACE=NS)
-    w = WorkerProcess(env)
-    try:
-        wait_for(drained(q), 30, "the jobs settled")
-        assert w.proc.poll() is None
-    finally:
-        w.signal(signal.SIGTERM)
-        assert w.wait(10) == 0
-        w.stop()
+    w = _drain_with_one_worker(env, q)
     assert sorted(smtp_sink.per_job()) == sorted(uuids)
     assert set(smtp_sink.per_job().values()) == {1}
     stats = q.measure()

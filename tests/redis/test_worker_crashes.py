@@ -19,6 +19,7 @@ from tests.support.workers import (
     counts,
     drained,
     mail_payload,
+    stop_all,
     sync_queue,
     wait_for,
     worker_env,
@@ -155,12 +156,9 @@ def test_redis_restart_under_running_workers_loses_nothing(
         q = sync_queue(url, Q, retry_after=10)
         wait_for(drained(q), 20, "queue drained")
         time.sleep(0.5)
-        for w in workers:
-            w.signal(signal.SIGTERM)
-        assert [w.wait(15) for w in workers] == [0, 0]
     finally:
-        for w in workers:
-            w.stop()
+        codes = stop_all(workers, 15)
+    assert codes == [0, 0]
     assert down_at < 300  # the outage happened mid-run
     per_job = smtp_sink.per_job()
     assert set(per_job) == uuids and set(per_job.values()) == {1}
@@ -200,13 +198,10 @@ def test_connections_killed_under_sending_lanes_lose_and_repeat_nothing(
         wait_for(lambda: len(smtp_sink.snapshot()) >= 400, 60, "all 400 delivered")
         wait_for(drained(q), 30, "queue drained")
         time.sleep(0.5)  # a duplicate would arrive now
-        for w in workers:
-            w.signal(signal.SIGTERM)
-        assert [w.wait(15) for w in workers] == [0, 0]
     finally:
-        for w in workers:
-            w.stop()
+        codes = stop_all(workers, 15)
         admin.close()
+    assert codes == [0, 0]
     # both workers' lanes (4 each) held connections that were killed
     assert all(n >= 8 for n in killed), killed
     per_job = smtp_sink.per_job()

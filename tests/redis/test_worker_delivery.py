@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import time
 import urllib.request
 from collections import Counter
@@ -26,6 +25,7 @@ from tests.support.workers import (
     counts,
     drained,
     mail_payload,
+    stop_all,
     sync_queue,
     wait_for,
     worker_env,
@@ -34,16 +34,6 @@ from tests.support.workers import (
 pytestmark = pytest.mark.redis
 
 Q = "mail-test"
-
-
-def _stop_all(workers: list[WorkerProcess]) -> list[int]:
-    for w in workers:
-        if w.proc.poll() is None:
-            w.signal(signal.SIGTERM)
-    codes = [w.wait(20) for w in workers]
-    for w in workers:
-        w.stop()
-    return codes
 
 
 def test_thousand_jobs_four_workers_every_recipient_gets_exactly_one_mail(
@@ -60,7 +50,7 @@ def test_thousand_jobs_four_workers_every_recipient_gets_exactly_one_mail(
         wait_for(drained(q), 10, "queue drained")
         time.sleep(0.5)  # a duplicate would arrive now
     finally:
-        codes = _stop_all(workers)
+        codes = stop_all(workers)
     assert codes == [0, 0, 0, 0]
     per_rcpt = smtp_sink.per_recipient()
     assert set(per_rcpt) == set(recipients) and set(per_rcpt.values()) == {1}
@@ -84,7 +74,7 @@ def test_three_workers_share_one_rate_limit(redis_url: str, smtp_sink: SmtpSink)
         wait_for(lambda: time.time() > t0 + 10.5, 15, "10 s of sending")
         metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read()
     finally:
-        _stop_all(workers)
+        stop_all(workers)
     times = sorted(r.at for r in smtp_sink.snapshot() if r.at < t0 + 10)
     # 600/min = 10/s: in any window of w seconds at most 10*w + burst (10) slots are taken;
     # arrivals at the sink may lag their slot by a few ms, hence a slack of 2 mails
@@ -120,7 +110,7 @@ def test_temporary_replies_are_retried_after_backoff_permanent_ones_fail_at_once
         q.push_many(payloads.values())
         wait_for(drained(q), 30, "all jobs settled")
     finally:
-        assert _stop_all([w]) == [0]
+        assert stop_all([w]) == [0]
     assert smtp_sink.per_recipient() == Counter({"later@x.example": 1, "fine@x.example": 1})
     assert smtp_sink.attempts["later@x.example"] == 3
     assert smtp_sink.attempts["gone@x.example"] == 1  # 5xx: no retry
@@ -160,7 +150,7 @@ def test_garbage_payloads_go_to_failed_and_good_ones_are_delivered(
         wait_for(drained(q), 20, "queue drained")
         assert w.proc.poll() is None  # the worker kept going
     finally:
-        assert _stop_all([w]) == [0]
+        assert stop_all([w]) == [0]
     assert sorted(smtp_sink.per_recipient()) == sorted(f"good{i}@x.example" for i in range(20))
     page = q.failed_list(limit=10)
     assert page.total == 5
@@ -212,7 +202,7 @@ def test_laravel_shaped_payloads_survive_release_failed_and_retry_byte_for_byte(
         wait_for(lambda: len(smtp_sink.snapshot()) == 1, 10, "delivery after retry")
         wait_for(drained(q), 5, "queue drained")
     finally:
-        assert _stop_all([w]) == [0]
+        assert stop_all([w]) == [0]
     got = smtp_sink.snapshot()[0]
     assert got.job == "9db158ec-1de5-42c6-9b0d-84a584a18274"
     assert b"X-SendGroup-Job: 9db158ec-1de5-42c6-9b0d-84a584a18274" in got.data
@@ -247,7 +237,7 @@ def test_provider_deferral_pattern_suspends_the_group(redis_url: str, smtp_sink:
         q.push_many([mail_payload(f"after{i}@x.example") for i in range(5)])
         wait_for(lambda: len(smtp_sink.snapshot()) == 6, 15, "all 6 delivered")
     finally:
-        _stop_all(workers)
+        stop_all(workers)
     first_after = min(r.at for r in smtp_sink.snapshot())
     assert first_after - deferred_at >= 2.5  # nobody sent while the group was suspended
     assert smtp_sink.per_recipient()["busy@x.example"] == 1
@@ -295,7 +285,7 @@ def test_idle_worker_costs_almost_nothing(redis_url: str, smtp_sink: SmtpSink) -
         sync_queue(redis_url, Q).push(mail_payload("wake@x.example"))
         wait_for(lambda: len(smtp_sink.snapshot()) == 1, 5, "the mail")
     finally:
-        _stop_all([w])
+        stop_all([w])
     # one lane blocks; per 5 s block: backpressure read, reserve, 2 ZRANGE, BLPOP (+ INFO)
     assert calls <= 12, calls
     assert cpu < 0.25, cpu
@@ -332,7 +322,7 @@ def test_relay_unreachable_releases_with_backoff_then_fails(redis_url: str) -> N
         q.push(payload)
         wait_for(lambda: q.measure().failed == 1, 15, "the job in failed")
     finally:
-        assert _stop_all([w]) == [0]
+        assert stop_all([w]) == [0]
     record = q.failed_get(json.loads(payload)["uuid"])
     assert record is not None and record.exception == "SmtpConnectionError"
     assert "attempt 2" in record.message
@@ -353,7 +343,7 @@ def test_a_send_past_the_job_timeout_is_released_and_retried(
         wait_for(lambda: len(smtp_sink.snapshot()) == 1, 15, "delivery on the second try")
         wait_for(drained(q), 5, "queue drained")
     finally:
-        assert _stop_all([w]) == [0]
+        assert stop_all([w]) == [0]
     assert smtp_sink.attempts["stuck@x.example"] == 2
     assert smtp_sink.aborted == ["stuck@x.example"]  # the first DATA never completed
     assert q.measure().released == 1  # released with backoff, not left to expire
@@ -371,7 +361,7 @@ def test_a_stuck_smtp_command_hits_the_client_timeout_first(
         wait_for(lambda: len(smtp_sink.snapshot()) == 1, 15, "delivery on the second try")
         wait_for(drained(q), 5, "queue drained")
     finally:
-        assert _stop_all([w]) == [0]
+        assert stop_all([w]) == [0]
     assert q.measure().released == 1
     assert "attempt 1: SMTPReadTimeoutError" in w.log()
 
@@ -389,7 +379,7 @@ def test_jobs_past_their_tries_or_retry_until_fail_without_a_send(
         q.push_many([worn, expired, fresh])
         wait_for(drained(q), 15, "queue drained")
     finally:
-        assert _stop_all([w]) == [0]
+        assert stop_all([w]) == [0]
     assert set(smtp_sink.per_recipient()) == {"fresh@x.example"}  # retryUntil wins over tries
     for payload in (worn, expired):
         record = q.failed_get(json.loads(payload)["uuid"])
@@ -418,7 +408,7 @@ def test_warmup_ramp_lowers_the_shared_rate(redis_url: str, smtp_sink: SmtpSink)
         wait_for(lambda: time.time() > t0 + 4, 10, "4 s of sending")
         metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read()
     finally:
-        _stop_all(workers)
+        stop_all(workers)
     sent = [r for r in smtp_sink.snapshot() if r.at < t0 + 4]
     assert 3 <= len(sent) <= 6, len(sent)  # burst 1 + 1/s, not 100/s
     rate = _metric(metrics, f"sendgroup_worker_rate_limit_per_minute{{{LABELS}}}")
@@ -447,7 +437,7 @@ def test_a_run_of_temporary_failures_suspends_the_group(
         q.push_many([mail_payload(f"ok{i}@x.example") for i in range(3)])
         wait_for(lambda: len(smtp_sink.snapshot()) == 3, 15, "delivery after the suspension")
     finally:
-        assert _stop_all([w]) == [0]
+        assert stop_all([w]) == [0]
     assert min(r.at for r in smtp_sink.snapshot()) - third_at >= 2.5
     assert "suspended by provider backpressure" in w.log()
     assert "no longer suspended" in w.log()
@@ -472,7 +462,7 @@ def test_a_pipelining_relay_gets_every_mail_once_and_the_same_refusals(redis_url
             wait_for(drained(q), 60, "all jobs settled")
             time.sleep(0.3)  # a duplicate would arrive now
         finally:
-            codes = _stop_all(workers)
+            codes = stop_all(workers)
         per_rcpt, attempts, turns = sink.per_recipient(), sink.attempts, relay.turns
     assert codes == [0, 0]
     assert per_rcpt == Counter(

@@ -100,6 +100,19 @@ class WorkerProcess:
         self._log.close()
 
 
+def stop_all(workers: list[WorkerProcess], timeout: float = 20) -> list[int]:
+    """SIGTERM every running worker, wait for each (at most ``timeout`` seconds), reap them
+    all; their exit codes."""
+    for w in workers:
+        if w.proc.poll() is None:
+            w.signal(signal.SIGTERM)
+    try:
+        return [w.wait(timeout) for w in workers]
+    finally:
+        for w in workers:
+            w.stop()
+
+
 def worker_env(redis_url: str, queue: str, smtp_port: int, **extra: Any) -> dict[str, str]:
     """Environment for a test worker: small timeouts (the ladder scaled down), metrics off."""
     env = {
