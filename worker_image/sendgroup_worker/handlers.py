@@ -70,8 +70,8 @@ class HandlerResult:
 class JobContext:
     """What a handler gets: the decoded payload, its uuid and attempt number (1 = first),
     ``fence()``: False once the job must no longer cause side effects (reservation about to
-    expire or gone), and ``screen``: the suppression check to use for this job (the worker
-    passes its lane's, on the lane's held Redis connection; None: the registry's own)."""
+    expire or gone), and ``screen``: the suppression check for this job (the worker passes its
+    lane's, on the lane's held Redis connection; None: no check, the set is off)."""
 
     payload: Mapping[str, Any]
     uuid: str
@@ -113,12 +113,11 @@ class Registry:
 def default_registry(
     pool: smtp.SmtpPool,
     metrics: WorkerMetrics,
-    screen: smtp.Screen | None = None,
     limits: smtp.MailLimits = smtp.DEFAULT_LIMITS,
 ) -> Registry:
     """The worker's registry: :data:`SEND_MAIL` over ``pool`` (recipients checked right
-    before the SMTP transaction with the job's ``JobContext.screen``, else ``screen``, see
-    ``loopback``; mails capped by ``limits``) and :data:`NOOP`."""
+    before the SMTP transaction with the job's ``JobContext.screen``, see ``loopback``; mails
+    capped by ``limits``) and :data:`NOOP`."""
     registry = Registry()
 
     async def send_mail(job: JobContext) -> HandlerResult:
@@ -127,7 +126,7 @@ def default_registry(
         except smtp.InvalidMailData as exc:
             return HandlerResult(Outcome.PERMANENT, "InvalidMailData", str(exc))
         started = time.monotonic()
-        result = await pool.send(mail, job.fence, job.screen or screen)
+        result = await pool.send(mail, job.fence, job.screen)
         metrics.reply(result.reply_class.value, time.monotonic() - started)
         return dataclasses.replace(
             from_send_result(result),

@@ -1014,9 +1014,8 @@ def build_worker(config: WorkerConfig) -> Worker:
     loopback = lb.Loopback(
         client, config.outcome_stream_key, config.suppression_set_key, config.outcome_stream_maxlen
     )
-    screen = loopback.screen if loopback.suppressed is not None else None
     registry = h.default_registry(
-        pool, metrics, screen, MailLimits(config.mail_max_bytes, config.mail_max_recipients)
+        pool, metrics, MailLimits(config.mail_max_bytes, config.mail_max_recipients)
     )
     check_timeout = min(5.0, config.smtp_command_timeout)
     health = WorkerHealth(
