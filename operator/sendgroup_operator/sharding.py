@@ -24,9 +24,15 @@ and ``M = margin`` seconds:
     moment its Lease was first written): by then every replica that still acts has polled
     after the join (rule a: its view is younger than ``L - M``), has seen it, and has stopped
     acting on the groups that moved to it.
-(c) A member is dropped only after its Lease went unchanged for ``L`` of our observation.
-    Its last renewal started before we saw it change, so by rule (a) it stopped acting at
-    least ``M`` seconds before we drop it; then its groups move.
+(c) A member is dropped only after its Lease went unchanged for ``L`` of our observation:
+    a listing of ours, answered at least ``L`` after the one that first showed its current
+    record, still shows that record. Its last renewal started before we saw it change, so by
+    rule (a) it stopped acting at least ``M`` seconds before we drop it; then its groups move.
+    The clock alone never drops a member: a replica cut off from the API server has no
+    observation newer than its last poll, so it keeps every member it last saw alive until
+    its own fence (rule a) closes. (Judging by ``now`` instead would let a cut-off replica
+    drop a peer that is still renewing, and take that peer's groups before its own fence
+    closed: found by the partition property test.)
 (d) A replica that stops cleanly stops its passes, then deletes its Lease; the others see
     the Lease gone at their next poll and take its groups at once (no wait of ``L``).
 
@@ -118,6 +124,8 @@ class Membership:
     seen: dict[str, _Seen] = field(default_factory=dict)
     #: Start of our last poll that both renewed our Lease and listed the members (rule a).
     last_poll: float | None = None
+    #: When our last listing was answered (rule c): the only observation members are judged by.
+    observed_at: float | None = None
     #: When our Lease was first written successfully (rule b).
     joined_at: float | None = None
     #: True once we stop (rule d): we act on nothing any more.
@@ -140,6 +148,7 @@ class Membership:
         if self.joined_at is None:
             self.joined_at = renewed
         self.last_poll = started
+        self.observed_at = renewed
         listed: dict[str, LeaseRecord] = {r.holder: r for r in records}
         for gone in set(self.seen) - set(listed):
             del self.seen[gone]
@@ -156,20 +165,29 @@ class Membership:
         """Members (not us) whose Lease went unchanged for ``lifetimes`` lease durations of our
         observation: long dead (a crash, a scale-down by SIGKILL); their Lease may be deleted.
         A member that was only cut off is fenced long before, and joins again (waiting ``L``)
-        when its renewal finds its Lease gone."""
+        when its renewal finds its Lease gone. Judged by our last listing, like
+        :meth:`members` (``now`` is accepted for symmetry; the clock alone judges nobody)."""
+        del now
+        if self.observed_at is None:
+            return ()
+        at = self.observed_at
         limit = lifetimes * self.lease_duration
         return tuple(
             sorted(
-                m
-                for m, s in self.seen.items()
-                if m != self.identity and now - s.changed_at >= limit
+                m for m, s in self.seen.items() if m != self.identity and at - s.changed_at >= limit
             )
         )
 
     def members(self, now: float) -> tuple[str, ...]:
-        """Live members, sorted (rule c: a Lease unchanged for ``L`` is dead)."""
+        """Live members, sorted (rule c: a Lease our last listing shows unchanged for ``L``
+        is dead). Members change only at polls: ``now`` is accepted for symmetry with the
+        other questions, and judges nobody."""
+        del now
+        if self.observed_at is None:
+            return ()
+        at = self.observed_at
         return tuple(
-            sorted(m for m, s in self.seen.items() if now - s.changed_at < self.lease_duration)
+            sorted(m for m, s in self.seen.items() if at - s.changed_at < self.lease_duration)
         )
 
     def fenced(self, now: float) -> bool:
@@ -183,10 +201,11 @@ class Membership:
         return now - self.joined_at < self.lease_duration
 
     def next_change(self, now: float) -> float | None:
-        """The next moment after ``now`` at which :meth:`view` changes by time alone (a
-        member expires, our join wait ends, our fence closes), None when nothing would."""
+        """The next moment after ``now`` at which :meth:`view` changes by time alone (our
+        join wait ends, our fence closes), None when nothing would. Members change only at
+        polls (rule c), never by time alone."""
         assert self.margin is not None
-        moments = [s.changed_at + self.lease_duration for s in self.seen.values()]
+        moments: list[float] = []
         if self.last_poll is not None:
             moments.append(self.last_poll + self.lease_duration - self.margin)
         if self.joined_at is not None:

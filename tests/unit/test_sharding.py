@@ -113,18 +113,33 @@ def test_rule_c_a_member_is_dropped_after_its_lease_is_unchanged_for_l() -> None
 
 def test_rule_c_the_dead_member_stopped_before_it_is_dropped() -> None:
     """b's last poll started before a saw b's Lease change: b fences itself at least the
-    margin before a drops it."""
+    margin before a drops it (a keeps polling every L/3 and sees b's record unchanged)."""
     b = joined("b", {"a": "y"})
     b_last = b.last_poll
     assert b_last is not None
     a = Membership("a", lease_duration=L)
-    a.polled(b_last + 0.5, b_last + 0.5, [rec("a", "1"), rec("b", "last")])  # sees b's write
+    t = b_last + 0.5
+    n = 0
+    a_drops = None
+    while a_drops is None:
+        n += 1
+        a.polled(t, t, [rec("a", str(n)), rec("b", "last")])  # b's last write, again and again
+        if "b" not in a.members(t):
+            a_drops = t
+        t += 0.01 if n > 1 else L / 3  # first poll, then one every 10 ms: the earliest drop
     b_stops = next(t / 100 for t in range(int(b_last * 100), 100_000) if b.fenced(t / 100))
-    a_drops = next(
-        t / 100 for t in range(int(b_last * 100), 100_000) if "b" not in a.members(t / 100)
-    )
     assert b.margin is not None
     assert a_drops - b_stops >= b.margin
+
+
+def test_rule_c_the_clock_alone_drops_nobody() -> None:
+    """A replica that cannot poll keeps the members it last saw: it fences itself (rule a)
+    instead of taking a peer's groups on its own clock."""
+    m = joined("a", {"b": "x"})
+    last = m.last_poll or 0.0
+    assert m.members(last + 100 * L) == ("a", "b")
+    uid = next(u for u in UIDS if sharding.owner(u, ["a", "b"]) == "b")
+    assert not any(m.may_act(uid, last + k) for k in range(0, int(100 * L)))
 
 
 def test_rule_d_a_deleted_lease_moves_its_groups_at_the_next_poll() -> None:
@@ -185,7 +200,8 @@ def test_next_change_is_the_earliest_time_rule() -> None:
     m = Membership("a", lease_duration=L)
     assert m.next_change(0.0) is None
     m.polled(10.0, 10.5, [rec("a", "1"), rec("b", "1")])
-    # members expire at 10.5 + L; the fence closes at 10 + L - M; the join wait ends at 10.5 + L
+    # the fence closes at 10 + L - M; the join wait ends at 10.5 + L; members change only at
+    # polls, so no member expiry is a moment of its own
     assert m.margin is not None
     assert m.next_change(11.0) == 10.0 + L - m.margin
     assert m.next_change(10.0 + L - m.margin) == 10.5 + L
@@ -195,7 +211,10 @@ def test_next_change_is_the_earliest_time_rule() -> None:
 def test_a_long_dead_member_is_stale_but_never_ourselves() -> None:
     m = Membership("a", lease_duration=L)
     m.polled(0.0, 0.0, [rec("a", "1"), rec("b", "1")])
+    m.polled(10 * L - 0.1, 10 * L - 0.1, [rec("a", "2"), rec("b", "1")])
     assert m.stale(10 * L - 0.1) == ()
+    assert m.stale(100 * L) == ()  # judged by listings, not by the clock
+    m.polled(10 * L, 10 * L, [rec("a", "3"), rec("b", "1")])
     assert m.stale(10 * L) == ("b",)  # our own record is not judged (we renew it)
 
 
