@@ -7,10 +7,13 @@ client, the API server's etcd client) may take that port as its source port; CI 
 health server fail with EADDRINUSE that way (``[Errno 98] ... ('127.0.0.1', 33003)``). Ports
 below the range are never chosen as source ports, so only another listener can take one; this
 module hands each port out at most once per process, which keeps the tests' own servers apart.
+Two pytest processes at once (``hack/test``'s lanes) draw from disjoint residues:
+``SENDGROUP_TEST_PORT_LANE=k/n`` hands out only ports ``p`` with ``p % n == k``.
 """
 
 from __future__ import annotations
 
+import os
 import random
 import socket
 import threading
@@ -31,6 +34,15 @@ def ephemeral_low() -> int:
         return 32768
 
 
+def lane() -> tuple[int, int]:
+    """``(k, n)`` from ``SENDGROUP_TEST_PORT_LANE=k/n`` (``(0, 1)`` when unset or malformed)."""
+    try:
+        k, n = (int(x) for x in os.environ.get("SENDGROUP_TEST_PORT_LANE", "0/1").split("/"))
+    except ValueError:
+        return 0, 1
+    return (k, n) if 0 <= k < n else (0, 1)
+
+
 def _bindable(port: int, kind: socket.SocketKind, host: str) -> bool:
     with socket.socket(socket.AF_INET, kind) as s:
         try:
@@ -49,9 +61,13 @@ def free_port(host: str = "127.0.0.1", *, udp: bool = False, gap: int = 0) -> in
     top = ephemeral_low() - 1 - gap
     if top <= LOWEST:
         raise RuntimeError(f"no room below the ephemeral range ({top + 1 + gap}) for gap {gap}")
+    k, n = lane()
     with _lock:
         for _ in range(500):
             port = random.randint(LOWEST, top)
+            port -= (port - k) % n  # this lane's residue (gap is a multiple of n: 10000 is)
+            if port < LOWEST:
+                continue
             wanted = (port, port + gap) if gap else (port,)
             if any(p in _handed for p in wanted):
                 continue
@@ -61,4 +77,4 @@ def free_port(host: str = "127.0.0.1", *, udp: bool = False, gap: int = 0) -> in
     raise RuntimeError(f"no free port on {host} between {LOWEST} and {top}")
 
 
-__all__ = ["LOWEST", "ephemeral_low", "free_port"]
+__all__ = ["LOWEST", "ephemeral_low", "free_port", "lane"]
