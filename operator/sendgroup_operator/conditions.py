@@ -31,6 +31,8 @@ REASON_CANCELLING: Final = "Cancelling"
 REASON_DELETING: Final = "Deleting"
 REASON_COMPLETED: Final = "Completed"
 REASON_IDLE: Final = "Idle"
+#: Ready=False while ``spec.paused`` (workers at 0).
+REASON_PAUSED: Final = "Paused"
 REASON_NO_WORK: Final = "NoWork"
 REASON_FAILED: Final = "Failed"
 #: Ready reasons of a group the operator refuses to act for (issue 16): the spec does not

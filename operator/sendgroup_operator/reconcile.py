@@ -93,6 +93,9 @@ class Runtime:
     #: of objects: at 10,000 groups and 1,000 Deployments it did not finish, issue 15).
     deployments: dict[tuple[str, str], plan.DeploymentObs | None] = field(default_factory=dict)
     deployments_synced: bool = False
+    #: Resting groups (idle, or paused at rest: their passes wait ``plan.idle_wait``) by their
+    #: Deployment's (namespace, name) -> group key (see :meth:`saw_deployment`).
+    resting: dict[tuple[str, str], str] = field(default_factory=dict)
     #: Every watched SendGroup, ``(namespace, name) -> {spec, status, metadata}``, for the
     #: provider passes (``provider_handlers.provider_groups``, a watch event handler; filled
     #: first by one LIST at start-up, :func:`load_groups`).
@@ -119,11 +122,29 @@ class Runtime:
         return self.deployments if self.deployments_synced else None
 
     def saw_deployment(self, namespace: str, name: str, body: Mapping[str, Any] | None) -> None:
-        """Record a worker Deployment as the watch, a LIST or a GET returned it (None: gone)."""
+        """Record a worker Deployment as the watch, a LIST or a GET returned it (None: gone).
+        A change of what the planner reads (:func:`deployment_obs`) of a resting group's
+        Deployment wakes that group (see :meth:`rest`): e.g. a paused group's Deployment
+        scaled up by hand is scaled back at once, not after its long wait."""
+        where = (namespace, name)
+        before = self.deployments.get(where)
         if body is None:
-            self.deployments.pop((namespace, name), None)
+            self.deployments.pop(where, None)
+            now = None
         else:
-            self.deployments[(namespace, name)] = deployment_obs(body)
+            now = self.deployments[where] = deployment_obs(body)
+        key = self.resting.get(where)
+        if key is not None and now != before:
+            del self.resting[where]
+            self.wakeup(key).set()
+
+    def rest(self, namespace: str, deployment: str, key: str, resting: bool) -> None:
+        """After a pass: group ``key`` (its Deployment ``namespace/deployment``) now rests
+        (waits :func:`plan.idle_wait`) or not."""
+        if resting:
+            self.resting[(namespace, deployment)] = key
+        else:
+            self.resting.pop((namespace, deployment), None)
 
     def parse(
         self, body: Mapping[str, Any]
@@ -193,6 +214,8 @@ class Runtime:
         self.deployment_writes.pop(key, None)
         self.wakeups.pop(key, None)
         self.parsed.pop(key, None)
+        namespace, _, name = key.partition("/")
+        self.resting.pop((namespace, builders.deployment_name(name)), None)
         self.observer.forget(key)
         self.table.forget(key)
 
@@ -807,9 +830,13 @@ async def _pass(
     result = await _apply_plan(rt, group, spec, status, result, observed, url, logger, now)
     # idle and staying so: the observer answers its next passes without Redis and wakes it
     # when jobs arrive; anything in motion gets a full measurement next pass
+    # a paused group at rest rests the same way (its Deployment, at 0, read from the index)
+    resting = idle or plan.rests_paused(group, spec, status, measured)
     watched = rt.observer.settle(
-        key, idle and not result.actions and result.requeue_after is None and not group.deleting
+        key,
+        resting and not result.actions and result.requeue_after is None and not group.deleting,
     )
+    rt.rest(group.namespace, builders.deployment_name(group.name), key, watched)
     if watched and not result.write_status:
         result.idle_wait = plan.idle_wait(spec, result.status, now, rt.settings)
     if result.write_status:

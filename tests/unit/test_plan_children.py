@@ -119,3 +119,39 @@ def test_the_runtime_parses_a_body_once_per_resource_version() -> None:
         rt.parse(_body("9", workers=-1))
     with pytest.raises(pydantic.ValidationError):  # a refused spec is not remembered
         rt.parse(_body("9", workers=-1))
+
+
+def test_a_paused_group_at_rest_rests_like_an_idle_one() -> None:
+    """After the pass that paused it (workers at 0, nothing in Redis), a paused group's next
+    passes may wait the idle interval; jobs in Redis, an unacted spec, a deletion or a running
+    spec do not rest."""
+    paused = spec(paused=True)
+    settled = run(paused, models.SendGroupStatus(), p.Observed(p.DeploymentObs(0)), q(0), T0)
+    status = settled.status
+    assert p.rests_paused(GROUP, paused, status, q(0))
+    assert not p.rests_paused(GROUP, paused, status, q(3))  # a dump may fall due
+    assert not p.rests_paused(GROUP, paused, status, p.QueueError("down"))
+    newer = dataclasses.replace(GROUP, generation=GROUP.generation + 1)
+    assert not p.rests_paused(newer, paused, status, q(0))  # the spec changed since
+    deleting = dataclasses.replace(GROUP, deleting=True, deleting_since=T0)
+    assert not p.rests_paused(deleting, paused, status, q(0))
+    assert not p.rests_paused(GROUP, spec(), status, q(0))  # resumed
+    assert not p.rests_paused(GROUP, paused, models.SendGroupStatus(), q(0))  # never planned
+
+
+def test_a_change_of_a_resting_group_s_deployment_wakes_it_once() -> None:
+    rt = Runtime(settings=SETTINGS, kube=None)  # type: ignore[arg-type]
+    body: dict[str, Any] = {"metadata": {"name": "sg-g1"}, "spec": {"replicas": 0}}
+    rt.saw_deployment("mail", "sg-g1", body)
+    rt.rest("mail", "sg-g1", "mail/g1", True)
+    rt.saw_deployment("mail", "sg-g1", body)  # the same as seen: no wake
+    assert not rt.wakeup("mail/g1").is_set()
+    rt.saw_deployment("mail", "sg-g1", {**body, "spec": {"replicas": 4}})  # scaled by hand
+    assert rt.wakeup("mail/g1").is_set()
+    rt.wakeup("mail/g1").clear()
+    rt.saw_deployment("mail", "sg-g1", body)  # woken once: not resting until its next pass
+    assert not rt.wakeup("mail/g1").is_set()
+    rt.rest("mail", "sg-g1", "mail/g1", True)
+    rt.forget("mail/g1")
+    rt.saw_deployment("mail", "sg-g1", None)
+    assert not rt.wakeup("mail/g1").is_set()

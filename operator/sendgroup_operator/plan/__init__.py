@@ -22,6 +22,7 @@ from sendgroup_operator.plan.apply import (
     granted_after,
     idle_wait,
     needs_children,
+    rests_paused,
     skips_observation,
 )
 from sendgroup_operator.plan.lifecycle import (
@@ -94,6 +95,7 @@ __all__ = [
     "needs_children",
     "plan",
     "refused",
+    "rests_paused",
     "runtime_refusal",
     "skips_observation",
 ]

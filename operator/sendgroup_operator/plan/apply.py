@@ -63,6 +63,24 @@ def skips_observation(
     return ready is not None and ready.reason in NO_DEPLOYMENT_REASONS
 
 
+def rests_paused(
+    group: Group, spec: models.SendGroupSpec, st: models.SendGroupStatus, m: Measurement
+) -> bool:
+    """A paused group at rest: empty queue, nothing to list (see :func:`needs_children`), the
+    spec already acted on, and the last written status says ``Ready=False`` reason
+    ``Paused``. Its Deployment (0 replicas) is read from the watch-fed index, so the pass makes
+    no API request; it may then wait :func:`idle_wait` like an idle group (the observer wakes
+    it when jobs arrive, a spec change or a change of its Deployment wakes it too). At 3,000
+    groups, 20 % of them paused, their passes every ``reaperInterval`` (10 s) were 60 of the
+    operator's 114-128 passes per second at rest (issue 15, bench/scale)."""
+    if group.deleting or not spec.paused or not isinstance(m, QueueMeasure) or m.total > 0:
+        return False
+    if needs_children(group, spec, st, m) or st.observed_generation != group.generation:
+        return False
+    ready = conditions.find(st.conditions, conditions.READY)
+    return ready is not None and ready.reason == conditions.REASON_PAUSED
+
+
 def idle_wait(
     spec: models.SendGroupSpec, st: models.SendGroupStatus, now: datetime, settings: Settings
 ) -> float:

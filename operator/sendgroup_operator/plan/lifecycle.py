@@ -527,7 +527,7 @@ def _paused(
 ) -> None:
     spec, st = b.spec, b.status
     dep = observed.deployment
-    b.cond(conditions.READY, "False", "Paused", "paused")
+    b.cond(conditions.READY, "False", conditions.REASON_PAUSED, "paused")
     conditions.remove_condition(st.conditions, conditions.THROTTLED)
     if dep is not None and dep.replicas != 0:
         b.act(EnsureDeployment(0))
