@@ -17,6 +17,7 @@ from sendgroup_worker import loopback
 from sendgroup_worker.queue.client import Queue
 from sendgroup_worker.queue.keys import QueueKeys
 from tests.support.php import jsonl, run_php
+from tests.support.ports import free_port
 from tests.support.smtp_sink import SmtpSink
 from tests.support.workers import WorkerProcess, drained, wait_for, worker_env
 
@@ -182,3 +183,24 @@ def test_a_clobbered_outcome_stream_loses_no_mail_and_is_reported_once(
     assert (stats.delivered, stats.failed_total) == (20, 0)
     assert redis_client.get(stream) == b"not a stream"
     assert w.log().count(f"outcome stream {stream} refused") == 1
+
+
+@pytest.mark.parametrize("relay", ["up", "down"])
+def test_an_already_sent_job_is_completed_not_mailed_again(
+    redis_url: str, redis_client: redis.Redis, smtp_sink: SmtpSink, relay: str
+) -> None:
+    """A worker delivered these mails and died before acknowledging them (their idempotency
+    markers are set). With the suppression set on, the worker's last check rides in the screen
+    right before MAIL FROM; whether the relay answers or not, the jobs are completed once as
+    already sent: no mail, no release, no failed record."""
+    mails = [_mail(f"user{i}@x.example") for i in range(3)]
+    uuids = run_php("push.php", redis_url, Q, "", stdin=jsonl(mails)).stdout.split()
+    q = Queue(redis_client, QueueKeys(Q), retry_after=3)
+    redis_client.zadd(q.keys.sent, {u: 1_796_000_000 for u in uuids})
+    port = smtp_sink.port if relay == "up" else free_port()  # "down": nothing listens there
+    env = worker_env(redis_url, Q, port, SENDGROUP_NAMESPACE=NS, WORKER_BACKOFF="0.2")
+    w = _drain_with_one_worker(env, q)
+    assert smtp_sink.snapshot() == []
+    stats = q.measure()
+    assert (stats.delivered, stats.released, stats.failed_total) == (0, 0, 0)
+    assert w.log().count("already sent by an earlier reservation") == 3

@@ -227,6 +227,44 @@ def test_scripts_reload_after_script_flush(q: Queue, redis_client: redis.Redis) 
     assert len(q.reserve(now=NOW)) == 1
 
 
+def test_begin_screen_checks_the_reservation_the_marker_and_the_set_in_one_call(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    """The worker's last check before MAIL FROM (suppression set on, one server): lost and
+    already-sent jobs answer as ``begin_send`` does, a job still ours gets one answer per
+    recipient; a set an app overwrote with a string is an error, as a SISMEMBER of its own
+    would be (no mail goes out unchecked)."""
+    keys = QueueKeys("mail-screen")
+    suppressed = "sendgroups:t:suppressed"
+    redis_client.sadd(suppressed, "gone@example.test", "bounced@example.test")
+    rcpts = ["ok@example.test", "gone@example.test", "bounced@example.test"]
+
+    async def scenario() -> None:
+        client = redis.asyncio.Redis.from_url(redis_url)
+        try:
+            aq = AsyncQueue(client, keys, retry_after=60)
+            await aq.push(payload(1))
+            [a] = await aq.reserve(now=NOW)
+            assert await aq.begin_screen(a, suppressed, rcpts) == p.Screened(
+                "ok", (False, True, True)
+            )
+            assert await aq.begin_screen(a, suppressed, []) == p.Screened("ok", ())
+            [b] = await aq.reserve(now=NOW + 60)  # a expired and was handed out again
+            assert await aq.begin_screen(a, suppressed, rcpts) == p.Screened("lost")
+            assert await aq.done(a, now=NOW + 61) is True  # a had in fact sent
+            assert await aq.begin_screen(b, suppressed, rcpts) == p.Screened("already_sent")
+            redis_client.delete(suppressed)
+            redis_client.set(suppressed, "not a set")
+            await aq.push(payload(2))
+            [d] = await aq.reserve(now=NOW + 62)
+            with pytest.raises(redis.exceptions.ResponseError, match="WRONGTYPE"):
+                await aq.begin_screen(d, suppressed, ["x@example.test"])
+        finally:
+            await client.aclose()
+
+    asyncio.run(scenario())
+
+
 def test_async_queue_same_protocol(redis_url: str, redis_client: redis.Redis) -> None:
     keys = QueueKeys("{mail-async}", prefix="p_")
 

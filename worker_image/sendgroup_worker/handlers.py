@@ -85,10 +85,16 @@ HandlerFn = Callable[[JobContext], Awaitable[HandlerResult]]
 
 @dataclass(frozen=True, slots=True)
 class Handler:
-    """A registered handler: ``run`` and whether it ``sends`` (has side effects)."""
+    """A registered handler: ``run``, whether it ``sends`` (has side effects), and whether it
+    ``screens``: it awaits ``JobContext.screen`` (when given one) before its side effect, on
+    every path that has one. The worker may then run its ``begin_send`` check inside the
+    screen (one Redis round trip for both, see ``queue.protocol.begin_screen_call``) instead
+    of before the handler; the screen raises ``smtp.ScreenRefused`` when the job is no longer
+    this worker's to send."""
 
     run: HandlerFn
     sends: bool
+    screens: bool = False
 
 
 class Registry:
@@ -97,9 +103,9 @@ class Registry:
     def __init__(self) -> None:
         self._handlers: dict[str, Handler] = {}
 
-    def register(self, name: str, run: HandlerFn, sends: bool) -> None:
-        """Add or replace the handler ``name``."""
-        self._handlers[name] = Handler(run, sends)
+    def register(self, name: str, run: HandlerFn, sends: bool, screens: bool = False) -> None:
+        """Add or replace the handler ``name`` (``sends``, ``screens``: see :class:`Handler`)."""
+        self._handlers[name] = Handler(run, sends, screens)
 
     def get(self, name: object) -> Handler | None:
         """The handler called ``name`` (None when unknown or not a string)."""
@@ -137,7 +143,8 @@ def default_registry(
     async def noop(job: JobContext) -> HandlerResult:
         return HandlerResult(Outcome.DONE)
 
-    registry.register(SEND_MAIL, send_mail, sends=True)
+    # SmtpPool.send awaits the screen before MAIL FROM, on every path that writes to the relay
+    registry.register(SEND_MAIL, send_mail, sends=True, screens=True)
     registry.register(NOOP, noop, sends=False)
     return registry
 

@@ -50,6 +50,12 @@ IDLE_CHECK_AFTER: Final = 10.0
 Screen = Callable[[Sequence[str]], Awaitable[Collection[str]]]
 
 
+class ScreenRefused(Exception):
+    """Raised by a :data:`Screen` to stop a send before anything is written (e.g. the job is no
+    longer this worker's to send). :meth:`SmtpPool.send` lets it through and keeps the
+    connection (no command of the transaction was written)."""
+
+
 class ReplyClass(enum.StrEnum):
     """How a send ended; the value is the metrics label."""
 
@@ -619,8 +625,8 @@ class SmtpPool:
         ``screen(recipients)`` is awaited once the connection is ready, right before MAIL FROM:
         the recipients it returns are left out of the envelope (``SendResult.suppressed``);
         when none is left, :attr:`ReplyClass.SUPPRESSED` is returned and nothing is sent. An
-        exception from ``screen`` propagates (the connection is closed): nothing goes out
-        unchecked.
+        exception from ``screen`` propagates (the connection is closed; kept for
+        :class:`ScreenRefused`): nothing goes out unchecked.
 
         Recipients refused while at least one was accepted are reported in ``refused`` with
         an ``OK`` result (sending again would duplicate the mail for the accepted ones).
@@ -638,6 +644,9 @@ class SmtpPool:
             try:
                 result, keep = await self._transaction(conn.client, mail, fence, screen)
                 return result
+            except ScreenRefused:
+                keep = True  # refused before the transaction's first command
+                raise
             except aiosmtplib.SMTPResponseException as exc:
                 keep = exc.code != 421 and await _reset(conn.client)
                 return SendResult(classify_code(exc.code), exc.code, exc.message)

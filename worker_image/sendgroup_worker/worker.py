@@ -12,7 +12,9 @@ One asyncio process runs ``concurrency`` lanes. Each lane loops:
    reservation is due (at most ``WORKER_BLOCK_FOR``): an idle worker costs ~0 CPU and a few
    Redis calls per block period;
 4. run the job: unknown handler / unreadable payload -> failed; past ``tries`` or
-   ``retryUntil`` -> failed; ``begin_send`` (reservation still ours, uuid not already sent);
+   ``retryUntil`` -> failed; ``begin_send`` (reservation still ours, uuid not already sent;
+   with the suppression set on one server or Sentinel it rides in the same script as the
+   suppression check, right before MAIL FROM, see :meth:`Worker._begin_screen`);
    send under the job's timeout, with a fence right before SMTP DATA that refuses to send when
    the reservation is about to expire (a worker frozen with SIGSTOP and resumed late sends
    nothing; with a PIPELINING relay it is asked before the command group and after DATA's
@@ -21,9 +23,10 @@ One asyncio process runs ``concurrency`` lanes. Each lane loops:
    (another worker owns it).
 
 Each lane sends its commands on a Redis connection it holds (``redisclient.lane_client``; the
-cluster client's own per-node connections on Redis Cluster). A delivered mail costs three
-Redis round trips on one server or Sentinel (reserve with the previous ack and its entry,
-``begin_send``, the suppression check) and four on a cluster (the entry's own XADD).
+cluster client's own per-node connections on Redis Cluster). A delivered mail costs two
+Redis round trips on one server or Sentinel (reserve with the previous ack and its entry;
+``begin_send`` with the suppression check) and four on a cluster (``begin_send`` and the
+check apart, the entry's own XADD).
 
 SIGTERM/SIGINT: stop taking jobs, finish the jobs in flight (each within its timeout), exit 0.
 ``WORKER_MAX_JOBS`` / ``WORKER_MAX_TIME``: the same clean stop. Redis errors: logged once per
@@ -38,7 +41,7 @@ import contextlib
 import logging
 import signal
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Final, TypeVar
 
@@ -50,7 +53,7 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
-from sendgroup_worker import entry, laravel, redisclient
+from sendgroup_worker import entry, laravel, redisclient, smtp
 from sendgroup_worker import handlers as h
 from sendgroup_worker import loopback as lb
 from sendgroup_worker.backpressure import Backpressure
@@ -168,6 +171,14 @@ class Outage:
             log.warning("Redis reachable again after %.1fs", self.last_failure - self.since)
             self.since = None
             self.metrics.reachable(True)
+
+
+class _NotOurs(smtp.ScreenRefused):
+    """The screen's ``begin_send`` said ``state`` (``lost`` or ``already_sent``)."""
+
+    def __init__(self, state: str) -> None:
+        super().__init__(state)
+        self.state = state
 
 
 @dataclass(slots=True)
@@ -603,17 +614,17 @@ class Worker:
                 await self._record(lane, job, exceeded, lb.FAILED)
             await self._fail(lane, job, exceeded.exception, exceeded.message)
             return
-        if handler.sends:
-            state = await self._retry(lambda: lane.queue.begin_send(job))
-            if state == "lost":
-                self.metrics.job("lost")
-                log.info("job %s: reservation gone before sending; left to its owner", job.uuid)
+        # begin_send rides in the handler's suppression screen when it can (one round trip for
+        # both, right before MAIL FROM); else it runs here, before the handler
+        began: list[bool] = []
+        screen: smtp.Screen | None = None
+        if handler.sends and handler.screens and lane.loopback.screens_in_queue_scripts:
+            screen = self._begin_screen(lane, job, began)
+        else:
+            if handler.sends and not await self._may_send(lane, job):
                 return
-            if state == "already_sent":
-                await self._retry(lambda: lane.queue.done(job, delivered=False))
-                self.metrics.job("skipped")
-                log.info("job %s: already sent by an earlier reservation; not sent again", job.uuid)
-                return
+            if lane.loopback.suppressed is not None:
+                screen = lane.loopback.screen
         # the ladder: job timeout < retry_after; never run past the reservation
         timeout = max(0.1, min(opts.timeout, reserved_until - self.clock.now() - FENCE_MARGIN))
         deadline = time.monotonic() + timeout
@@ -629,11 +640,14 @@ class Worker:
             uuid=job.uuid,
             attempts=job.attempts,
             fence=fence,
-            screen=lane.loopback.screen if lane.loopback.suppressed is not None else None,
+            screen=screen,
         )
         try:
             async with asyncio.timeout(timeout):
                 result = await handler.run(context)
+        except _NotOurs as refused:
+            await self._not_ours(lane, job, refused.state)
+            return
         except TimeoutError:
             if not held():
                 result = h.HandlerResult(h.Outcome.FENCED, message="timed out past the fence")
@@ -658,7 +672,54 @@ class Worker:
             result = h.HandlerResult(
                 h.Outcome.TEMPORARY, type(exc).__name__, str(exc), from_provider=False
             )
+        if screen is not None and not began and handler.sends and handler.screens:
+            # the handler ended before its screen ran (bad mail data, no connection to the
+            # relay): the check it skipped, before its outcome is committed (an already sent
+            # job is completed, not failed or retried)
+            if result.outcome is h.Outcome.DONE:  # cannot happen: a screening handler sent
+                log.error("job %s: handler sent without its screen", job.uuid)
+            elif not await self._may_send(lane, job):
+                return
         await self._settle(lane, job, opts, result, record=handler.sends)
+
+    async def _may_send(self, lane: _Lane, job: Reserved) -> bool:
+        """``begin_send`` (retried through outages): True when the job is still ours and not
+        sent; else the job is handled (see :meth:`_not_ours`) and False."""
+        state = await self._retry(lambda: lane.queue.begin_send(job))
+        if state == "ok":
+            return True
+        await self._not_ours(lane, job, state)
+        return False
+
+    async def _not_ours(self, lane: _Lane, job: Reserved, state: str) -> None:
+        """``begin_send`` said ``lost`` (another worker owns the job: leave it) or
+        ``already_sent`` (an earlier reservation delivered it: acknowledge, not sent again)."""
+        if state == "lost":
+            self.metrics.job("lost")
+            log.info("job %s: reservation gone before sending; left to its owner", job.uuid)
+            return
+        await self._retry(lambda: lane.queue.done(job, delivered=False))
+        self.metrics.job("skipped")
+        log.info("job %s: already sent by an earlier reservation; not sent again", job.uuid)
+
+    def _begin_screen(self, lane: _Lane, job: Reserved, began: list[bool]) -> smtp.Screen:
+        """The job's suppression screen with its ``begin_send`` check in the same script
+        (``queue.protocol.begin_screen_call``): raises :class:`_NotOurs` when the job is lost
+        or already sent (nothing is written to the relay); appends True to ``began`` once the
+        check answered."""
+        suppressed = lane.loopback.suppressed
+        assert suppressed is not None
+
+        async def screen(recipients: Sequence[str]) -> Collection[str]:
+            got = await lane.queue.begin_screen(
+                job, suppressed, [lb.normalize(r) for r in recipients]
+            )
+            began.append(True)
+            if got.state != "ok":
+                raise _NotOurs(got.state)
+            return {r for r, hit in zip(recipients, got.hits, strict=True) if hit}
+
+        return screen
 
     async def _settle(
         self,

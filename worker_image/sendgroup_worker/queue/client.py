@@ -407,6 +407,13 @@ class AsyncQueue(_Base):
         """See :meth:`Queue.begin_send`."""
         return await self.run(p.begin_send_call(self.keys, job))
 
+    async def begin_screen(
+        self, job: p.Reserved, suppressed: str, recipients: Sequence[str]
+    ) -> p.Screened:
+        """:meth:`begin_send` and the suppression check in one round trip (see
+        :func:`protocol.begin_screen_call`; not on Redis Cluster)."""
+        return await self.run(p.begin_screen_call(self.keys, job, suppressed, recipients))
+
     async def wait_for_work(self, timeout: float) -> bool:
         """See :meth:`Queue.wait_for_work`."""
         k = self.keys.notify

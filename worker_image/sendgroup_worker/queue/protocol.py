@@ -596,6 +596,42 @@ def begin_send_call(keys: QueueKeys, job: Reserved) -> ScriptCall[BeginSend]:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class Screened:
+    """:func:`begin_screen_call`'s answer: ``state`` as :data:`BeginSend`; ``hits``: for
+    ``"ok"``, one bool per recipient given (True: in the suppression set), else empty."""
+
+    state: BeginSend
+    hits: tuple[bool, ...] = ()
+
+
+def begin_screen_call(
+    keys: QueueKeys, job: Reserved, suppressed: str, recipients: Sequence[str]
+) -> ScriptCall[Screened]:
+    """:func:`begin_send_call` and the suppression check of ``recipients`` (already
+    normalized: lower-cased) against the set at key ``suppressed``, in one script: one round
+    trip where there were two. The set's key is the namespace's, not the queue's: one server or
+    a Sentinel service only (on Redis Cluster it lies in another slot; check it on its own)."""
+    n = len(recipients)
+
+    def parse(reply: Any) -> Screened:
+        if isinstance(reply, list):
+            if len(reply) != n:
+                raise ValueError(f"begin_send: {len(reply)} answers for {n} recipients")
+            return Screened("ok", tuple(bool(_as_int(x)) for x in reply))
+        state = _begin_send(reply)
+        if state == "ok":  # no recipient given: an empty Lua table comes back as an array
+            raise ValueError("begin_send: 'ok' without the recipients' answers")
+        return Screened(state)
+
+    return ScriptCall(
+        "begin_send",
+        (keys.reserved, keys.sent, suppressed),
+        (job.reserved, job.uuid, *recipients),
+        parse,
+    )
+
+
 def push_calls(keys: QueueKeys, payloads: Iterable[bytes]) -> list[ScriptCall[int]]:
     """RPUSH ``payloads`` (+ one notify token each), :data:`PUSH_CHUNK` per script call."""
     items = list(payloads)
@@ -758,8 +794,10 @@ __all__ = [
     "ReserveResult",
     "Reserved",
     "RetryResult",
+    "Screened",
     "ScriptCall",
     "StreamEntry",
+    "begin_screen_call",
     "begin_send_call",
     "claim_call",
     "clear_call",
