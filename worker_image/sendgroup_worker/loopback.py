@@ -35,12 +35,12 @@ overwrote the key with another type) is counted and logged, and the mail stays d
 The stream is capped with ``MAXLEN ~`` (``OUTCOME_STREAM_MAXLEN``, default 100,000 entries;
 Redis trims whole macro nodes, so it may hold a little more); ``0`` turns it off.
 
-The suppression set is checked once the SMTP connection is ready, right before
-MAIL FROM/RCPT/DATA, so an address added while a group was paused or dumped for days is never
-mailed: on one server or a Sentinel service inside the queue's ``begin_send`` script (one round
-trip for the job's last check and the recipients, ``queue.protocol.begin_screen_call``); on
-Redis Cluster in a round trip of its own (``SISMEMBER`` per recipient, pipelined). Addresses are compared lower-cased.
-Suppressed recipients are left out of the envelope; when none is left, the job ends
+The suppression set is checked once the SMTP connection is ready, right before MAIL
+FROM/RCPT/DATA, so an address added while a group was paused or dumped for days is never mailed:
+on one server or a Sentinel service inside the queue's ``begin_send`` script (one round trip for
+the job's last check and the recipients, ``queue.protocol.begin_screen_call``); on Redis Cluster
+in a round trip of its own (``SISMEMBER`` per recipient, pipelined). Addresses are compared
+lower-cased. Suppressed recipients are left out of the envelope; when none is left, the job ends
 ``suppressed`` (deleted, counted neither delivered nor failed). A Redis error during the check
 fails the attempt (retried later): no mail goes out unchecked.
 """
