@@ -2,35 +2,56 @@
 
 1. Bytes per queued job: one group's queue filled the way Laravel pushes (payload on the ready
    list + one ``1`` token on the notify list) vs a raw Redis list of the same payloads (RPUSH
-   only), from ``INFO memory`` ``used_memory`` deltas and ``MEMORY USAGE key SAMPLES 0``.
+   only), from ``INFO memory`` ``used_memory`` deltas and ``MEMORY USAGE key SAMPLES 0``; and
+   the time Redis spends in one ``LRANGE`` of 1,000 and of 5,000 of these jobs (what the chunk
+   size of a chunked copy costs in stall).
 2. Five paused groups of 100,000 jobs of 1.5 KB (random base64 bodies: no free ride from
-   compression) on one redis-server: ``used_memory`` before and after moving them out, the time
-   to move them out and back, and the worst PING round trip seen by a probe sending one every
-   5 ms (``bench.pingprobe``, its own process), for:
+   compression) on one redis-server, moved out of Redis and back by each method in turn, in
+   interleaved rounds (the order rotates every round): ``used_memory`` after moving out, the
+   time to move out and back, the CPU of the process doing it, and the worst PING round trip
+   seen by a probe sending one every 5 ms (``bench.pingprobe``, its own process), for:
 
    * ours: ``sendgroup-worker dump`` then ``restore`` per group (real processes, as the
      operator's dump/restore Jobs run them), one group after the other;
-   * Redis' own ``DUMP`` of each group's keys (saved to a file) + ``DEL``, then ``RESTORE``;
+   * a chunked copy, what a careful user would write (``bench/chunked_copy.py chunked-out`` /
+     ``chunked-in``, one process per group): ``LRANGE`` 1,000 items, append to a file,
+     ``fdatasync``, ``LTRIM`` (ready and notify in one MULTI), ZRANGE/ZREMRANGEBYRANK for the
+     sorted sets; back with ``RPUSH`` of 1,000 items + their notify tokens per MULTI;
+   * Redis' own ``DUMP`` of each group's keys (each written to a file and fsynced) +
+     ``UNLINK``, then ``RESTORE`` (``bench/chunked_copy.py dump-out`` / ``dump-in``, one
+     process per group);
    * ``BGSAVE`` of the same data (fork + RDB write; the data stays in Redis, and getting one
      group back from an RDB means loading the whole file into a restarted Redis).
+
+Time basis, the same for every process-based method: wall clock from the spawn of each group's
+process to its exit (interpreter start, imports and connection included), summed over the
+groups; each process's own figure (timed inside it from after the connection, start excluded)
+is reported beside it. BGSAVE is one call: from BGSAVE until INFO says the save is done.
 """
 
 from __future__ import annotations
 
 import json
+import resource
+import statistics
 import subprocess
+import sys
 import time
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import redis
 
 from bench.dump_restore import bgsave_seconds, payload
 from bench.harness import (
+    ROOT,
     SLOWLOG_CONFIG,
     WORKER_BIN,
     PingProbe,
     child_env,
     redis_busy_seconds,
+    redis_cpu_seconds,
     slowest_command,
     used_memory,
 )
@@ -42,6 +63,19 @@ from tests.support.redis_server import RedisServer
 GROUPS = 5
 PAYLOAD = 1500
 MB = 1_000_000
+#: Records per chunk of the chunked copy (see :func:`run`'s LRANGE measurement and the report).
+CHUNK = 1000
+PEER_SCRIPT = ROOT / "bench" / "chunked_copy.py"
+#: Method keys in the order of the first round, and their labels.
+METHODS = {
+    "ours": "ours: sendgroup-worker dump / restore",
+    "chunked": f"chunked copy: LRANGE+fdatasync+LTRIM / RPUSH, {CHUNK:,} per chunk",
+    "dump": "Redis DUMP + fsync + UNLINK / RESTORE",
+    "bgsave": "BGSAVE (data stays in Redis)",
+}
+SHORT = {"chunked": "chunked copy", "dump": "DUMP/RESTORE"}
+#: Sample positions of each ready list checked after every move back (order and content).
+SAMPLES = 16
 
 
 def _payloads(group: int, jobs: int) -> list[bytes]:
@@ -71,26 +105,139 @@ def _cmd(slowest: tuple[float, str]) -> str:
     return f"{seconds * 1000:.1f} ({name})" if name else "<1"
 
 
-def _cli(args: list[str], url: str) -> dict[str, Any]:
-    proc = subprocess.run(
-        [str(WORKER_BIN), *args], capture_output=True, text=True, env=child_env(REDIS_URL=url)
-    )
+def _children_cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def _process(cmd: list[str], env: dict[str, str]) -> tuple[dict[str, Any], float, float]:
+    """Run one mover process: (its JSON line, wall seconds from spawn to exit, its CPU s)."""
+    cpu = _children_cpu()
+    t = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    wall = time.perf_counter() - t
+    cpu = _children_cpu() - cpu
     if proc.returncode != 0:
-        raise RuntimeError(f"sendgroup-worker {args[0]} failed: {proc.stderr[-2000:]}")
-    out: dict[str, Any] = json.loads(proc.stdout)
+        raise RuntimeError(f"{' '.join(cmd[:3])} failed: {proc.stderr[-2000:]}")
+    out: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return out, wall, cpu
+
+
+def _phase(
+    c: redis.Redis[bytes], port: int, work: Callable[[], tuple[float, float, float | None, int]]
+) -> dict[str, Any]:
+    """Run ``work`` (-> wall s, own s, process CPU s, bytes) under the PING probe and collect
+    what Redis saw: the longest command, seconds busy in commands, its CPU seconds."""
+    slowest_command(c)
+    busy = redis_busy_seconds(c)
+    rcpu = redis_cpu_seconds(c)
+    with PingProbe(port) as probe:
+        wall, own, cpu, nbytes = work()
+    slow = slowest_command(c)
+    return {
+        "wall_s": wall,
+        "own_s": own,
+        "cpu_s": cpu,
+        "bytes": nbytes,
+        "worst_ping_s": probe.worst,
+        "pings": probe.pings,
+        "slowest_s": slow[0],
+        "slowest_cmd": slow[1],
+        "redis_busy_s": redis_busy_seconds(c) - busy,
+        "redis_cpu_s": redis_cpu_seconds(c) - rcpu,
+    }
+
+
+def _movers(
+    queues: list[QueueKeys], url: str, dumps: Path, peer_dir: Path
+) -> dict[str, tuple[Callable[[QueueKeys], list[str]], Callable[[QueueKeys], list[str]]]]:
+    """method -> (command moving one group out, command moving it back)."""
+
+    def ours(verb: str) -> Callable[[QueueKeys], list[str]]:
+        return lambda k: [str(WORKER_BIN), verb, "-q", k.queue, "--dumps-dir", str(dumps)]
+
+    def peer(mode: str) -> Callable[[QueueKeys], list[str]]:
+        def cmd(k: QueueKeys) -> list[str]:
+            return [
+                sys.executable,
+                str(PEER_SCRIPT),
+                mode,
+                "--url",
+                url,
+                "--file",
+                str(peer_dir / f"{k.queue}.{mode.split('-')[0]}"),
+                "--chunk",
+                str(CHUNK),
+                "--ready",
+                k.ready,
+                "--notify",
+                k.notify,
+                "--delayed",
+                k.delayed,
+                "--reserved",
+                k.reserved,
+            ]
+
+        return cmd
+
+    return {
+        "ours": (ours("dump"), ours("restore")),
+        "chunked": (peer("chunked-out"), peer("chunked-in")),
+        "dump": (peer("dump-out"), peer("dump-in")),
+    }
+
+
+def _sample(c: redis.Redis[bytes], queues: list[QueueKeys], jobs: int) -> list[list[bytes]]:
+    """Items at :data:`SAMPLES` spread positions of every ready list (first and last included)."""
+    at = sorted({round(i * (jobs - 1) / (SAMPLES - 1)) for i in range(SAMPLES)})
+    out = []
+    for k in queues:
+        pipe = c.pipeline(transaction=False)
+        for i in at:
+            pipe.lindex(k.ready, i)
+        out.append(pipe.execute())
     return out
+
+
+def _lrange_usec(c: redis.Redis[bytes], key: str, n: int, calls: int = 20) -> float:
+    """Mean microseconds Redis spends in one ``LRANGE key 0 n-1`` (INFO commandstats)."""
+    c.config_resetstat()
+    for _ in range(calls):
+        c.lrange(key, 0, n - 1)
+    stat = c.info("commandstats")["cmdstat_lrange"]
+    return float(stat["usec"]) / int(stat["calls"])
+
+
+def spread(values: list[float], scale: float = 1.0, digits: int = 2) -> str:
+    """``median (min-max)`` of ``values`` times ``scale``."""
+    vals = [v * scale for v in values]
+    if not vals:
+        return "-"
+    m = statistics.median(vals)
+    if len(vals) == 1:
+        return f"{m:,.{digits}f}"
+    return f"{m:,.{digits}f} ({min(vals):,.{digits}f}-{max(vals):,.{digits}f})"
 
 
 def run(ctx: Context) -> Result:
     jobs = 5_000 if ctx.quick else 100_000
+    rounds = 3 if ctx.quick else 5
     queues = [QueueKeys(f"paused-{g}") for g in range(GROUPS)]
     dumps = ctx.work_dir / "dumps"
-    peer_dir = ctx.work_dir / "redis-dump"
+    peer_dir = ctx.work_dir / "peer"
     peer_dir.mkdir()
-    raw: dict[str, Any] = {"jobsPerGroup": jobs, "groups": GROUPS, "payloadBytes": PAYLOAD}
+    raw: dict[str, Any] = {
+        "jobsPerGroup": jobs,
+        "groups": GROUPS,
+        "payloadBytes": PAYLOAD,
+        "rounds": rounds,
+        "chunk": CHUNK,
+        "timeBasis": "wall clock from each group's process spawn to its exit, summed; "
+        "BGSAVE from the call until done",
+    }
     with RedisServer({"dir": str(ctx.work_dir), **SLOWLOG_CONFIG}) as server:
         c = server.client()
-        # --- 1. bytes per job -----------------------------------------------------------
+        # --- 1. bytes per job; what one LRANGE costs ------------------------------------
         ctx.log(f"bytes per job: {jobs:,} jobs, our layout vs a raw list")
         items = _payloads(0, jobs)
         m0 = _settle(c)
@@ -101,6 +248,7 @@ def run(ctx: Context) -> Result:
             c.rpush("raw-list", *items[start : start + 10_000])
         m2 = _settle(c)
         raw_usage = _memory_usage(c, "raw-list")
+        lrange_us = {n: _lrange_usec(c, "raw-list", n) for n in (1000, 5000)}
         c.delete("raw-list")
         del items
         per_job = {
@@ -111,99 +259,79 @@ def run(ctx: Context) -> Result:
             "raw_memory_usage": raw_usage / jobs,
         }
         raw["bytesPerJob"] = per_job
+        raw["lrangeUsec"] = lrange_us
 
-        # --- 2. five paused groups ------------------------------------------------------
+        # --- 2. five paused groups, moved out and back by each method, rounds ----------------
         ctx.log(f"filling {GROUPS - 1} more groups of {jobs:,} jobs")
         for keys in queues[1:]:
             _fill(c, keys, _payloads(int(keys.queue.rsplit("-", 1)[1]), jobs))
         empty = m0
         before = _settle(c)
         before_rss = used_memory(c)[1]
+        expected = _sample(c, queues, jobs)
+        movers = _movers(queues, server.url, dumps, peer_dir)
+        env = child_env(REDIS_URL=server.url)
+        order = list(METHODS)
+        per_round: dict[str, list[dict[str, Any]]] = {m: [] for m in METHODS}
 
-        ctx.log("ours: sendgroup-worker dump of each group")
-        ours: dict[str, Any] = {"dump_s": 0.0, "restore_s": 0.0, "dump_wall_s": 0.0}
-        ours["bytes"] = 0
-        slowest_command(c)
-        busy = redis_busy_seconds(c)
-        with PingProbe(server.port) as probe:
-            for keys in queues:
-                t = time.perf_counter()
-                out = _cli(["dump", "-q", keys.queue, "--dumps-dir", str(dumps)], server.url)
-                ours["dump_wall_s"] += time.perf_counter() - t
-                ours["dump_s"] += float(out["seconds"])
-                ours["bytes"] += int(out["bytes"])
-        ours["dump_worst_ping"] = probe.worst
-        ours["dump_slowest"] = slowest_command(c)
-        ours["dump_busy_s"] = redis_busy_seconds(c) - busy
-        ours["after"] = _settle(c)
-        ours["after_rss"] = used_memory(c)[1]
-        left = sum(c.llen(k.ready) for k in queues)
-        assert left == 0, f"{left} jobs still in Redis after the dumps"
-        ctx.log("ours: sendgroup-worker restore of each group")
-        slowest_command(c)
-        busy = redis_busy_seconds(c)
-        with PingProbe(server.port) as probe:
-            for keys in queues:
-                out = _cli(["restore", "-q", keys.queue, "--dumps-dir", str(dumps)], server.url)
-                ours["restore_s"] += float(out["seconds"])
-        ours["restore_worst_ping"] = probe.worst
-        ours["restore_slowest"] = slowest_command(c)
-        ours["restore_busy_s"] = redis_busy_seconds(c) - busy
-        counts = [c.llen(k.ready) for k in queues]
-        assert counts == [jobs] * GROUPS, f"restored {counts}, want {jobs} each"
-        ours["restored"] = _settle(c)
-        raw["ours"] = ours
+        def processes(make: Callable[[QueueKeys], list[str]]) -> Callable[[], Any]:
+            def work() -> tuple[float, float, float, int]:
+                wall = own = cpu = 0.0
+                nbytes = 0
+                for keys in queues:
+                    out, w, u = _process(make(keys), env)
+                    wall += w
+                    own += float(out["seconds"])
+                    cpu += u
+                    nbytes += int(out.get("bytes", 0))
+                return wall, own, cpu, nbytes
 
-        ctx.log("peer: Redis DUMP + DEL of each group's keys, then RESTORE")
-        peer: dict[str, Any] = {"bytes": 0}
-        slowest_command(c)
-        busy = redis_busy_seconds(c)
-        t = time.perf_counter()
-        with PingProbe(server.port) as probe:
-            for keys in queues:
-                for name, key in (("ready", keys.ready), ("notify", keys.notify)):
-                    data = c.dump(key)
-                    assert isinstance(data, bytes)
-                    (peer_dir / f"{keys.queue}.{name}").write_bytes(data)
-                    peer["bytes"] += len(data)
-                c.delete(keys.ready, keys.notify)
-        peer["dump_s"] = time.perf_counter() - t
-        peer["dump_worst_ping"] = probe.worst
-        peer["dump_slowest"] = slowest_command(c)
-        peer["dump_busy_s"] = redis_busy_seconds(c) - busy
-        peer["after"] = _settle(c)
-        peer["after_rss"] = used_memory(c)[1]
-        slowest_command(c)
-        busy = redis_busy_seconds(c)
-        t = time.perf_counter()
-        with PingProbe(server.port) as probe:
-            for keys in queues:
-                for name, key in (("ready", keys.ready), ("notify", keys.notify)):
-                    c.restore(key, 0, (peer_dir / f"{keys.queue}.{name}").read_bytes())
-        peer["restore_s"] = time.perf_counter() - t
-        peer["restore_worst_ping"] = probe.worst
-        peer["restore_slowest"] = slowest_command(c)
-        peer["restore_busy_s"] = redis_busy_seconds(c) - busy
-        counts = [c.llen(k.ready) for k in queues]
-        assert counts == [jobs] * GROUPS, f"RESTORE gave {counts}, want {jobs} each"
-        raw["redisDump"] = peer
+            return work
 
-        ctx.log("peer: BGSAVE of the same data")
-        with PingProbe(server.port) as probe:
-            save_s, rdb_bytes = bgsave_seconds(c)
-        bgsave = {
-            "dump_s": save_s,
-            "bytes": rdb_bytes,
-            "dump_worst_ping": probe.worst,
-            "dump_slowest": slowest_command(c),
-            "fork_s": int(c.info("stats")["latest_fork_usec"]) / 1e6,
-            "after": _settle(c),
-            "after_rss": used_memory(c)[1],
-        }
-        raw["bgsave"] = bgsave
+        def bgsave() -> tuple[float, float, None, int]:
+            seconds, size = bgsave_seconds(c)
+            return seconds, seconds, None, size
+
+        for r in range(rounds):
+            rotated = order[r % len(order) :] + order[: r % len(order)]
+            for method in rotated:
+                ctx.log(f"round {r + 1}/{rounds}: {method}")
+                start = _settle(c)
+                rec: dict[str, Any] = {"round": r + 1, "before": start}
+                if method == "bgsave":
+                    rec["out"] = _phase(c, server.port, bgsave)
+                    rec["fork_s"] = int(c.info("stats")["latest_fork_usec"]) / 1e6
+                    rec["after"] = _settle(c)
+                    rec["after_rss"] = used_memory(c)[1]
+                else:
+                    out_cmd, back_cmd = movers[method]
+                    rec["out"] = _phase(c, server.port, processes(out_cmd))
+                    rec["after"] = _settle(c)
+                    rec["after_rss"] = used_memory(c)[1]
+                    left = sum(c.llen(k.ready) + c.llen(k.notify) for k in queues)
+                    assert left == 0, f"{method}: {left} ready items/tokens still in Redis"
+                    rec["back"] = _phase(c, server.port, processes(back_cmd))
+                    counts = [(c.llen(k.ready), c.llen(k.notify)) for k in queues]
+                    assert counts == [(jobs, jobs)] * GROUPS, f"{method} restored {counts}"
+                    assert _sample(c, queues, jobs) == expected, f"{method}: order/content differ"
+                    rec["restored"] = _settle(c)
+                per_round[method].append(rec)
+        raw["perRound"] = per_round
         raw["memory"] = {"empty": empty, "before": before, "beforeRss": before_rss}
+    return _report(jobs, rounds, per_job, lrange_us, empty, before, before_rss, per_round, raw)
 
-    # --- report -------------------------------------------------------------------------
+
+def _report(
+    jobs: int,
+    rounds: int,
+    per_job: dict[str, float],
+    lrange_us: dict[int, float],
+    empty: int,
+    before: int,
+    before_rss: int,
+    per_round: dict[str, list[dict[str, Any]]],
+    raw: dict[str, Any],
+) -> Result:
     t1 = Table(
         title=f"Redis bytes per queued job ({jobs:,} jobs of {PAYLOAD:,} bytes)",
         columns=["layout", "used_memory delta / job", "MEMORY USAGE / job", "overhead / job"],
@@ -223,149 +351,268 @@ def run(ctx: Context) -> Result:
         ],
         note="Overhead = used_memory delta per job minus the payload's 1,500 bytes. "
         f"The notify list alone: {per_job['ours_notify_memory_usage']:.1f} bytes/job "
-        "(MEMORY USAGE).",
+        f"(MEMORY USAGE). One LRANGE of 1,000 of these jobs keeps Redis busy "
+        f"{lrange_us[1000]:,.0f} us, of 5,000 {lrange_us[5000]:,.0f} us (INFO commandstats, "
+        "mean of 20 calls).",
     )
 
-    def mb(v: float) -> float:
-        return round(v / MB, 1)
+    def col(method: str, phase: str, field: str) -> list[float]:
+        return [float(r[phase][field]) for r in per_round[method] if r.get(phase)]
 
-    def ms(v: float) -> float:
-        return round(v * 1000, 1)
+    def mem(method: str) -> list[float]:
+        return [float(r["after"]) for r in per_round[method]]
 
-    def round_trip_row(label: str, r: dict[str, Any]) -> list[Cell]:
-        """A method that moves the groups out and back: its row of the table below."""
-        return [
-            label,
-            mb(before),
-            mb(r["after"]),
-            round(r["dump_s"], 2),
-            ms(r["dump_worst_ping"]),
-            mb(r["bytes"]),
-            round(r["restore_s"], 2),
-            ms(r["restore_worst_ping"]),
-            f"{_cmd(r['dump_slowest'])} / {_cmd(r['restore_slowest'])}",
-            f"{r['dump_busy_s']:.2f} / {r['restore_busy_s']:.2f}",
-        ]
+    def rows(phase: str) -> list[list[Cell]]:
+        out: list[list[Cell]] = []
+        for method, label in METHODS.items():
+            if not per_round[method] or not per_round[method][0].get(phase):
+                continue
+            longest = [r[phase]["slowest_s"] for r in per_round[method]]
+            names = sorted({r[phase]["slowest_cmd"] for r in per_round[method]} - {""})
+            cpu = col(method, phase, "cpu_s") if method != "bgsave" else []
+            out.append(
+                [
+                    label,
+                    spread(col(method, phase, "wall_s")),
+                    spread(col(method, phase, "own_s")) if method != "bgsave" else None,
+                    spread(cpu) if cpu else None,
+                    spread(col(method, phase, "redis_busy_s")),
+                    spread(col(method, phase, "worst_ping_s"), 1000, 1),
+                    spread(longest, 1000, 1) + (f" ({', '.join(names)})" if names else ""),
+                    spread(col(method, phase, "bytes"), 1 / MB, 1),
+                    spread(mem(method), 1 / MB, 1) if phase == "out" else None,
+                ]
+            )
+        return out
 
-    freed = before - empty
+    columns = [
+        "method",
+        "wall s, process start included",
+        "own s, start excluded",
+        "process CPU s",
+        "Redis busy s",
+        "worst PING ms",
+        "longest command in Redis ms (0: none over 1 ms)",
+        "MB written / read",
+        "used_memory after MB",
+    ]
+    fork = [r["fork_s"] for r in per_round["bgsave"]]
+    basis = (
+        f"{rounds} interleaved rounds (the method order rotates each round), median (min-max). "
+        f"Every figure is a total over the {GROUPS} groups, one process per group, one after the "
+        "other. Wall: from each process's spawn to its exit (interpreter start, imports and "
+        "connection included), the same basis for every process-based method; 'own' is the "
+        "process's own timer, from after its connection to its end. BGSAVE: from the call until "
+        "INFO reports the save done"
+        + (f" (fork {spread(fork, 1000, 1)} ms)" if fork else "")
+        + ". Process CPU: user+system of the mover process (getrusage of the reaped child). "
+        "Redis busy: seconds spent executing the phase's commands (INFO commandstats usec). "
+        "PING probe: one every 5 ms from its own process; its worst round trip also holds the "
+        "probe's own scheduling delay on a loaded machine; the longest command (SLOWLOG, "
+        "commands over 1 ms) is the stall inside Redis."
+    )
     t2 = Table(
-        title=f"{GROUPS} paused groups x {jobs:,} jobs: memory, move-out/in time, worst stall",
-        columns=[
-            "method",
-            "used_memory before MB",
-            "after MB",
-            "move out s",
-            "worst PING out ms",
-            "bytes written MB",
-            "move back s",
-            "worst PING back ms",
-            "longest command in Redis out / back ms",
-            "Redis busy out / back s",
-        ],
-        rows=[
-            round_trip_row("ours: sendgroup-worker dump / restore", ours),
-            round_trip_row("Redis DUMP + DEL / RESTORE", peer),
-            [
-                "BGSAVE (data stays in Redis)",
-                mb(before),
-                mb(bgsave["after"]),
-                round(bgsave["dump_s"], 2),
-                ms(bgsave["dump_worst_ping"]),
-                mb(bgsave["bytes"]),
-                None,
-                None,
-                f"{_cmd(bgsave['dump_slowest'])}; fork {ms(bgsave['fork_s'])} ms",
-                None,
-            ],
-        ],
+        title=f"Moving {GROUPS} paused groups x {jobs:,} jobs out of Redis",
+        columns=columns,
+        rows=rows("out"),
         note=(
-            f"used_memory of the empty server: {mb(empty)} MB; RSS before "
-            f"{mb(before_rss)} MB, after our dumps {mb(ours['after_rss'])} MB (jemalloc keeps "
-            "freed pages until reused). Times are totals over the groups, one after the other; "
-            "ours are the commands' own 'seconds' (process start excluded, "
-            f"{ours['dump_wall_s']:.2f} s wall with it). PING probe: one every 5 ms from its "
-            "own process; its worst round trip also holds the probe's own scheduling delay on a "
-            "loaded machine, the longest command (SLOWLOG, commands over 1 ms) is the stall "
-            "inside Redis. Redis busy: seconds spent executing the phase's commands (INFO "
-            "commandstats usec). Moving back from a BGSAVE means restarting Redis and loading the "
-            "whole RDB (every group), so it has no per-group figure."
+            f"used_memory before: {before / MB:,.1f} MB; of the empty server: {empty / MB:,.1f} "
+            f"MB; RSS before {before_rss / MB:,.1f} MB (jemalloc keeps freed pages until reused). "
+            + basis
         ),
     )
+    t3 = Table(
+        title=f"Moving them back ({GROUPS} x {jobs:,} jobs)",
+        columns=columns[:-1],
+        rows=[row[:-1] for row in rows("back")],
+        note="Same basis as above. Moving back from a BGSAVE means restarting Redis and loading "
+        "the whole RDB (every group), so it has no per-group row. After every move back the "
+        f"benchmark checks each group's ready and notify lengths and {SAMPLES} items at spread "
+        "positions (order and content).",
+    )
+
+    def ratios(peer: str, phase: str, field: str = "wall_s") -> list[float]:
+        return [
+            o[phase][field] / p[phase][field]
+            for o, p in zip(per_round["ours"], per_round[peer], strict=True)
+            if p[phase][field] > 0
+        ]
+
+    ratio_rows: list[list[Cell]] = []
+    for peer in ("chunked", "dump"):
+        for phase, word in (("out", "out"), ("back", "back")):
+            ratio_rows.append(
+                [
+                    f"ours / {SHORT[peer]}, move {word}",
+                    spread(ratios(peer, phase)),
+                    spread(ratios(peer, phase, "own_s")),
+                    spread(ratios(peer, phase, "cpu_s")),
+                ]
+            )
+    ratio_rows.append(
+        [
+            "ours / BGSAVE, move out (BGSAVE frees nothing)",
+            spread(ratios("bgsave", "out")),
+            None,
+            None,
+        ]
+    )
+    t4 = Table(
+        title="Time ratios, ours over the peer in the same round (above 1: ours is slower)",
+        columns=["pair", "wall (start included)", "own (start excluded)", "process CPU"],
+        rows=ratio_rows,
+        note="Median (min-max) of the per-round ratios.",
+    )
+
+    def med(method: str, phase: str, field: str) -> float:
+        return statistics.median(col(method, phase, field))
+
     plot = Plot(
         filename="memory_stall.png",
-        title=f"Worst Redis stall (5 ms PING probe), {GROUPS} groups x {jobs:,} jobs",
+        title=f"Worst Redis stall (5 ms PING probe), {GROUPS} groups x {jobs:,} jobs, median",
         ylabel="worst PING round trip, ms (log)",
         bars={
-            "ours dump": ms(ours["dump_worst_ping"]),
-            "ours restore": ms(ours["restore_worst_ping"]),
-            "DUMP+DEL": ms(peer["dump_worst_ping"]),
-            "RESTORE": ms(peer["restore_worst_ping"]),
-            "BGSAVE": ms(bgsave["dump_worst_ping"]),
+            "ours dump": med("ours", "out", "worst_ping_s") * 1000,
+            "ours restore": med("ours", "back", "worst_ping_s") * 1000,
+            "chunked out": med("chunked", "out", "worst_ping_s") * 1000,
+            "chunked back": med("chunked", "back", "worst_ping_s") * 1000,
+            "DUMP+UNLINK": med("dump", "out", "worst_ping_s") * 1000,
+            "RESTORE": med("dump", "back", "worst_ping_s") * 1000,
+            "BGSAVE": med("bgsave", "out", "worst_ping_s") * 1000,
         },
         log_y=True,
     )
-    overhead_ours = per_job["ours_used_memory"] - per_job["raw_used_memory"]
-    findings = [
+    findings = _findings(jobs, per_job, before, per_round, med, ratios, mem)
+    findings.append(EXTRAS)
+    return Result(tables=[t1, SETTINGS, t2, t3, t4], plots=[plot], findings=findings, raw=raw)
+
+
+#: How every mover is set up, and where the setting comes from.
+SETTINGS = Table(
+    title="Peers and their settings",
+    columns=["method", "setting", "source / why"],
+    rows=[
+        [
+            "ours",
+            "sendgroup-worker dump / restore, defaults: 1,000 jobs per chunk (4 MiB cap), "
+            "fdatasync every 64 MiB + fsync before rename, UNLINK of the staged keys; restore "
+            "pipelines 8 merge scripts per round trip",
+            "worker_image/sendgroup_worker/dumps/dump.py, restore.py (as the operator's Jobs run "
+            "them)",
+        ],
+        [
+            "chunked copy",
+            f"{CHUNK:,} items per LRANGE / LTRIM (and per ZRANGE / ZREMRANGEBYRANK), "
+            "fdatasync of the file before every trim, directory fsync at the end; back: one "
+            f"MULTI of RPUSH {CHUNK:,} items + RPUSH {CHUNK:,} notify tokens per round trip, "
+            "file deleted at the end",
+            "LRANGE is O(S+N) (redis.io/docs/latest/commands/lrange); Redis' latency guide "
+            "(redis.io/docs/latest/operate/oss_and_stack/management/optimization/latency, 'Latency "
+            "generated by slow commands') says to avoid O(N) commands on big values, so a careful "
+            "user bounds N by the stall it causes: the note of the first table gives what one "
+            "LRANGE of 1,000 and of 5,000 of these jobs costs inside Redis, against a 5 ms probe "
+            "(and clients with timeouts of a few ms). 1,000 is also ours, so the stalls "
+            "compare chunk for chunk. Synced before each trim so nothing leaves Redis before "
+            "it is on disk, the guarantee ours gives",
+        ],
+        [
+            "DUMP / RESTORE",
+            "DUMP of each key (ready, notify; delayed/reserved when present), file written and "
+            "fsynced, directory fsynced, then one UNLINK; back: RESTORE key 0 payload",
+            "UNLINK instead of DEL: Redis' knowledge base, 'How do I troubleshoot latency issues "
+            "and sporadic failures using DEL?' (redis.io/kb/doc/16mfqr9c6n) and the UNLINK "
+            "command page (memory reclaimed in another thread). The 2026-11-30 run used DEL and "
+            "no fsync",
+        ],
+        [
+            "BGSAVE",
+            "BGSAVE with the server's defaults (rdbcompression yes, rdbchecksum yes)",
+            "redis.conf defaults of Debian's redis-server 7.0",
+        ],
+    ],
+)
+
+#: What ours does that the peers do not (read from worker_image/sendgroup_worker/dumps/).
+EXTRAS = (
+    "What the time buys (read from worker_image/sendgroup_worker/dumps/; not measured here): "
+    "ours takes a per-queue lock, moves the live keys aside atomically (one RENAME script, so "
+    "jobs pushed during the dump land in fresh keys, neither lost nor dumped twice; delayed, "
+    "reserved and failed jobs with their records go too), writes a segment with a CRC-32 per "
+    "chunk, a SHA-256 of the file and an optional HMAC signature, checks the counts written "
+    "against Redis, and deletes nothing before the file is fsynced and renamed into place; a "
+    "crash at any point is resumed by the next dump or undone by the next restore. The restore "
+    "verifies every segment in full before merging any (a damaged file changes nothing), merges "
+    "each chunk in one script that also records its progress (a crash never applies a chunk "
+    "twice: exactly once), never overwrites (ZADD NX / HSETNX), and ends with one notify token "
+    "per ready job. The chunked copy has none of this: a crash between its fdatasync and its "
+    "LTRIM leaves a chunk both on disk and in Redis (duplicated on restore), a crash during "
+    "the restore duplicates the chunks already pushed when re-run, a truncated or altered file "
+    "is noticed only when parsing fails part-way (after earlier chunks are back), it chases "
+    "the tail of a list that producers keep filling, and failed jobs are not handled. DUMP/RESTORE "
+    "carries a CRC-64 and refuses a payload from a newer RDB version, and blocks Redis for the "
+    "whole key both ways."
+)
+
+
+def _findings(
+    jobs: int,
+    per_job: dict[str, float],
+    before: int,
+    per_round: dict[str, list[dict[str, Any]]],
+    med: Callable[[str, str, str], float],
+    ratios: Callable[..., list[float]],
+    mem: Callable[[str], list[float]],
+) -> list[str]:
+    overhead = per_job["ours_used_memory"] - per_job["raw_used_memory"]
+    out = [
         f"Our layout holds a 1.5 KB job in {per_job['ours_memory_usage']:,.0f} bytes of Redis "
         f"memory vs {per_job['raw_memory_usage']:,.0f} in a raw list (MEMORY USAGE; the "
         f"difference is the notify token Laravel's layout keeps per ready job, "
-        f"{per_job['ours_notify_memory_usage']:.1f} bytes/job): the layout costs nothing that "
-        f"matters. used_memory deltas say {per_job['ours_used_memory']:,.0f} vs "
-        f"{per_job['raw_used_memory']:,.0f} ({overhead_ours:+.1f} bytes/job, which also holds "
-        "allocator and buffer noise).",
-        f"Dumping the {GROUPS} paused groups frees {mb(before - ours['after'])} MB of the "
-        f"{mb(freed)} MB they used (used_memory), in {ours['dump_s']:.2f} s with a worst PING of "
-        f"{ms(ours['dump_worst_ping'])} ms and no command over "
-        f"{ms(max(ours['dump_slowest'][0], 0.001))} ms inside Redis (reads in chunks of 1,000 "
-        f"jobs); restore takes {ours['restore_s']:.2f} s, worst PING "
-        f"{ms(ours['restore_worst_ping'])} ms, longest merge script "
-        f"{ms(ours['restore_slowest'][0])} ms.",
-        f"Redis' DUMP/RESTORE of the same keys: {peer['dump_s']:.2f} s out, its longest DUMP "
-        f"{ms(peer['dump_slowest'][0])} ms inside Redis (each DUMP serializes a whole "
-        f"{PAYLOAD * jobs / MB:.0f} MB list in Redis' one thread while every client waits), "
-        f"{peer['restore_s']:.2f} s back, longest RESTORE {ms(peer['restore_slowest'][0])} ms. "
-        f"BGSAVE: {bgsave['dump_s']:.2f} s, fork {ms(bgsave['fork_s'])} ms, but frees nothing.",
+        f"{per_job['ours_notify_memory_usage']:.1f} bytes/job). used_memory deltas say "
+        f"{per_job['ours_used_memory']:,.0f} vs {per_job['raw_used_memory']:,.0f} "
+        f"({overhead:+.1f} bytes/job, which also holds allocator and buffer noise).",
     ]
-    why = {
-        "dump": (
-            "the dump process reading 1,000-job chunks (one round trip each), encoding, "
-            "checksumming and fsyncing the segment",
-            "pipelining the next LRANGE while the previous chunk is written",
-        ),
-        "restore": (
-            "the restore process verifying the whole segment first (every chunk CRC and the "
-            "SHA-256: a full read of the file before anything is merged, so a damaged file "
-            "changes nothing) and then reading and decoding it again for one merge script per "
-            "1,000-job chunk",
-            "verifying during the merge pass (one read of the file instead of two) and sending "
-            "the next chunk while Redis runs the current one",
-        ),
-    }
-    for phase, word in (("dump", "out"), ("restore", "back")):
-        if ours[f"{phase}_s"] > peer[f"{phase}_s"]:
-            inside = ours[f"{phase}_busy_s"]
-            cause, fix = why[phase]
-            findings.append(
-                f"Where we lose: moving {word} takes {ours[f'{phase}_s']:.2f} s vs "
-                f"{peer[f'{phase}_s']:.2f} s for Redis' {phase.upper()}. Redis itself spent "
-                f"{inside:.2f} s of ours executing commands (vs {peer[f'{phase}_busy_s']:.2f} s "
-                f"for {phase.upper()}); the rest is {cause}. In exchange no command blocks Redis "
-                f"for a whole list (longest {ms(ours[f'{phase}_slowest'][0])} ms vs "
-                f"{ms(peer[f'{phase}_slowest'][0])} ms) and the segment survives a crash "
-                f"mid-way. What would close most of the gap: {fix}."
+    freed = {m: before - statistics.median(mem(m)) for m in ("ours", "chunked", "dump")}
+    out.append(
+        "Memory freed by moving out (median): "
+        + ", ".join(f"{m} {v / MB:,.1f} MB" for m, v in freed.items())
+        + f" of {before / MB:,.1f} MB; BGSAVE frees nothing."
+    )
+    for phase, word in (("out", "out"), ("back", "back")):
+        o = med("ours", phase, "wall_s")
+        for peer, name in (("chunked", "the chunked copy"), ("dump", "DUMP/RESTORE")):
+            p = med(peer, phase, "wall_s")
+            rr = ratios(peer, phase)
+            verdict = "we lose" if min(rr) > 1 else ("we win" if max(rr) < 1 else "level")
+            out.append(
+                f"Moving {word}, ours vs {name}: {o:.2f} s vs {p:.2f} s wall, process start "
+                f"included on both sides (ratio {spread(rr)}: {verdict}); own time "
+                f"{med('ours', phase, 'own_s'):.2f} vs {med(peer, phase, 'own_s'):.2f} s; "
+                f"process CPU {med('ours', phase, 'cpu_s'):.2f} vs {med(peer, phase, 'cpu_s'):.2f}"
+                f" s; worst PING {med('ours', phase, 'worst_ping_s') * 1000:.1f} vs "
+                f"{med(peer, phase, 'worst_ping_s') * 1000:.1f} ms; longest command in Redis "
+                f"{med('ours', phase, 'slowest_s') * 1000:.1f} vs "
+                f"{med(peer, phase, 'slowest_s') * 1000:.1f} ms."
             )
-            if phase == "restore" and inside > 1.5 * peer[f"{phase}_busy_s"]:
-                findings.append(
-                    f"Inside Redis the restore costs {inside / peer[f'{phase}_busy_s']:.1f}x "
-                    f"RESTORE ({inside:.2f} s vs {peer[f'{phase}_busy_s']:.2f} s): RESTORE "
-                    "rebuilds each list from its serialized form in C, while each merge script "
-                    "copies its 1,000 payloads through Lua's ARGV and unpack() into one RPUSH and "
-                    "builds the notify tokens in Lua. Sending the chunk as a plain RPUSH + "
-                    "HSET progress in MULTI/EXEC, with WATCH on the progress hash for the "
-                    "idempotence check (the queue lock already excludes a second restorer), "
-                    "would likely remove most of that copy."
-                )
-    return Result(tables=[t1, t2], plots=[plot], findings=findings, raw=raw)
+    start = [
+        (r["out"]["wall_s"] - r["out"]["own_s"]) / GROUPS for r in per_round["ours"] if r.get("out")
+    ]
+    peer_start = [
+        (r["out"]["wall_s"] - r["out"]["own_s"]) / GROUPS
+        for r in per_round["chunked"]
+        if r.get("out")
+    ]
+    out.append(
+        f"Process start (wall minus own time, per process, moving out): ours "
+        f"{statistics.median(start):.2f} s (sendgroup-worker's imports), the peer script "
+        f"{statistics.median(peer_start):.2f} s (Python + redis-py)."
+    )
+    out.append(
+        f"BGSAVE: {med('bgsave', 'out', 'wall_s'):.2f} s, worst PING "
+        f"{med('bgsave', 'out', 'worst_ping_s') * 1000:.1f} ms, but it frees nothing and one "
+        "group cannot be brought back from it alone."
+    )
+    return out
 
 
 SCENARIO = Scenario(key="memory", number=5, title="Paused memory and moving it out", run=run)
