@@ -618,7 +618,8 @@ class Worker:
         # both, right before MAIL FROM); else it runs here, before the handler
         began: list[bool] = []
         screen: smtp.Screen | None = None
-        if handler.sends and handler.screens and lane.loopback.screens_in_queue_scripts:
+        combined = handler.sends and handler.screens and lane.loopback.screens_in_queue_scripts
+        if combined:
             screen = self._begin_screen(lane, job, began)
         else:
             if handler.sends and not await self._may_send(lane, job):
@@ -672,7 +673,7 @@ class Worker:
             result = h.HandlerResult(
                 h.Outcome.TEMPORARY, type(exc).__name__, str(exc), from_provider=False
             )
-        if screen is not None and not began and handler.sends and handler.screens:
+        if combined and not began:
             # the handler ended before its screen ran (bad mail data, no connection to the
             # relay): the check it skipped, before its outcome is committed (an already sent
             # job is completed, not failed or retried)
