@@ -448,12 +448,18 @@ def _result(
         )
         + f" ({lara['commands_per_s']:.2f}/s); and "
         + (
-            "more CPU than Laravel's 4 workers (the operator's Python poll every 0.5 s "
-            "costs more than 4 PHP workers asleep 3 s at a time)"
+            "more CPU than Laravel's 4 workers"
             if rest["extra_cpu_per_s"] > lara["extra_cpu_per_s"]
             else "less CPU than Laravel's 4 workers"
         )
-        + f" ({lara['extra_cpu_per_s'] * 1000:.3f} ms/s). Both the EXISTS and the "
+        + f" ({lara['extra_cpu_per_s'] * 1000:.3f} ms/s"
+        + (
+            ": the operator's Python poll every 0.5 s costs more than 4 PHP workers asleep "
+            "3 s at a time)."
+            if rest["extra_cpu_per_s"] > lara["extra_cpu_per_s"]
+            else ")."
+        )
+        + " Both the EXISTS and the "
         "poll's CPU are per Redis, not per group: shared by 100 idle groups they are "
         f"{rest['commands_per_s'] / 100:.3f} commands/s and "
         f"{rest['extra_cpu_per_s'] * 1000 / 100:.4f} ms CPU/s each. And the jobs' memory "
