@@ -439,8 +439,9 @@ def _result(
         "every 0.5 s per Redis, shared by every idle group of that Redis. With this group "
         f"alone on its Redis (the worst case): {rest['commands_per_s']:.2f} commands/s and "
         f"{rest['round_trips_per_s']:.2f} round trips/s, "
-        f"{rest['extra_cpu_per_s'] * 1000:.3f} ms CPU/s: more commands than while it held "
-        f"its jobs ({ours['commands_per_s']:.2f}/s), "
+        f"{rest['extra_cpu_per_s'] * 1000:.3f} ms CPU/s: "
+        + ("more" if rest["commands_per_s"] > ours["commands_per_s"] else "fewer")
+        + f" commands than while it held its jobs ({ours['commands_per_s']:.2f}/s), "
         + (
             "more than Laravel's 4 workers"
             if rest["commands_per_s"] > lara["commands_per_s"]
