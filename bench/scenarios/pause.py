@@ -31,7 +31,8 @@ Sides, all on one redis-server holding the same 100,000 x 1.5 KB jobs in Laravel
   PHP). Measured *just paused* (every job ready: the workers cycle as fast as they can) and
   *steady* (the jobs already released, their due times spread over the 60 s delay).
 
-``ROUNDS`` interleaved rounds (each side once per round, the first three sides in a rotated
+``ROUNDS`` interleaved rounds (the queue filled anew and redis-server left to settle 20 s
+before each; each side once per round, the first three sides in a rotated
 order; the classic phases last, since they move the jobs); the table gives the median and the
 range over the rounds. Over each window, for every side on the same basis: on-CPU seconds per
 second of its processes and of redis-server (``/proc/PID/task/*/schedstat``, nanoseconds;
@@ -306,6 +307,7 @@ def run(ctx: Context) -> Result:
     idle_window = 5.0 if ctx.quick else 10.0
     burst_window = 5.0 if ctx.quick else 10.0
     steady_window = 10.0 if ctx.quick else 30.0
+    settle = 5.0 if ctx.quick else 20.0
     keys = QueueKeys(QUEUE)
     rounds: list[dict[str, dict[str, float]]] = []
     log = ctx.work_dir.joinpath("pause.log").open("w")
@@ -320,6 +322,9 @@ def run(ctx: Context) -> Result:
             ctx.log(f"round {n + 1}/{ROUNDS}: filling {jobs:,} x 1.5 KB jobs")
             _fill_ready(c, keys, jobs)
             c.delete(FLAG, PAUSE_KEY)
+            # let redis-server settle: jemalloc's background thread purges the previous round's
+            # freed pages for seconds (5 ms/s of redis-server CPU measured right after the fill)
+            time.sleep(settle)
             res["idle"] = _window(c, [], rpid, idle_window)
             order = ["ours", "ours_rest", "laravel_pause"]
             order = order[n % 3 :] + order[: n % 3]
