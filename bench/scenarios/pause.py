@@ -15,16 +15,17 @@ Sides, all on one redis-server holding the same 100,000 x 1.5 KB jobs in Laravel
   per Redis, shared by every idle group of that Redis (here this group alone: the worst case).
   ``bench.operator_measure --at-rest`` on an empty queue.
 * **Laravel queue:pause**: Laravel's own pause (``php artisan queue:pause redis:paused-group``,
-  Laravel 11+) on the real Laravel 8.83 worker of Debian (``bench/laravel/artisan``, the example
-  app, phpredis, the example app's default cache store ``redis``): Laravel 8 has no such
-  command, so ``bench/laravel/Bench/QueuePauseServiceProvider.php`` backports it: the command
-  stores ``true`` under the cache key ``illuminate:queue:paused:redis:paused-group`` as Laravel
-  11's ``QueueManager::pause`` does, and a listener of Laravel 8's ``Looping`` event reads that
-  key through the same cache store each iteration (Laravel 11's ``Worker::queuePaused`` ->
-  ``QueueManager::isPaused``); when it is set, Laravel 8's ``daemonShouldRun`` is false and the
-  worker sleeps ``--sleep`` (default 3 s) and reads the restart signal, as Laravel 11's worker
-  does after skipping the paused queue. Per iteration and worker: 2 cache GETs, then 3 s asleep.
-  ``WORKERS`` ``queue:work redis --queue=paused-group`` processes (defaults otherwise).
+  Laravel 12.40+, laravel/framework#57800) on the real Laravel 8.83 worker of Debian
+  (``bench/laravel/artisan``: the example app, phpredis, the example app's default cache store
+  ``redis``). Laravel 8 has no such command, so ``bench/laravel/Bench/
+  QueuePauseServiceProvider.php`` backports it: the command stores ``true`` under the cache key
+  ``illuminate:queue:paused:redis:paused-group`` as Laravel 12's ``QueueManager::pause`` does,
+  and a listener of Laravel 8's ``Looping`` event reads that key through the same cache store
+  each iteration (Laravel 12's ``Worker::queuePaused`` -> ``QueueManager::isPaused``); when it
+  is set, Laravel 8's ``daemonShouldRun`` is false and the worker sleeps ``--sleep`` (default
+  3 s) and reads the restart signal, as Laravel 12's worker does after skipping the paused
+  queue. Per iteration and worker: 2 cache GETs, then 3 s asleep. ``WORKERS`` ``queue:work
+  redis --queue=paused-group`` processes (defaults otherwise).
 * **Classic release loop**: one shared Laravel queue; a job middleware checks a "paused" flag
   and calls ``$job->release(60)``; ``WORKERS`` processes keep reserving the group's jobs and
   releasing them (``bench.classic_pause_worker``: a Python loop of Laravel 11's scripts, not
@@ -79,7 +80,7 @@ WORKERS = 4
 ROUNDS = 3
 #: queue:work's default --sleep (Laravel 8 and 11)
 LARAVEL_SLEEP = 3.0
-#: Laravel 11's pause key in the example app's cache store (prefix "laravel_cache:")
+#: Laravel 12.40+'s pause key in the example app's cache store (prefix "laravel_cache:")
 PAUSE_KEY = f"laravel_cache:illuminate:queue:paused:redis:{QUEUE}"
 #: the operator's CPU at rest and its pass rate in the 3,000-group scale run (cited, not
 #: measured here): an estimate of one reaper pass's CPU beyond the Redis measurement
@@ -478,8 +479,8 @@ def _result(
         f"{RELEASE_DELAY} s), and {burst['extra_cpu_per_s']:.3f} CPU s/s, "
         f"{burst['commands_per_s']:,.0f} commands/s right after the pause (the {WORKERS} "
         "workers looping back to back); each release also counts as an attempt in Laravel. "
-        "It is what a Laravel user without queue:pause (before Laravel 11) would write; "
-        "Laravel 11's queue:pause replaces it."
+        "It is what a Laravel user without queue:pause (before Laravel 12.40) would write; "
+        "Laravel 12.40's queue:pause replaces it."
     )
     pass_cpu = SCALE_OPERATOR_CPU / SCALE_PASSES_PER_S  # CPU seconds per pass, estimated
     with_pass = ours["extra_cpu_per_s"] + pass_cpu / interval
@@ -525,7 +526,7 @@ def _result(
             f"{rounds[0]['classic_steady']['seconds']:.0f} s steady. "
             "Laravel: Debian's Laravel 8.83 (PHP 8.2, phpredis), `php artisan queue:work redis "
             f"--queue={QUEUE}` (defaults: --sleep=3, block_for 5 as in scenario 1), cache "
-            "store redis (the example app's default), Laravel 11's queue:pause backported "
+            "store redis (the example app's default), Laravel 12.40's queue:pause backported "
             "(bench/laravel/Bench/QueuePauseServiceProvider.php). Classic: a Python loop of "
             "Laravel 11's worker scripts (EVAL migrate x2, EVAL pop, GET restart, GET flag, "
             "EVAL release), --sleep=3."

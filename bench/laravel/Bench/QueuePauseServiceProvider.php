@@ -7,10 +7,10 @@ use Illuminate\Queue\Events\Looping;
 use Illuminate\Support\ServiceProvider;
 
 /**
- * Laravel 11's `php artisan queue:pause` / `queue:resume` and the worker's check of them, brought
+ * Laravel 12.40's `php artisan queue:pause` / `queue:resume` and the worker's check of them, brought
  * to Debian's Laravel 8.83 for the pause benchmark (bench/scenarios/pause.py) only.
  *
- * Laravel 11+ (laravel/framework, src/Illuminate/Queue/QueueManager.php `pause`, `isPaused`;
+ * Laravel 12.40+ (laravel/framework#57800; src/Illuminate/Queue/QueueManager.php `pause`, `isPaused`;
  * src/Illuminate/Queue/Worker.php `getNextJob`, `queuePaused`):
  * - `queue:pause connection:queue` stores `true` forever under the cache key
  *   `illuminate:queue:paused:{connection}:{queue}` in the default cache store;
@@ -22,8 +22,8 @@ use Illuminate\Support\ServiceProvider;
  * `Illuminate\Queue\Events\Looping` before each iteration and, when a listener returns false,
  * sleeps `--sleep` seconds (`pauseWorker`) and then runs `stopIfNecessary`. The listener below
  * reads the same key through the same cache store, so a paused iteration costs what Laravel
- * 11's costs: one cache GET for the pause key, the sleep, one cache GET for the restart signal.
- * One difference: Laravel 11 skips only the paused queues of a `--queue=a,b` worker; this
+ * 12's costs: one cache GET for the pause key, the sleep, one cache GET for the restart signal.
+ * One difference: Laravel 12 skips only the paused queues of a `--queue=a,b` worker; this
  * listener pauses the iteration only when every queue of the worker is paused (the benchmark's
  * workers have one queue).
  */
@@ -43,7 +43,7 @@ class QueuePauseServiceProvider extends ServiceProvider
         $this->commands([PauseQueueCommand::class, ResumeQueueCommand::class]);
     }
 
-    /** Laravel 11's QueueManager::isPaused. */
+    /** Laravel 12's QueueManager::isPaused. */
     private function paused(string $connection, string $queue): bool
     {
         return (bool) $this->app['cache']->store()->get(self::key($connection, $queue), false);
@@ -54,7 +54,7 @@ class QueuePauseServiceProvider extends ServiceProvider
         return "illuminate:queue:paused:{$connection}:{$queue}";
     }
 
-    /** Laravel 11's PauseCommand::parseQueue: "connection:queue", or a queue of the default. */
+    /** Laravel 12's PauseCommand::parseQueue: "connection:queue", or a queue of the default. */
     public static function parse(string $arg, string $default): array
     {
         [$connection, $queue] = array_pad(explode(':', $arg, 2), 2, null);
@@ -67,7 +67,7 @@ class PauseQueueCommand extends Command
 {
     protected $signature = 'queue:pause {queue : connection:queue}';
 
-    protected $description = 'Pause job processing for a queue (Laravel 11, backported)';
+    protected $description = 'Pause job processing for a queue (Laravel 12.40, backported)';
 
     public function handle(): int
     {
@@ -87,7 +87,7 @@ class ResumeQueueCommand extends Command
 {
     protected $signature = 'queue:resume {queue : connection:queue}';
 
-    protected $description = 'Resume job processing for a paused queue (Laravel 11, backported)';
+    protected $description = 'Resume job processing for a paused queue (Laravel 12.40, backported)';
 
     public function handle(): int
     {
