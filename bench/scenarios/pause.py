@@ -323,8 +323,8 @@ def run(ctx: Context) -> Result:
             ctx.log(f"round {n + 1}/{ROUNDS}: filling {jobs:,} x 1.5 KB jobs")
             _fill_ready(c, keys, jobs)
             c.delete(FLAG, PAUSE_KEY)
-            # let redis-server settle: jemalloc's background thread purges the previous round's
-            # freed pages for seconds (5 ms/s of redis-server CPU measured right after the fill)
+            # let redis-server settle: right after the fill its CPU was 5 ms/s against ~2 later
+            # (probably jemalloc's background purge of the previous round's freed pages)
             time.sleep(settle)
             res["idle"] = _window(c, [], rpid, idle_window)
             order = ["ours", "ours_rest", "laravel_pause"]
