@@ -142,6 +142,29 @@ def _deployments(kube: KubeCluster, namespaces: list[str]) -> int:
     )
 
 
+def _api_time(kube: KubeCluster) -> dict[str, list[float]]:
+    """The API server's requests so far by ``verb resource[/subresource]``: [count, seconds]
+    (``apiserver_request_duration_seconds_count`` / ``_sum``: time from receipt to response,
+    any client), from its ``/metrics``."""
+    text = kube.kubectl("get", "--raw=/metrics", timeout=60).stdout
+    out: dict[str, list[float]] = {}
+    for line in text.splitlines():
+        for suffix, at in (("_count{", 0), ("_sum{", 1)):
+            head = "apiserver_request_duration_seconds" + suffix
+            if not line.startswith(head):
+                continue
+            labels, value = line[len(head) :].rsplit(" ", 1)
+            fields = dict(
+                item.split("=", 1) for item in labels.rstrip("}").split(",") if "=" in item
+            )
+            verb = fields.get("verb", "").strip('"')
+            resource = fields.get("resource", "").strip('"')
+            sub = fields.get("subresource", "").strip('"')
+            key = f"{verb} {resource}" + (f"/{sub}" if sub else "")
+            out.setdefault(key, [0.0, 0.0])[at] += float(value)
+    return out
+
+
 def _cold_text(out: dict[str, Any]) -> list[str]:
     """The cold start's own cost and shape: the measurement's LISTs, the control plane's CPU,
     and groups reconciled at each quarter of the run (empty for results written before)."""
@@ -161,6 +184,19 @@ def _cold_text(out: dict[str, Any]) -> list[str]:
         f"measuring process; control plane CPU s over the cold start: {cpu}; operator CPU s "
         f"{out['cold']['cpu_s']:.1f}. Groups reconciled: {'; '.join(marks)}.",
         "",
+        *(
+            [
+                "API server requests during the cold start (any client), by total time: "
+                + "; ".join(
+                    f"{k} {c} in {t:.1f} s"
+                    for k, (c, t) in (out.get("cold_api_requests") or {}).items()
+                )
+                + ".",
+                "",
+            ]
+            if out.get("cold_api_requests")
+            else []
+        ),
     ]
 
 
@@ -302,6 +338,7 @@ def run(
             **(operator_env or {}),
         )
         plane0 = _plane_cpu(kube)
+        api0 = _api_time(kube)
         own0 = time.process_time()
         t = time.monotonic()
         op.start()
@@ -354,6 +391,13 @@ def run(
             "bench_cpu_s": round(time.process_time() - own0, 2),
         }
         out["cold_plane_cpu_s"] = {c: round(plane1[c] - plane0.get(c, 0.0), 2) for c in plane1}
+        api1 = _api_time(kube)
+        spent = {
+            k: (v[0] - api0.get(k, [0.0, 0.0])[0], v[1] - api0.get(k, [0.0, 0.0])[1])
+            for k, v in api1.items()
+        }
+        top = sorted(spent.items(), key=lambda kv: -kv[1][1])[:12]
+        out["cold_api_requests"] = {k: [int(c), round(t, 2)] for k, (c, t) in top if c > 0}
         out["cold_progress"] = progress
         out["phases"] = phases
         print(
