@@ -283,9 +283,9 @@ def findings_for(measured: Measured, links: list[str], rtt: dict[str, float]) ->
             out.append(
                 f"{link}: our worker at concurrency 1 sends "
                 f"{ratio_text('ours-1', 'loop-aiosmtplib-reused')} the mails/s of a bare reused "
-                "aiosmtplib loop, while also draining the queue (3 Redis round trips per mail: "
-                "reserve with the previous ack and its outcome entry, the exactly-once fence, "
-                "the suppression check)."
+                "aiosmtplib loop, while also draining the queue (2 Redis round trips per mail: "
+                "reserve with the previous ack and its outcome entry; the exactly-once fence "
+                "with the suppression check)."
             )
     return out
 
