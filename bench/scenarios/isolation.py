@@ -64,6 +64,7 @@ from typing import Any
 
 import redis
 
+from bench.drainbench import tree_cpu
 from bench.harness import WORKER_BIN, SmtpSink, stop_process, worker_env
 from bench.report import Context, Plot, Result, Scenario, Table
 from bench.scenarios.worker import LARAVEL_ARTISAN, Setup, laravel_env
@@ -142,22 +143,14 @@ def _stamps(path: Path) -> list[float]:
 
 
 def _tree_cpu(pid: int) -> float:
-    """CPU seconds of a live process, its reaped children and its live descendants."""
+    """CPU seconds of a live process, its reaped children and its live descendants
+    (:func:`bench.drainbench.tree_cpu`); 0 once the process is gone."""
     import psutil
 
     try:
-        proc = psutil.Process(pid)
-        t = proc.cpu_times()
-        total = t.user + t.system + t.children_user + t.children_system
-        for child in proc.children(recursive=True):
-            try:
-                ct = child.cpu_times()
-            except psutil.NoSuchProcess:
-                continue
-            total += ct.user + ct.system
+        return tree_cpu(psutil.Process(pid))
     except psutil.NoSuchProcess:
         return 0.0
-    return float(total)
 
 
 def _redis_cpu(c: redis.Redis[bytes]) -> float:
