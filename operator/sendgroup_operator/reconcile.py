@@ -138,13 +138,15 @@ class Runtime:
             del self.resting[where]
             self.wakeup(key).set()
 
-    def rest(self, namespace: str, deployment: str, key: str, resting: bool) -> None:
-        """After a pass: group ``key`` (its Deployment ``namespace/deployment``) now rests
-        (waits :func:`plan.idle_wait`) or not."""
+    def rest(self, key: str, resting: bool) -> None:
+        """After a pass: group ``key`` (``namespace/name``) now rests (waits
+        :func:`plan.idle_wait`) or not; its Deployment's changes wake it while it rests."""
+        namespace, _, name = key.partition("/")
+        where = (namespace, builders.deployment_name(name))
         if resting:
-            self.resting[(namespace, deployment)] = key
+            self.resting[where] = key
         else:
-            self.resting.pop((namespace, deployment), None)
+            self.resting.pop(where, None)
 
     def parse(
         self, body: Mapping[str, Any]
@@ -214,8 +216,7 @@ class Runtime:
         self.deployment_writes.pop(key, None)
         self.wakeups.pop(key, None)
         self.parsed.pop(key, None)
-        namespace, _, name = key.partition("/")
-        self.resting.pop((namespace, builders.deployment_name(name)), None)
+        self.rest(key, False)
         self.observer.forget(key)
         self.table.forget(key)
 
@@ -836,7 +837,7 @@ async def _pass(
         key,
         resting and not result.actions and result.requeue_after is None and not group.deleting,
     )
-    rt.rest(group.namespace, builders.deployment_name(group.name), key, watched)
+    rt.rest(key, watched)
     if watched and not result.write_status:
         result.idle_wait = plan.idle_wait(spec, result.status, now, rt.settings)
     if result.write_status:

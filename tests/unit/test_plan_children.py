@@ -143,7 +143,7 @@ def test_a_change_of_a_resting_group_s_deployment_wakes_it_once() -> None:
     rt = Runtime(settings=SETTINGS, kube=None)  # type: ignore[arg-type]
     body: dict[str, Any] = {"metadata": {"name": "sg-g1"}, "spec": {"replicas": 0}}
     rt.saw_deployment("mail", "sg-g1", body)
-    rt.rest("mail", "sg-g1", "mail/g1", True)
+    rt.rest("mail/g1", True)
     rt.saw_deployment("mail", "sg-g1", body)  # the same as seen: no wake
     assert not rt.wakeup("mail/g1").is_set()
     rt.saw_deployment("mail", "sg-g1", {**body, "spec": {"replicas": 4}})  # scaled by hand
@@ -151,7 +151,7 @@ def test_a_change_of_a_resting_group_s_deployment_wakes_it_once() -> None:
     rt.wakeup("mail/g1").clear()
     rt.saw_deployment("mail", "sg-g1", body)  # woken once: not resting until its next pass
     assert not rt.wakeup("mail/g1").is_set()
-    rt.rest("mail", "sg-g1", "mail/g1", True)
+    rt.rest("mail/g1", True)
     rt.forget("mail/g1")
     rt.saw_deployment("mail", "sg-g1", None)
     assert not rt.wakeup("mail/g1").is_set()

@@ -49,18 +49,26 @@ def needs_children(
     return st.dump.total_jobs > 0
 
 
+def _settled(
+    group: Group, spec: models.SendGroupSpec, st: models.SendGroupStatus, m: Measurement
+) -> str | None:
+    """The last written Ready reason of a group at rest (empty queue measured, nothing to
+    list, the spec already acted on); None when it is not at rest."""
+    if not isinstance(m, QueueMeasure) or m.total > 0:
+        return None
+    if needs_children(group, spec, st, m) or st.observed_generation != group.generation:
+        return None
+    ready = conditions.find(st.conditions, conditions.READY)
+    return None if ready is None else ready.reason
+
+
 def skips_observation(
     group: Group, spec: models.SendGroupSpec, st: models.SendGroupStatus, m: Measurement
 ) -> bool:
     """An idle group: empty queue, nothing to list, the spec already acted on, and the last
     written status says the operator left it without a Deployment. The pass then makes no API
     request at all."""
-    if not isinstance(m, QueueMeasure) or m.total > 0:
-        return False
-    if needs_children(group, spec, st, m) or st.observed_generation != group.generation:
-        return False
-    ready = conditions.find(st.conditions, conditions.READY)
-    return ready is not None and ready.reason in NO_DEPLOYMENT_REASONS
+    return _settled(group, spec, st, m) in NO_DEPLOYMENT_REASONS
 
 
 def rests_paused(
@@ -73,12 +81,9 @@ def rests_paused(
     it when jobs arrive, a spec change or a change of its Deployment wakes it too). At 3,000
     groups, 20 % of them paused, their passes every ``reaperInterval`` (10 s) were 60 of the
     operator's 114-128 passes per second at rest (issue 15, bench/scale)."""
-    if group.deleting or not spec.paused or not isinstance(m, QueueMeasure) or m.total > 0:
+    if group.deleting or not spec.paused:
         return False
-    if needs_children(group, spec, st, m) or st.observed_generation != group.generation:
-        return False
-    ready = conditions.find(st.conditions, conditions.READY)
-    return ready is not None and ready.reason == conditions.REASON_PAUSED
+    return _settled(group, spec, st, m) == conditions.REASON_PAUSED
 
 
 def idle_wait(
