@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import os
 import statistics
 import sys
 import tempfile
@@ -28,16 +27,12 @@ from typing import Any
 
 import yaml
 
+from bench.kubebench import proc_stats
 from sendgroup_operator import models
 from tests.support import manifests
 from tests.support.cluster import KubeCluster, apply_crds, start_cluster, stop_cluster
 
 CRD = Path(__file__).resolve().parents[1] / "crds" / "sendgroups.yaml"
-
-
-def _cpu(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _strip(node: Any) -> int:
@@ -87,10 +82,10 @@ def _round(
 
     out: dict[str, float] = {}
     for kind, fn in (("meta", meta), ("status", status)):
-        c0, t0 = _cpu(pid), time.monotonic()
+        c0, t0 = proc_stats(pid)["cpu_s"], time.monotonic()
         with ThreadPoolExecutor(threads) as pool:
             list(pool.map(fn, range(writes)))
-        out[f"{kind}_cpu_ms"] = (_cpu(pid) - c0) / writes * 1000
+        out[f"{kind}_cpu_ms"] = (proc_stats(pid)["cpu_s"] - c0) / writes * 1000
         out[f"{kind}_per_s"] = writes / (time.monotonic() - t0)
     kube.kubectl("delete", "namespace", ns, "--wait=false")
     return out
@@ -107,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     state = work / "state"
     kube = start_cluster(state)
     try:
-        pid = int((state / "pids" / "kube-apiserver.pid").read_text())
+        pid = kube.pids()["kube-apiserver"]
         apply_crds(kube)
         docs = list(yaml.safe_load_all(CRD.read_text()))
         stripped = copy.deepcopy(docs)

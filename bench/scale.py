@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import statistics
 import sys
@@ -201,19 +200,14 @@ def _cold_text(out: dict[str, Any]) -> list[str]:
 
 
 def _plane_cpu(kube: KubeCluster) -> dict[str, float]:
-    """CPU seconds (user + system) so far of each control-plane component, by its pid file
-    name (``STATE_DIR/pids/*.pid``); empty for a cluster this run did not start."""
-    tick = os.sysconf("SC_CLK_TCK")
+    """CPU seconds (user + system) so far of each running control-plane component, by name
+    (:meth:`KubeCluster.pids`); empty for a cluster this run did not start."""
     out: dict[str, float] = {}
-    if kube.state_dir is None:
-        return out
-    for pid_file in sorted((kube.state_dir / "pids").glob("*.pid")):
+    for name, pid in kube.pids().items():
         try:
-            stat = Path(f"/proc/{pid_file.read_text().strip()}/stat").read_text()
+            out[name] = proc_stats(pid)["cpu_s"]
         except OSError:
             continue
-        fields = stat.rsplit(")", 1)[1].split()
-        out[pid_file.stem] = (int(fields[11]) + int(fields[12])) / tick
     return out
 
 

@@ -113,19 +113,27 @@ class KubeCluster:
             self._api_client = config.new_client_from_config(config_file=str(self.kubeconfig))
         return self._api_client
 
+    def pids(self) -> dict[str, int]:
+        """The pid of each component of a managed cluster, by name (``STATE_DIR/pids``); empty
+        for a cluster this session did not start."""
+        if self.state_dir is None:
+            return {}
+        return {
+            f.stem: int(f.read_text().strip())
+            for f in sorted((self.state_dir / "pids").glob("*.pid"))
+        }
+
     def rss_mib(self) -> dict[str, float]:
         """Resident memory (MiB) of each running component of a managed cluster, by name."""
         result: dict[str, float] = {}
-        if self.state_dir is None:
-            return result
-        for pid_file in sorted((self.state_dir / "pids").glob("*.pid")):
+        for name, pid in self.pids().items():
             try:
-                status = Path(f"/proc/{pid_file.read_text().strip()}/status").read_text()
+                status = Path(f"/proc/{pid}/status").read_text()
             except OSError:
                 continue
             for line in status.splitlines():
                 if line.startswith("VmRSS:"):
-                    result[pid_file.stem] = int(line.split()[1]) / 1024
+                    result[name] = int(line.split()[1]) / 1024
         return result
 
     def server(self) -> tuple[str, str]:
