@@ -36,6 +36,7 @@ import argparse
 import json
 import random
 import statistics
+import subprocess
 import sys
 import time
 from datetime import UTC, datetime
@@ -100,7 +101,16 @@ def _rbac(
             }
         )
         others = []
-    for ns in others:
+    docs += _role_bindings(role, home, others)
+    if docs:
+        kube.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(docs), timeout=120)
+    return kubeconfig
+
+
+def _role_bindings(role: dict[str, Any], home: str, namespaces: list[str]) -> list[dict[str, Any]]:
+    """The operator's Role and its binding to the ServiceAccount in ``home``, per namespace."""
+    docs: list[dict[str, Any]] = []
+    for ns in namespaces:
         docs.append({**role, "metadata": {"name": SA_NAME, "namespace": ns}})
         docs.append(
             {
@@ -115,9 +125,7 @@ def _rbac(
                 "subjects": [{"kind": "ServiceAccount", "name": SA_NAME, "namespace": home}],
             }
         )
-    if docs:
-        kube.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(docs), timeout=120)
-    return kubeconfig
+    return docs
 
 
 def _list(kube: KubeCluster, namespaces: list[str]) -> list[dict[str, Any]]:
@@ -264,7 +272,12 @@ def run(
     providers: bool = False,
     operator_env: dict[str, str] | None = None,
     poll: float = 1.0,
+    tree: Path | None = None,
+    restart: bool = True,
+    floor: bool = True,
 ) -> dict[str, Any]:
+    """The whole scenario (module docstring); ``tree``: run the operator, and apply the CRDs,
+    from that checkout instead of this one (e.g. a worktree of an older main)."""
     provider_docs, domains = _default_providers() if providers else ([], [])  # before any start
     state = work / "cluster" / "state"
     started = time.monotonic()
@@ -275,9 +288,22 @@ def run(
     out: dict[str, Any] = {"groups": n, "namespaces": k, "rest_s": rest, "clusterwide": clusterwide}
     out["providers"] = len(provider_docs)
     out["operator_env"] = dict(operator_env or {})
+    tree_env: dict[str, str] = {}
+    if tree is not None:
+        out["operator_tree"] = _tree_commit(tree)
+        tree_env["PYTHONPATH"] = ":".join(
+            str(tree / d) for d in ("contract", "worker_image", "operator")
+        )
     op: OperatorProcess | None = None
     try:
-        apply_crds(kube)
+        if tree is None:
+            apply_crds(kube)
+        else:
+            crds = sorted((tree / "crds").glob("*.yaml"))
+            kube.kubectl("apply", *(a for c in crds for a in ("-f", str(c))), timeout=120)
+            kube.kubectl(
+                "wait", "--for=condition=Established", "crd/sendgroups.sendgroups.io", timeout=90
+            )
         for ns in namespaces:
             kube.kubectl("create", "namespace", ns)
         kubeconfig = _rbac(
@@ -329,6 +355,7 @@ def run(
             SENDGROUP_STATUS_REFRESH="60",
             SENDGROUP_DEFAULT_IMAGE="sendgroup-worker:dev",
             SENDGROUP_ALLOWED_REDIS_HOSTS=f"127.0.0.1:{other_redis.port}",
+            **tree_env,
             **(operator_env or {}),
         )
         plane0 = _plane_cpu(kube)
@@ -495,6 +522,31 @@ def run(
             "latencies_s": latencies,
         }
         print(json.dumps(out["wakeup"]), file=sys.stderr)
+
+        if restart:
+            out["restart"] = _restart(kube, op, namespaces, n)
+            print(f"restart: {out['restart']['seconds']} s", file=sys.stderr)
+        op.stop()
+        if floor:
+            samples: dict[str, dict[str, Any]] = {}
+            for key, item in later.items():
+                phase = (item.get("status") or {}).get("phase")
+                if kinds[key] not in samples and phase in expected[kinds[key]]:
+                    samples[kinds[key]] = item["status"]
+            ns0, name0 = busy[0]
+            out["floor"] = _floor(
+                kube,
+                work,
+                namespaces[0],
+                kubeconfig,
+                docs,
+                kinds,
+                k,
+                clusterwide,
+                samples,
+                _deployment_template(kube, ns0, name0),
+                name0,
+            )
     finally:
         if op is not None:
             op.stop()
@@ -502,6 +554,210 @@ def run(
         other_redis.cleanup()
         stop_cluster(state)
     return out
+
+
+def _metric_sum(text: str, name: str) -> float:
+    """The sum of every sample of metric ``name`` in a Prometheus text exposition."""
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith((name + "{", name + " "))
+    )
+
+
+def _versions(kube: KubeCluster, namespaces: list[str]) -> dict[tuple[str, str], str]:
+    return {
+        (i["metadata"]["namespace"], i["metadata"]["name"]): i["metadata"]["resourceVersion"]
+        for i in _list(kube, namespaces)
+    }
+
+
+def _restart(
+    kube: KubeCluster, op: OperatorProcess, namespaces: list[str], n: int
+) -> dict[str, Any]:
+    """The operator stopped (SIGTERM) and a new process started: seconds from its spawn until
+    it has passed every group once (the sum of its ``sendgroup_groups`` gauge, one entry per
+    group passed, reaches ``n``; polled every 0.5 s, a cheap GET of its ``/metrics``), the API
+    requests (any client) and the SendGroup writes the restart caused (groups whose
+    ``resourceVersion`` moved, counted when all were passed and again 15 s later), its CPU."""
+    op.stop()
+    rv0 = _versions(kube, namespaces)
+    plane0, api0 = _plane_cpu(kube), _api_time(kube)
+    t = time.monotonic()
+    op.start()
+    assert op.proc is not None
+    pid = op.proc.pid
+    progress: list[tuple[float, int]] = []
+    passed, done = 0, None
+    while time.monotonic() - t < 120 + n * 0.3:
+        if not op.running():
+            raise RuntimeError(f"operator exited after the restart:\n{op.log()[-3000:]}")
+        try:
+            passed = int(_metric_sum(op.metrics(), "sendgroup_groups"))
+        except OSError:  # not listening yet
+            passed = 0
+        progress.append((round(time.monotonic() - t, 2), passed))
+        if passed >= n:
+            done = time.monotonic() - t
+            break
+        time.sleep(0.5)
+    cpu = proc_stats(pid)["cpu_s"]
+    plane1, api1 = _plane_cpu(kube), _api_time(kube)
+    moved = sum(1 for key, rv in _versions(kube, namespaces).items() if rv0.get(key) != rv)
+    time.sleep(15)
+    later = sum(1 for key, rv in _versions(kube, namespaces).items() if rv0.get(key) != rv)
+    spent = {
+        k: (v[0] - api0.get(k, [0.0, 0.0])[0], v[1] - api0.get(k, [0.0, 0.0])[1])
+        for k, v in api1.items()
+    }
+    top = sorted(spent.items(), key=lambda kv: -kv[1][1])[:12]
+    return {
+        "seconds": done,
+        "passed": passed,
+        "operator_cpu_s": round(cpu, 2),
+        "plane_cpu_s": {c: round(plane1[c] - plane0.get(c, 0.0), 2) for c in plane1},
+        "api_requests": {k: [int(c), round(s, 2)] for k, (c, s) in top if c > 0},
+        "group_writes": moved,
+        "group_writes_15s_later": later,
+        "progress": progress,
+    }
+
+
+def _floor(
+    kube: KubeCluster,
+    work: Path,
+    home: str,
+    kubeconfig: Path,
+    docs: list[dict[str, Any]],
+    kinds: dict[tuple[str, str], str],
+    k: int,
+    clusterwide: bool,
+    samples: dict[str, dict[str, Any]],
+    template: dict[str, Any] | None,
+    template_group: str,
+) -> dict[str, Any]:
+    """The API server's floor, in the same run (the operator stopped): the same groups created
+    again in K fresh namespaces, then ``bench.apifloor`` run as its own process, timed from
+    spawn to exit as the operator is. (1) Cold start: the LISTs, the operator's own status body
+    per group (``samples``, by kind) and, busy, the operator's own Deployment (``template``, the
+    Deployment of group ``template_group``, renamed). (2) Restart: the LISTs only (a restart
+    that finds every group as it left it needs nothing else)."""
+    floor_ns = [f"floor-{i:02d}" for i in range(k)]
+    for ns in floor_ns:
+        kube.kubectl("create", "namespace", ns)
+    if not clusterwide:
+        role = next(o for o in rbac_objects(home) if o["kind"] == "Role")
+        kube.kubectl(
+            "apply",
+            "-f",
+            "-",
+            input=yaml.safe_dump_all(_role_bindings(role, home, floor_ns)),
+            timeout=120,
+        )
+    moved = []
+    for doc in docs:
+        i = int(doc["metadata"]["name"].split("-")[1])
+        ns = floor_ns[i % k]
+        old_ns = doc["metadata"]["namespace"]
+        moved.append(
+            json.loads(
+                json.dumps(doc).replace(f'"{old_ns}"', f'"{ns}"').replace(f"{old_ns}.", f"{ns}.")
+            )
+        )
+    for chunk in range(0, len(moved), 500):
+        kube.kubectl(
+            "create", "-f", "-", input=manifests.stream(*moved[chunk : chunk + 500]), timeout=900
+        )
+    statuses: dict[str, Any] = {}
+    deployments: dict[str, Any] = {}
+    for doc in moved:
+        meta = doc["metadata"]
+        ns, name = meta["namespace"], meta["name"]
+        i = int(name.split("-")[1])
+        kind = kinds[(f"scale-{i % k:02d}", name)]
+        statuses[f"{ns}/{name}"] = samples[kind]
+        if kind == "busy" and template is not None:
+            old_ns = template["metadata"]["namespace"]
+            text = json.dumps(template).replace(old_ns, ns).replace(template_group, name)
+            deployments[f"{ns}/{name}"] = json.loads(text)
+    out: dict[str, Any] = {"namespaces": k}
+    for phase, plan in (
+        ("cold", {"statuses": statuses, "deployments": deployments}),
+        ("restart", {"list_only": True}),
+    ):
+        path = work / f"floor-{phase}.json"
+        path.write_text(json.dumps({"kubeconfig": str(kubeconfig), "namespaces": floor_ns, **plan}))
+        t = time.monotonic()
+        proc = subprocess.run(
+            [sys.executable, "-m", "bench.apifloor", str(path)],
+            capture_output=True,
+            text=True,
+            timeout=3600,
+            check=True,
+            cwd=Path(__file__).resolve().parent.parent,
+        )
+        out[phase] = {"spawn_to_exit_s": time.monotonic() - t, **json.loads(proc.stdout)}
+        print(f"floor {phase}: {out[phase]}", file=sys.stderr)
+    done = sum(
+        1
+        for i in _list(kube, floor_ns)
+        if (i.get("status") or {}).get("observedGeneration") == i["metadata"]["generation"]
+    )
+    if done != len(moved):
+        raise RuntimeError(f"floor: only {done}/{len(moved)} groups carry their status")
+    return out
+
+
+def _deployment_template(kube: KubeCluster, ns: str, name: str) -> dict[str, Any] | None:
+    """The operator's worker Deployment of group ``name``, as a body to create again."""
+    proc = kube.kubectl(
+        "get", "deployment", f"sg-{name}", "-n", ns, "-o", "json", check=False, timeout=60
+    )
+    if proc.returncode != 0:
+        return None
+    got = json.loads(proc.stdout)
+    meta = got["metadata"]
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {
+            "name": meta["name"],
+            "namespace": meta["namespace"],
+            "labels": meta.get("labels", {}),
+            "annotations": {
+                a: v
+                for a, v in (meta.get("annotations") or {}).items()
+                if not a.startswith("deployment.kubernetes.io/")
+            },
+            "ownerReferences": meta.get("ownerReferences", []),
+        },
+        "spec": got["spec"],
+    }
+
+
+def _tree_commit(tree: Path) -> str:
+    proc = subprocess.run(
+        ["git", "-C", str(tree), "log", "-1", "--format=%h %ad %s", "--date=iso"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return proc.stdout.strip()
+
+
+def _restart_text(out: dict[str, Any]) -> list[str]:
+    again = out.get("restart")
+    if not again:
+        return []
+    cpu = ", ".join(f"{c} {v:.1f}" for c, v in again["plane_cpu_s"].items())
+    calls = "; ".join(f"{k} {c} in {t:.1f} s" for k, (c, t) in again["api_requests"].items())
+    return [
+        "",
+        f"Restart: the operator stopped (SIGTERM) and a new process started; every group "
+        f"passed once more after {again['seconds']:.1f} s (the sum of its `sendgroup_groups` "
+        f"gauge, polled every 0.5 s). Operator CPU s {again['operator_cpu_s']:.1f}; control "
+        f"plane CPU s {cpu}. API server requests in that time (any client): {calls}.",
+    ]
 
 
 def _wake_text(wake: dict[str, Any]) -> str:
@@ -512,45 +768,74 @@ def _wake_text(wake: dict[str, Any]) -> str:
     return text + (f"; {len(missed)} missed (no Deployment 30 s after)" if missed else "")
 
 
-def markdown(out: dict[str, Any]) -> str:
+def _figures(out: dict[str, Any]) -> dict[str, str]:
+    """The table's figures of one run, by row."""
     n, rest, wake = out["groups"], out["rest"], out["wakeup"]
     cold = out["cold_start_s"]
-    cold_text = (
-        f"{cold:.1f}"
-        if cold is not None
-        else f"not all: {out['reconciled']}/{n} ({len(out['not_reconciled'])} never got a status)"
-    )
     c99 = out["cold_start_99_s"]
-    rows = [
-        ("cold start: all groups reconciled, s", cold_text, "8.5 / 24.5"),
-        ("cold start: 99 % of groups reconciled, s", "-" if c99 is None else f"{c99:.1f}", "-"),
-        (
-            "operator RSS at rest, MiB (peak)",
-            f"{rest['rss_mib']:.0f} ({rest['hwm_mib']:.0f})",
-            "338 / 376",
-        ),
-        ("operator CPU at rest, % of a core", f"{rest['cpu_pct']:.1f}", "11-19"),
-        (
-            "Redis commands per idle group per minute",
-            f"{rest['redis_cmds_per_idle_group_min']:.2f}",
-            "78",
-        ),
-        (
-            "API writes per idle group per hour (SendGroup + peering)",
-            f"{rest['api_writes_per_idle_group_hour']:.2f}",
-            "~65 with a namespace per tenant",
-        ),
-        (
-            "API requests per minute, whole operator (APF)",
-            f"{rest['api_requests_per_min']:.0f}",
-            "-",
-        ),
-        (
-            f"wake-up: push -> Deployment, s (p50 / p99 / max, {wake['pushes']} pushes)",
-            _wake_text(wake),
-            "5.75 mean, up to 10",
-        ),
-    ]
+    again = out.get("restart")
+    return {
+        "cold": f"{cold:.1f}"
+        if cold is not None
+        else f"not all: {out['reconciled']}/{n} ({len(out['not_reconciled'])} never got a status)",
+        "cold99": "-" if c99 is None else f"{c99:.1f}",
+        "restart": "-"
+        if not again
+        else f"{again['seconds']:.1f}"
+        if again["seconds"] is not None
+        else f"not all: {again['passed']}/{n}",
+        "restart_writes": "-"
+        if not again
+        else f"{again['group_writes']} ({again['group_writes_15s_later']} 15 s later)",
+        "rss": f"{rest['rss_mib']:.0f} ({rest['hwm_mib']:.0f})",
+        "cpu": f"{rest['cpu_pct']:.1f}",
+        "redis": f"{rest['redis_cmds_per_idle_group_min']:.2f}",
+        "writes": f"{rest['api_writes_per_idle_group_hour']:.2f}",
+        "requests": f"{rest['api_requests_per_min']:.0f}",
+        "wake": _wake_text(wake),
+    }
+
+
+#: the table's rows: key of :func:`_figures`, label, the issue's figure for main at 1,000 groups
+ROWS = [
+    ("cold", "cold start: all groups reconciled, s", "8.5 / 24.5"),
+    ("cold99", "cold start: 99 % of groups reconciled, s", "-"),
+    ("restart", "restart: every group passed again, s", "-"),
+    ("restart_writes", "restart: SendGroups written", "-"),
+    ("rss", "operator RSS at rest, MiB (peak)", "338 / 376"),
+    ("cpu", "operator CPU at rest, % of a core", "11-19"),
+    ("redis", "Redis commands per idle group per minute", "78"),
+    ("writes", "API writes per idle group per hour (SendGroup + peering)", "~65 (ns per tenant)"),
+    ("requests", "API requests per minute, whole operator (APF)", "-"),
+    ("wake", "wake-up: push -> Deployment, s (p50 / p99 / max)", "5.75 mean, up to 10"),
+]
+
+
+def _floor_figures(out: dict[str, Any]) -> dict[str, str]:
+    floor = out.get("floor") or {}
+    got: dict[str, str] = {}
+    for key, phase in (("cold", "cold"), ("restart", "restart")):
+        if phase in floor:
+            f = floor[phase]
+            got[key] = f"{f['spawn_to_exit_s']:.1f} ({f['requests']} requests)"
+    if "restart" in floor:
+        got["restart_writes"] = "0"
+    return got
+
+
+def markdown(out: dict[str, Any], compare: dict[str, Any] | None = None) -> str:
+    """The report; ``compare``: another run's output (e.g. an older main at the same size)
+    for the last column, else the issue's figures for main at 1,000 groups."""
+    n, rest, wake = out["groups"], out["rest"], out["wakeup"]
+    mine, floor = _figures(out), _floor_figures(out)
+    other = _figures(compare) if compare is not None else {k: v for k, _, v in ROWS}
+    head = (
+        f"{compare.get('operator_tree') or 'compared run'} ({compare['groups']} groups)"
+        if compare is not None
+        else "main (issue 15, 1,000 groups, idle / busy runs)"
+    )
+    me = out.get("operator_tree") or "this branch"
+    rows = [(label, mine[key], floor.get(key, "-"), other.get(key, "-")) for key, label, _ in ROWS]
     lines = [
         f"# Scale: {n} SendGroups on one operator ({out['namespaces']} namespaces"
         + (", watched cluster-wide" if out.get("clusterwide") else "")
@@ -578,9 +863,15 @@ def markdown(out: dict[str, Any]) -> str:
         + f": {rest['redis_by_command']}. Writes in the window: {rest['idle_group_writes']} "
         f"idle SendGroups, {rest['peering_writes']} peering objects (one replica: peering off).",
         "",
-        "| figure | this branch | main (issue 15, 1,000 groups, idle / busy runs) |",
-        "|---|---|---|",
-        *(f"| {a} | {b} | {c} |" for a, b, c in rows),
+        f"Wake-up over {wake['pushes']} pushes. The API floor (`bench/apifloor.py`, same run, "
+        "the operator stopped): a minimal client, its own process timed from spawn to exit as "
+        "the operator is, making only the requests a reconciliation needs for the same groups in "
+        "fresh namespaces; cold start: a LIST per namespace, the operator's own status body per "
+        "group and, busy, its Deployment; restart: the LISTs only.",
+        "",
+        f"| figure | {me} | API floor (same run) | {head} |",
+        "|---|---|---|---|",
+        *(f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows),
         "",
         *_cold_text(out),
         *(
@@ -592,8 +883,15 @@ def markdown(out: dict[str, Any]) -> str:
             if out["not_reconciled"]
             else []
         ),
-        "main's cold start and RSS were measured in separate all-idle and all-busy runs in one "
-        "namespace; here one mixed run over several namespaces.",
+        *(
+            [
+                "main's cold start and RSS were measured in separate all-idle and all-busy runs "
+                "in one namespace; here one mixed run over several namespaces."
+            ]
+            if compare is None
+            else []
+        ),
+        *_restart_text(out),
     ]
     return "\n".join(lines) + "\n"
 
@@ -628,6 +926,21 @@ def main(argv: list[str] | None = None) -> int:
         metavar="NAME=VALUE",
         help="an operator setting (e.g. SENDGROUP_WORKER_LIMIT=100), repeatable",
     )
+    parser.add_argument(
+        "--operator-tree",
+        type=Path,
+        default=None,
+        help="run the operator and apply the CRDs from this checkout (e.g. a worktree of an "
+        "older main) instead of this one",
+    )
+    parser.add_argument(
+        "--compare",
+        type=Path,
+        default=None,
+        help="another run's .json (e.g. an older main at the same size) for the last column",
+    )
+    parser.add_argument("--no-restart", action="store_true", help="skip the restart phase")
+    parser.add_argument("--no-floor", action="store_true", help="skip the API floor")
     args = parser.parse_args(argv)
     if bad := [e for e in args.env if "=" not in e]:
         parser.error(f"--env wants NAME=VALUE, got {bad}")
@@ -644,8 +957,12 @@ def main(argv: list[str] | None = None) -> int:
         args.providers,
         dict(e.split("=", 1) for e in args.env),
         args.poll,
+        args.operator_tree,
+        not args.no_restart,
+        not args.no_floor,
     )
-    text = markdown(out)
+    compare = json.loads(args.compare.read_text()) if args.compare else None
+    text = markdown(out, compare)
     RESULTS.mkdir(exist_ok=True)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%MZ")
     base = RESULTS / f"scale-{args.groups}-{stamp}"
