@@ -67,10 +67,16 @@ import redis
 from bench.drainbench import tree_cpu
 from bench.harness import WORKER_BIN, SmtpSink, stop_process, worker_env
 from bench.report import Context, Plot, Result, Scenario, Table
-from bench.scenarios.worker import LARAVEL_ARTISAN, Setup, laravel_env
+from bench.scenarios.worker import (
+    LARAVEL_ARTISAN,
+    Setup,
+    laravel_env,
+    laravel_mail_payloads,
+    push_payload_file,
+)
 from sendgroup_worker.queue.keys import QueueKeys
 from tests.support.dumps import push
-from tests.support.php import LARAVEL_AUTOLOAD, php_bin
+from tests.support.php import php_bin
 from tests.support.redis_server import RedisServer
 from tests.support.workers import mail_payload
 
@@ -119,19 +125,6 @@ def _push(c: redis.Redis[bytes], queue: str, items: list[bytes]) -> None:
         push(c, keys, items[start : start + 5_000])
 
 
-def _push_file(c: redis.Redis[bytes], queue: str, path: Path) -> None:
-    """Push the payload lines of ``path`` (Laravel's push script: RPUSH queue + RPUSH notify)."""
-    batch: list[bytes] = []
-    with path.open("rb") as f:
-        for line in f:
-            batch.append(line.rstrip(b"\n"))
-            if len(batch) == 5_000:
-                _push(c, queue, batch)
-                batch = []
-    if batch:
-        _push(c, queue, batch)
-
-
 def _stamps(path: Path) -> list[float]:
     """The 8-byte times Laravel's workers appended to ``path`` (a partial last one dropped)."""
     try:
@@ -161,24 +154,13 @@ def _redis_cpu(c: redis.Redis[bytes]) -> float:
 def laravel_payloads(ctx: Context, setup: Setup, big: int, urgent: int) -> dict[str, Path]:
     """Files of Laravel payload lines (one per job) for the big and the urgent group, made once
     per run by Laravel's own producer (bench:mail-payloads) and pushed in every round."""
-    if not LARAVEL_AUTOLOAD.is_file():
-        raise RuntimeError(
-            f"{LARAVEL_AUTOLOAD} missing: run hack/bootstrap (apt-get install "
-            "php-laravel-framework php-swiftmailer php-redis php-cli)"
-        )
-    env = {**os.environ, **laravel_env(setup)}
-    env.pop("REDIS_URL", None)
-    files: dict[str, Path] = {}
     groups = ((LARAVEL_BIG, "big.example", big), (LARAVEL_URGENT, "urgent.example", urgent))
-    for queue, domain, n in groups:
-        path = ctx.work_dir / f"laravel-{queue}.jsonl"
-        subprocess.run(
-            [php_bin(), str(LARAVEL_ARTISAN), "bench:mail-payloads", queue, str(n), domain,
-             str(path)],
-            env=env, check=True, timeout=900,
-        )  # fmt: skip
-        files[queue] = path
-    return files
+    return {
+        queue: laravel_mail_payloads(
+            setup, queue, n, domain, ctx.work_dir / f"laravel-{queue}.jsonl"
+        )
+        for queue, domain, n in groups
+    }
 
 
 def _side(
@@ -205,7 +187,7 @@ def _side(
     urgent_ids: list[str] = []
     urgent_items: list[bytes] = []
     if laravel:
-        _push_file(c, big_q, laravel_files[LARAVEL_BIG])
+        push_payload_file(c, big_q, laravel_files[LARAVEL_BIG])
     else:
         _, big_items = _payloads("big.example", big)
         urgent_ids, urgent_items = _payloads("urgent.example", urgent)
@@ -270,7 +252,7 @@ def _side(
         created = time.time()
         load_at_creation = round(os.getloadavg()[0], 2)
         if laravel:
-            _push_file(c, urgent_q, laravel_files[LARAVEL_URGENT])
+            push_payload_file(c, urgent_q, laravel_files[LARAVEL_URGENT])
         else:
             _push(c, urgent_q, urgent_items)
         if side == "ours":

@@ -7,26 +7,89 @@ queue (smtplib with a new connection per mail, smtplib reusing one connection, a
 reusing one connection) and every peer of scenario 1 that can send (arq, SAQ, Dramatiq,
 Celery), each at its scenario 1 settings, running the loops' send code (smtplib per thread for
 sync peers, a pool of aiosmtplib connections for async ones). Every sender builds its messages
-with the same function, our worker's (``bench.peer_workers.message``). First on loopback, then
-across a network-namespace link with about 1 ms of added round-trip time (``bench.smtplink``
-says how it was added and the RTT measured). Rounds interleaved (every sender once per link,
-then the next round); the table gives the median and the range over the rounds, and the
-ratios are taken within each round, then their median and range.
+with the same function, our worker's (``bench.peer_workers.message``), except Laravel's.
+
+Laravel's own worker (``php artisan queue:work``, Debian's Laravel 8.83 and SwiftMailer 6.3,
+the example app ``examples/laravel-app`` run by ``bench/laravel/artisan`` as a plain Laravel
+app) drains queued Mailables (the example app's ``OrderShipped``, payloads made by Laravel's own
+producer, ``Mail::to($to)->queue(...)``), each a real mail built by Laravel's Mailable and
+SwiftMailer and sent by SwiftMailer to the same sink; one job at a time per process, as Laravel
+runs. Four ways: as shipped; with the smtp mailer's ``stream`` option set to PHP's socket
+option ``tcp_nodelay`` (scenario 3 found SwiftMailer's end of DATA held ~40 ms by Nagle's
+algorithm without it); also with SwiftMailer's pipelining off (with it, most mails still
+stalled ~47 ms on loopback); and also with PHP's CLI opcode cache on (the strongest Laravel we
+could set up). It writes its stamp after each processed job (JobProcessed, once the job ran
+and was deleted). What building one message costs Laravel (Mailable + SwiftMailer,
+``bench:mail-build``) and our builder is measured after the rounds, without queue or network.
+
+First on loopback, then across a network-namespace link with about 1 ms of added round-trip
+time (``bench.smtplink`` says how it was added and the RTT measured). Rounds interleaved
+(every sender once per link, then the next round); the table gives the median and the range
+over the rounds, and the ratios are taken within each round, then their median and range.
 """
 
 from __future__ import annotations
 
+import json
+import math
+import os
 import statistics
+import subprocess
+import time
+from pathlib import Path
 
 from bench import drainbench as db
 from bench import smtplink
 from bench.report import Context, Plot, Result, Scenario, Table
 from bench.scenarios import worker as w
+from tests.support.php import php_bin
 from tests.support.redis_server import RedisServer
 
 #: scenario 1's peers that can send mail in ``bench.peer_workers`` (RQ left out: an order of
 #: magnitude slower than the others in every scenario 1 run)
 PEERS = ["arq", "saq", "dramatiq", "celery"]
+
+#: Laravel's worker: the command after ``php bench/laravel/artisan`` (one process, one job at a
+#: time); the redis connection's block_for is 5 s (``bench.scenarios.worker.laravel_env``)
+LARAVEL_ARGV = [
+    "queue:work",
+    "redis",
+    f"--queue={w.db_queue()}",
+    "--sleep=3",
+    "--tries=3",
+    "--quiet",
+]
+#: each setting of the Laravel peer and where it comes from
+LARAVEL_SETTINGS = (
+    "php artisan " + " ".join(LARAVEL_ARGV) + ": --sleep=3 --tries=3 as in "
+    "https://laravel.com/docs/8.x/queues#supervisor-configuration (--sleep only applies when no "
+    "job is waiting; --max-time=3600 of that example is left out: it ends a worker after an "
+    "hour, never within a drain); --quiet: no output line per job (ours logs warnings only); "
+    "redis connection block_for=5 ('block_for' => 5, "
+    "https://laravel.com/docs/8.x/queues#blocking); one job at a time per process: Laravel "
+    "scales with more processes (numprocs=8 in the Supervisor example), not per process; a "
+    "plain Laravel app (the example app's SendGroup pause listener left out, "
+    "BENCH_PLAIN_LARAVEL=1); the smtp mailer as the example app sets it (MAIL_HOST/MAIL_PORT, "
+    "timeout 30); 'tcp_nodelay' rows: its `stream` key (Illuminate\\Mail\\MailManager::"
+    "createSmtpTransport passes it to SwiftMailer's setStreamOptions; not in Laravel's "
+    "documentation) set to ['socket' => ['tcp_nodelay' => true]], PHP's socket context option "
+    "(https://www.php.net/manual/en/context.socket.php). Laravel 8's Mailer stops the transport "
+    "after every mail (Mailer::sendSwiftMessage -> forceReconnection): a new SMTP connection per "
+    "mail, with no setting to keep it; SwiftMailer pipelines MAIL/RCPT/DATA when the server "
+    "offers PIPELINING (auto-detected, EsmtpTransport), each command in its own write; "
+    "'pipelining off' rows: setPipelining(false) on the default mailer's SwiftMailer transport "
+    "once the app booted (BENCH_SWIFT_PIPELINING=0 in bench/laravel/artisan; what an app's "
+    "service provider could do, Laravel has no setting for it): with pipelining on, most mails "
+    "stalled ~47 ms on loopback even with tcp_nodelay, off they did not (a probe before this "
+    "run: 29-34 vs 287 mails/s); 'opcache.enable_cli=1' row: PHP's opcode cache for the CLI "
+    "(https://www.php.net/manual/en/opcache.configuration.php; Debian's php.ini leaves it off, "
+    "Laravel's documentation does not mention it): the compiled Blade view is included again "
+    "at every render and compiled anew without it. The last row is the strongest Laravel we "
+    "could set up"
+)
+LARAVEL_CONN = "new per mail (Laravel 8), SwiftMailer pipelined"
+#: a Laravel row's extra-environment key that runs PHP with ``-d opcache.enable_cli=1``
+OPCACHE = "BENCH_PHP_OPCACHE_CLI"
 
 #: (key, worker, label, concurrency, SMTP connection, extra environment) of every sender row
 Row = tuple[str, str, str, int, str, dict[str, str]]
@@ -55,6 +118,47 @@ def senders() -> list[Row]:
         sync = peer in ("rq", "dramatiq", "celery")
         conn = "reused (smtplib per thread)" if sync else "reused (aiosmtplib pool)"
         rows.append((peer, peer, labels[peer], w.PEER_CONCURRENCY.get(peer, 1), conn, {}))
+    rows.append(
+        (
+            "laravel",
+            "laravel",
+            "Laravel queue:work (PHP), as shipped",
+            1,
+            LARAVEL_CONN,
+            {"BENCH_MAIL_TCP_NODELAY": "0"},
+        )
+    )
+    rows.append(
+        (
+            "laravel-nodelay",
+            "laravel",
+            "Laravel queue:work (PHP), tcp_nodelay",
+            1,
+            LARAVEL_CONN,
+            {"BENCH_MAIL_TCP_NODELAY": "1"},
+        )
+    )
+    rows.append(
+        (
+            "laravel-nopipe",
+            "laravel",
+            "Laravel queue:work (PHP), tcp_nodelay, SwiftMailer pipelining off",
+            1,
+            "new per mail (Laravel 8)",
+            {"BENCH_MAIL_TCP_NODELAY": "1", "BENCH_SWIFT_PIPELINING": "0"},
+        )
+    )
+    rows.append(
+        (
+            "laravel-best",
+            "laravel",
+            "Laravel queue:work (PHP), tcp_nodelay, SwiftMailer pipelining off, "
+            "opcache.enable_cli=1",
+            1,
+            "new per mail (Laravel 8)",
+            {"BENCH_MAIL_TCP_NODELAY": "1", "BENCH_SWIFT_PIPELINING": "0", OPCACHE: "1"},
+        )
+    )
     return rows
 
 
@@ -69,6 +173,80 @@ def run_loop(
         return db.measure(worker, mails, None, 0, timeout=60, cap=cap)
     finally:
         worker.stop()
+
+
+def run_laravel(
+    setup: w.Setup,
+    mails: int,
+    target: tuple[str, int],
+    cap: float,
+    payloads: Path,
+    extra: dict[str, str],
+) -> db.Drain:
+    """Flush, push the first ``mails`` of Laravel's payload lines, start one ``queue:work``
+    sending to ``target`` (a stamp per processed job), time the drain, stop it."""
+    client = setup.server.client()
+    try:
+        client.flushall()
+        w.push_payload_file(client, w.db_queue(), payloads, limit=mails)
+        env = {
+            **w.laravel_env(setup),
+            "BENCH_STAMP_PROCESSED": "1",
+            "MAIL_MAILER": "smtp",
+            "MAIL_HOST": target[0],
+            "MAIL_PORT": str(target[1]),
+            **extra,
+        }
+        suffix = "-nodelay" if extra.get("BENCH_MAIL_TCP_NODELAY") == "1" else ""
+        suffix += "-nopipe" if extra.get("BENCH_SWIFT_PIPELINING") == "0" else ""
+        ini = ["-d", "opcache.enable_cli=1"] if extra.get(OPCACHE) == "1" else []
+        suffix += "-opcache" if ini else ""
+        argv = [php_bin(), *ini, str(w.LARAVEL_ARTISAN), *LARAVEL_ARGV]
+        worker = db.StampedWorker(argv, env, setup.logs / f"laravel-smtp{suffix}.log")
+        try:
+            return db.measure(worker, mails, client, setup.server.port, timeout=60, cap=cap)
+        finally:
+            worker.stop()
+    finally:
+        client.close()
+
+
+def laravel_build_cost(setup: w.Setup, messages: int, opcache: bool) -> dict[str, float]:
+    """CPU and wall microseconds per message and the message's bytes of Laravel building the
+    example Mailable (Mailable + SwiftMailer, no queue, no network: bench:mail-build), PHP's
+    CLI opcode cache on or off."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MAIL_", "REDIS_URL"))}
+    env.update(w.laravel_env(setup))
+    ini = ["-d", f"opcache.enable_cli={int(opcache)}"]
+    out = subprocess.run(
+        [php_bin(), *ini, str(w.LARAVEL_ARTISAN), "bench:mail-build", str(messages)],
+        env=env, check=True, timeout=300, capture_output=True, text=True,
+    ).stdout  # fmt: skip
+    result: dict[str, float] = json.loads(out.strip().splitlines()[-1])
+    return result
+
+
+def our_build_cost(messages: int) -> dict[str, float]:
+    """The same for our builder (``sendgroup_worker.smtp.build_message``, what every other
+    sender runs) on this scenario's job payloads (parsed beforehand: the builder alone), in this
+    process; 200 messages first, not timed."""
+    from bench.peer_workers import payload
+    from sendgroup_worker.smtp import build_message
+
+    bodies = [json.loads(payload(i, w.PAYLOAD_BYTES)) for i in range(messages + 200)]
+    size = 0
+    for body in bodies[:200]:
+        size = len(build_message(body["data"], body["uuid"]).body)
+    cpu0, wall0 = time.process_time(), time.perf_counter()
+    for body in bodies[200:]:
+        size = len(build_message(body["data"], body["uuid"]).body)
+    cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
+    return {
+        "messages": messages,
+        "cpu_us_per_message": cpu / messages * 1e6,
+        "wall_us_per_message": wall / messages * 1e6,
+        "message_bytes": size,
+    }
 
 
 #: (row key, link) -> the drain of each round (None: that round failed)
@@ -110,8 +288,19 @@ def run(ctx: Context) -> Result:
     links = {"loopback": targets.loopback, "+1 ms link": targets.delayed}
     measured: Measured = {(row[0], link): [] for row in rows_spec for link in links}
     errors: list[str] = []
+    build: dict[str, dict[str, float]] = {}
     try:
         setup = w.Setup(server, ctx.peers_python, logs)
+        laravel_payloads: Path | None = None
+        laravel_error = ""
+        try:
+            laravel_payloads = w.laravel_mail_payloads(
+                setup, w.db_queue(), max(mails.values()), "bench.example",
+                ctx.work_dir / "laravel-bench.jsonl",
+            )  # fmt: skip
+        except Exception as exc:  # the Laravel rows fail, the others still run
+            laravel_error = f"Laravel payloads: {type(exc).__name__}: {exc}"[:400]
+            ctx.log(f"FAILED {laravel_error}")
         ctx.log(
             "SMTP NOOP RTT: "
             + ", ".join(f"{k} {v * 1e3:.3f} ms" for k, v in targets.rtt.items())
@@ -125,6 +314,10 @@ def run(ctx: Context) -> Result:
                     try:
                         if worker.startswith("loop-"):
                             d = run_loop(worker, setup, n, target, cap)
+                        elif worker == "laravel":
+                            if laravel_payloads is None:
+                                raise RuntimeError(laravel_error)
+                            d = run_laravel(setup, n, target, cap, laravel_payloads, extra)
                         else:
                             d = w.run_peer(
                                 worker,
@@ -151,6 +344,15 @@ def run(ctx: Context) -> Result:
                             f"{d.cpu_per_1000:.2f} CPU ms/mail"
                         )
         relay_cpu = targets.relay_cpu()
+        messages = 300 if ctx.quick else 2_000
+        build["ours"] = our_build_cost(messages)
+        if laravel_payloads is not None:
+            try:
+                build["laravel"] = laravel_build_cost(setup, messages, opcache=False)
+                build["laravel-opcache"] = laravel_build_cost(setup, messages, opcache=True)
+            except Exception as exc:
+                errors.append(f"Laravel build cost: {type(exc).__name__}: {exc}"[:400])
+        ctx.log(f"build cost per message: {build}")
     finally:
         smtplink.stop(targets)
         server.cleanup()
@@ -182,15 +384,53 @@ def run(ctx: Context) -> Result:
             f"(a sender still busy {cap:g} s after its first mail is timed over the mails sent "
             "by then); mails/s between the first and the last mail; CPU = the sending process "
             "and its children (psutil), median over the rounds. Every sender builds its "
-            "messages with our worker's builder (sendgroup_worker.smtp.build_message). Loops "
+            "messages with our worker's builder (sendgroup_worker.smtp.build_message), "
+            "except Laravel, which builds its own with its Mailable and SwiftMailer (see the "
+            "table below). Loops "
             "send from memory (no queue); the worker rows drain the same "
             f"{w.PAYLOAD_BYTES}-byte jobs from a local Redis. Peers run at their scenario 1 "
-            "settings (scenario 1's table gives each and its source). Link: a veth pair "
+            "settings (scenario 1's table gives each and its source). Laravel: the example "
+            "app's queued Mailable (OrderShipped), payloads made by Laravel's producer and "
+            "pushed as its push script does, stamped after each processed job; settings and "
+            f"sources: {LARAVEL_SETTINGS}. Link: a veth pair "
             f"into a network namespace made by the benchmark, sink inside it; latency: "
             f"{targets.how}. Measured SMTP NOOP round trip (median): {rtt_text}."
         ),
     )
+    build_table = Table(
+        title="Building one message, no queue and no network (CPU per message, this machine)",
+        columns=["builder", "messages", "CPU us / message", "wall us / message", "bytes"],
+        rows=[
+            [
+                label,
+                b["messages"],
+                b["cpu_us_per_message"],
+                b["wall_us_per_message"],
+                b["message_bytes"],
+            ]
+            for key, label in (
+                ("ours", "ours (sendgroup_worker.smtp.build_message; every sender but Laravel)"),
+                (
+                    "laravel",
+                    "Laravel: Mailable::send through the array transport + "
+                    "Swift_Message::toString (OrderShipped, its Blade view)",
+                ),
+                ("laravel-opcache", "the same, opcache.enable_cli=1"),
+            )
+            if (b := build.get(key))
+        ],
+        note=(
+            "Ours: build_message on this scenario's parsed job payloads (a 1.2 KB text body), in "
+            "the benchmark's process. Laravel: bench:mail-build (bench/laravel/Bench/"
+            "MailBuild.php): the path of a queued Mailable's job after unserializing it "
+            "(Mailable::send: build(), the Blade view, Illuminate\\Mail\\Message over a "
+            "Swift_Message) into Laravel's array transport, then the bytes as the SMTP transport "
+            "streams them (toString); the example app's message is smaller (an HTML line). "
+            "Both: 200 messages first, not timed; process CPU (user + system)."
+        ),
+    )
     findings = findings_for(measured, list(links), targets.rtt)
+    findings += laravel_findings(measured, list(links), targets.rtt, build)
     findings += errors
     plot = Plot(
         filename="smtp-throughput.png",
@@ -210,13 +450,15 @@ def run(ctx: Context) -> Result:
         "latency_how": targets.how,
         "relay_cpu_s": relay_cpu,
         "rounds": rounds,
+        "laravel_settings": LARAVEL_SETTINGS,
+        "build_cost": build,
         "rates": {f"{k}/{link}": rates(measured, k, link) for (k, link) in measured},
         "cpu_ms_per_mail": {
             f"{k}/{link}": [d.cpu_per_1000 if d else None for d in ds]
             for (k, link), ds in measured.items()
         },
     }
-    return Result(tables=[table], plots=[plot], findings=findings, raw=raw)
+    return Result(tables=[table, build_table], plots=[plot], findings=findings, raw=raw)
 
 
 def findings_for(measured: Measured, links: list[str], rtt: dict[str, float]) -> list[str]:
@@ -287,6 +529,92 @@ def findings_for(measured: Measured, links: list[str], rtt: dict[str, float]) ->
                 "reserve with the previous ack and its outcome entry; the exactly-once fence "
                 "with the suppression check)."
             )
+    return out
+
+
+#: the Laravel rows, strongest first, as the findings name them
+LARAVEL_ROWS = (
+    ("laravel-best", "with tcp_nodelay, SwiftMailer pipelining off and opcache.enable_cli=1"),
+    ("laravel-nopipe", "with tcp_nodelay and SwiftMailer pipelining off"),
+    ("laravel-nodelay", "with tcp_nodelay"),
+    ("laravel", "as shipped"),
+)
+
+
+def laravel_findings(
+    measured: Measured,
+    links: list[str],
+    rtt: dict[str, float],
+    build: dict[str, dict[str, float]],
+) -> list[str]:
+    """Laravel's worker per process against ours (c=1 and the default c=4), by round; the
+    processes and CPU it would need for our default's rate; its builder's share of its CPU."""
+    out: list[str] = []
+    for link in links:
+        o1, o4 = median_rate(measured, "ours-1", link), median_rate(measured, "ours-4", link)
+        c4 = cpu_ms(measured, "ours-4", link)
+        for key, what in LARAVEL_ROWS:
+            lr, lc = median_rate(measured, key, link), cpu_ms(measured, key, link)
+            if not lr or not lc or not o1 or not o4 or not c4:
+                continue
+            by_round = {
+                c: ratios(measured, ours, key, link) for c, ours in ((1, "ours-1"), (4, "ours-4"))
+            }
+            verdict = []
+            for c, values in by_round.items():
+                med, lo, hi = statistics.median(values), min(values), max(values)
+                word = "we win" if lo > 1 else "we lose" if hi < 1 else "level"
+                verdict.append(f"our c={c} sends {med:.2f}x ({lo:.2f}-{hi:.2f}) it, {word}")
+            need = math.ceil(o4 / lr)
+            out.append(
+                f"{link}: Laravel queue:work {what} sends {lr:,.0f} mails/s per process (one "
+                f"mail at a time) at {lc:.2f} CPU ms per mail; per process "
+                + "; ".join(verdict)
+                + f". Our default's {o4:,.0f} mails/s would take {need} Laravel process(es) and "
+                f"{o4 * lc / 1000:.2f} CPU cores of PHP (ours: one process, "
+                f"{o4 * c4 / 1000:.2f} cores at {c4:.2f} ms per mail)."
+            )
+        link_rtt = rtt.get("netns link + delay") if link != "loopback" else None
+        piped, unpiped = (
+            median_rate(measured, k, link) for k in ("laravel-nodelay", "laravel-best")
+        )
+        if link_rtt and piped and unpiped:
+            out.append(
+                f"{link}: Laravel opens a new SMTP connection per mail and then waits for 4 "
+                "replies after the greeting with SwiftMailer's pipelining (EHLO, MAIL/RCPT/DATA "
+                "together, end of data, QUIT), 6 without (MAIL, RCPT and DATA each): "
+                f"{4 * link_rtt * 1e3:.1f} / {6 * link_rtt * 1e3:.1f} ms at the measured RTT, "
+                f"at most {1 / (4 * link_rtt):,.0f} / {1 / (6 * link_rtt):,.0f} mails/s per "
+                f"process; it got {piped:,.0f} (tcp_nodelay) / {unpiped:,.0f} (strongest). The "
+                "delay relay does not delay TCP's handshake (the relay's kernel answers it): on "
+                "a real link each new connection costs one more round trip, which favours "
+                "Laravel here."
+            )
+    ours = build.get("ours")
+    if ours and (php := build.get("laravel")):
+        text = (
+            "Laravel builds its messages with its own builder (Mailable + SwiftMailer), every "
+            "other sender with ours: building one costs Laravel "
+            f"{php['cpu_us_per_message']:,.0f} us of CPU ({php['message_bytes']:,.0f}-byte "
+            f"message) and ours {ours['cpu_us_per_message']:,.0f} us "
+            f"({ours['message_bytes']:,.0f} bytes)"
+        )
+        lc = cpu_ms(measured, "laravel-nopipe", "loopback")
+        if lc:
+            text += (
+                f"; that is {php['cpu_us_per_message'] / (lc * 1000):.0%} of Laravel's "
+                f"{lc:.2f} CPU ms per mail on loopback (tcp_nodelay, pipelining off, no opcode "
+                "cache), the rest is its queue, framework and SMTP client"
+            )
+        if (opc := build.get("laravel-opcache")) and (
+            lo := cpu_ms(measured, "laravel-best", "loopback")
+        ):
+            text += (
+                f"; with opcache.enable_cli=1 {opc['cpu_us_per_message']:,.0f} us, "
+                f"{opc['cpu_us_per_message'] / (lo * 1000):.0%} of the strongest row's {lo:.2f} "
+                "ms"
+            )
+        out.append(text + ".")
     return out
 
 

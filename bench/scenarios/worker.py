@@ -34,6 +34,7 @@ from pathlib import Path
 from bench import drainbench as db
 from bench.report import Context, Plot, Result, Scenario, Table
 from sendgroup_worker.queue import Ack, Queue, QueueKeys
+from tests.support.dumps import push
 from tests.support.php import LARAVEL_AUTOLOAD, php_bin
 from tests.support.redis_server import RedisServer
 from tests.support.workers import worker_env
@@ -49,7 +50,8 @@ PEERS: list[tuple[str, str, str]] = [
         "Laravel queue:work (PHP)",
         "php artisan queue:work redis --queue=bench --quiet --tries=1 (defaults: --sleep=3, "
         "--timeout=60, --memory=128), redis connection block_for=5, cache store redis (the "
-        "example app's: queue:restart signal), raw job class Bench\\Stamp@fire",
+        "example app's: queue:restart signal), raw job class Bench\\Stamp@fire; a plain Laravel "
+        "app: the example app's SendGroup pause listener (one EXISTS per loop) left out",
     ),
     (
         "laravel-loop",
@@ -121,11 +123,7 @@ def worker_argv(peer: str, setup: Setup, concurrency: int, smtp: str = "") -> li
     if peer == "laravel":
         if smtp:
             raise RuntimeError("the Laravel peer has no SMTP variant in this benchmark")
-        if not LARAVEL_AUTOLOAD.is_file():
-            raise RuntimeError(
-                f"{LARAVEL_AUTOLOAD} missing: run hack/bootstrap (apt-get install "
-                "php-laravel-framework php-swiftmailer php-redis php-cli)"
-            )
+        check_laravel()
         return [php_bin(), str(LARAVEL_ARTISAN), "queue:work", "redis", f"--queue={db_queue()}",
                 "--quiet", "--tries=1"]  # fmt: skip
     py = db.python_for(peer, setup.peers_python)
@@ -144,7 +142,9 @@ def db_queue() -> str:
 
 def laravel_env(setup: Setup) -> dict[str, str]:
     """Laravel's worker environment: this Redis, no key prefix (the same keys as ours), its
-    storage (compiled config, logs) under the run's log directory."""
+    storage (compiled config, logs) under the run's log directory, and a plain Laravel app:
+    the example app's SendGroup pause listener (one EXISTS per worker loop, for SendGroup
+    queues only) left out (``BENCH_PLAIN_LARAVEL=1``, ``bench/laravel/artisan``)."""
     storage = setup.logs / "laravel-storage"
     for sub in ("framework/views", "framework/cache", "logs", "cache"):
         (storage / sub).mkdir(parents=True, exist_ok=True)
@@ -156,7 +156,53 @@ def laravel_env(setup: Setup) -> dict[str, str]:
         "APP_SERVICES_CACHE": str(storage / "cache/services.php"),
         "APP_PACKAGES_CACHE": str(storage / "cache/packages.php"),
         "BENCH_BLOCK_FOR": "5",
+        "BENCH_PLAIN_LARAVEL": "1",
     }
+
+
+def check_laravel() -> None:
+    """RuntimeError naming the Debian packages when Laravel is not installed."""
+    if not LARAVEL_AUTOLOAD.is_file():
+        raise RuntimeError(
+            f"{LARAVEL_AUTOLOAD} missing: run hack/bootstrap (apt-get install "
+            "php-laravel-framework php-swiftmailer php-redis php-cli)"
+        )
+
+
+def laravel_mail_payloads(setup: Setup, queue: str, count: int, domain: str, path: Path) -> Path:
+    """Write ``count`` payload lines of the example app's queued Mailable (``OrderShipped`` to
+    ``user<i>@<domain>`` on ``queue``) to ``path``, made by Laravel's own producer
+    (``bench:mail-payloads``, bench/laravel/Bench/MailPayloads.php); returns ``path``."""
+    check_laravel()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MAIL_", "REDIS_URL"))}
+    env.update(laravel_env(setup))
+    subprocess.run(
+        [php_bin(), str(LARAVEL_ARTISAN), "bench:mail-payloads", queue, str(count), domain,
+         str(path)],
+        env=env, check=True, timeout=900,
+    )  # fmt: skip
+    return path
+
+
+def push_payload_file(client: object, queue: str, path: Path, limit: int | None = None) -> int:
+    """Push the payload lines of ``path`` (the first ``limit``, or all) to ``queue`` as Laravel's
+    push script does (RPUSH queue + RPUSH notify, 5,000 per call); returns how many."""
+    keys = QueueKeys(queue)
+    batch: list[bytes] = []
+    pushed = 0
+    with path.open("rb") as f:
+        for line in f:
+            if limit is not None and pushed + len(batch) >= limit:
+                break
+            batch.append(line.rstrip(b"\n"))
+            if len(batch) == 5_000:
+                push(client, keys, batch)
+                pushed += len(batch)
+                batch = []
+    if batch:
+        push(client, keys, batch)
+        pushed += len(batch)
+    return pushed
 
 
 def ours_env(

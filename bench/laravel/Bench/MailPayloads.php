@@ -9,7 +9,7 @@ use Illuminate\Queue\RedisQueue;
 use Illuminate\Support\Facades\Mail;
 
 /**
- * Scenario 3's Laravel payloads, made by Laravel's own producer: for each recipient
+ * The Laravel payloads of scenarios 2 and 3, made by Laravel's own producer: for each recipient
  * `Mail::to($to)->queue((new OrderShipped($to))->onQueue($queue))`, the example app's queued
  * Mailable queued as its PushMail command does (PendingMail::fill, Mailer::queue,
  * Mailable::queue, RedisQueue::push, createPayload). Only the last step differs: the queue
