@@ -61,8 +61,9 @@ from pathlib import Path
 from typing import Any
 
 from bench.harness import stop_process
-from bench.kubebench import median_max, poll
+from bench.kubebench import median_max, poll, redis_calls
 from bench.report import Context, Plot, Result, Scenario, Table, fmt
+from bench.scenarios.pause import oncpu_seconds
 from bench.scenarios.worker import LARAVEL_ARTISAN, Setup, laravel_env
 from sendgroup_worker.queue.keys import QueueKeys
 from tests.support import dumps
@@ -91,10 +92,14 @@ REAPER_INTERVAL = 10
 #: the idle groups' reaper.idleAfter: how soon their workers go after the queue empties (the
 #: default, 30m, does not fit a benchmark; it plays no part once the group is Idle)
 IDLE_AFTER = "5s"
+#: seconds waited once the groups are Idle with no workers left: two more reaper passes (the
+#: first after the reaping one hands the group to the observer's idle check) and a margin
+SETTLE_S = 2 * REAPER_INTERVAL + 5
 #: seconds of the at-rest window (full, --quick)
 REST_S, REST_S_QUICK = 30.0, 10.0
-#: the kept-running Laravel workers: queue (= side) -> the redis connection's block_for
-LARAVEL_BLOCK_FOR = {"laravel-block": "5", "laravel-sleep": "null"}
+#: the kept-running Laravel workers: queue (= side) -> (the redis connection's block_for, the
+#: smtp mailer's tcp_nodelay stream option): the strongest Laravel peer and Laravel as shipped
+LARAVEL_BLOCK_FOR = {"laravel-block": ("5", "1"), "laravel-sleep": ("null", "0")}
 #: Laravel's worker as scenario 3 runs it (the documentation's Supervisor example), its queue
 #: appended
 LARAVEL_ARGV = ["queue:work", "redis", "--sleep=3", "--tries=3", "--quiet"]
@@ -310,16 +315,17 @@ def _make_idle(kube: Any, rc: Any, sink: SmtpSink, names: list[str]) -> float:
     for name in names:
         _mails(sink, f"@pre-{name}.test", 1, 180)
     _wait_idle(kube, names, 240)
-    time.sleep(REAPER_INTERVAL + 3)
+    time.sleep(SETTLE_S)
     return time.monotonic() - started
 
 
 def _laravel_env(
-    ctx: Context, server: RedisServer, sink: SmtpSink, block_for: str
+    ctx: Context, server: RedisServer, sink: SmtpSink, block_for: str, nodelay: str
 ) -> dict[str, str]:
     """Laravel's worker environment (scenario 3's, bench/scenarios/isolation.py): this Redis
     (on the pod network's gateway), no key prefix, the plain app (BENCH_PLAIN_LARAVEL=1), its
-    smtp mailer to the sink, the redis connection's ``block_for`` = ``block_for``."""
+    smtp mailer to the sink (``nodelay`` "1": with PHP's ``tcp_nodelay`` socket option), the
+    redis connection's ``block_for`` = ``block_for``."""
     env = {**os.environ, **laravel_env(Setup(server, ctx.peers_python, ctx.work_dir))}
     for k in [k for k in env if k.startswith(("MAIL_", "REDIS_URL"))]:
         del env[k]
@@ -327,6 +333,7 @@ def _laravel_env(
         REDIS_HOST=server.host,
         BENCH_BLOCK_FOR=block_for,
         BENCH_PLAIN_LARAVEL="1",
+        BENCH_MAIL_TCP_NODELAY=nodelay,
         MAIL_MAILER="smtp",
         MAIL_HOST=sink.host,
         MAIL_PORT=str(sink.port),
@@ -343,20 +350,6 @@ def _laravel_payloads(env: dict[str, str], path: Path, queue: str, domain: str) 
         env=env, check=True, timeout=120, capture_output=True,
     )  # fmt: skip
     return [line.rstrip(b"\n") for line in path.read_bytes().splitlines() if line.strip()]
-
-
-def _cpu_s(pids: list[int]) -> float:
-    """User + system CPU seconds of ``pids`` and the children they reaped (gone ones: 0)."""
-    import psutil
-
-    total = 0.0
-    for pid in pids:
-        try:
-            t = psutil.Process(pid).cpu_times()
-        except psutil.NoSuchProcess:
-            continue
-        total += t.user + t.system + t.children_user + t.children_system
-    return total
 
 
 def _rss_mib(pids: list[int]) -> float:
@@ -421,11 +414,11 @@ def _idle_section(
         procs["host"] = [host_worker.pid]
         payloads: dict[tuple[str, int], list[bytes]] = {}
         log = (ctx.work_dir / "laravel-always-on.log").open("wb")
-        for side, block_for in LARAVEL_BLOCK_FOR.items():
-            lenv = _laravel_env(ctx, server, sink, block_for)
+        for side, (block_for, nodelay) in LARAVEL_BLOCK_FOR.items():
+            lenv = _laravel_env(ctx, server, sink, block_for, nodelay)
             for i in range(-1, repeats):  # -1: the untimed first job
                 path = ctx.work_dir / f"{side}-{i}.jsonl"
-                payloads[side, i] = _laravel_payloads(lenv, path, side, f"{side}-{i}.test")
+                payloads[side, i] = _laravel_payloads(lenv, path, side, f"kept-{side}-{i}.test")
             argv = [php_bin(), str(LARAVEL_ARTISAN), *LARAVEL_ARGV, f"--queue={side}"]
             proc = subprocess.Popen(argv, env=lenv, stdout=log, stderr=subprocess.STDOUT)
             laravel.append(proc)
@@ -433,7 +426,7 @@ def _idle_section(
 
         def push(side: str, i: int) -> tuple[float, str]:
             """Push round ``i``'s JOBS jobs to ``side``'s queue; (push time, mail domain)."""
-            domain = f"{side}-{i}.test"
+            domain = f"kept-{side}-{i}.test"
             if side.startswith("laravel"):
                 keys = QueueKeys(side)
                 t0 = time.time()
@@ -469,6 +462,11 @@ def _idle_section(
                 if _group_objects(kube, [name]):
                     raise RuntimeError(f"{name} has workers before the push: not idle")
                 watcher.forget(name)
+                # the operator's idle check runs (some group of this Redis is watched): its
+                # EXISTS calls over the second before the push
+                calls0, c0 = redis_calls(rc).get("exists", 0), time.monotonic()
+                time.sleep(1.0)
+                exists_per_s = (redis_calls(rc).get("exists", 0) - calls0) / (time.monotonic() - c0)
                 recipients = [f"r{j}@{name}.test" for j in range(JOBS)]
                 t0 = time.time()
                 push_mails(rc, f"mail-{name}", recipients)
@@ -478,7 +476,8 @@ def _idle_section(
                     seen = dict(watcher.seen.get(name, {}))
                 seen.pop("operator", None)  # status writes: not a step of this path
                 row = {**{k: v - t0 for k, v in seen.items()}, "mail": first - t0,
-                       "all": last - t0}  # fmt: skip
+                       "all": last - t0, "pushed_at": t0,
+                       "idle_check_exists_per_s": exists_per_s}  # fmt: skip
                 rounds["wake"].append(row)
                 ctx.log(f"{name}: first mail after {row['mail']:.2f}s ({_fmt_row(row)})")
                 # the same group again while its worker is up (within reaper.idleAfter)
@@ -496,13 +495,13 @@ def _idle_section(
 
         # at rest: the groups idle again (0 workers), the kept-running workers waiting
         _wait_idle(kube, names, 240)
-        time.sleep(REAPER_INTERVAL + 3)
+        time.sleep(SETTLE_S)
         procs["operator"] = _pod_pids(kube, OPERATOR_SELECTOR)
         window = out["rest_window_s"]
-        before = {side: _cpu_s(pids) for side, pids in procs.items()}
+        before = {side: oncpu_seconds(pids) for side, pids in procs.items()}
         t = time.monotonic()
         time.sleep(window)
-        after = {side: _cpu_s(pids) for side, pids in procs.items()}
+        after = {side: oncpu_seconds(pids) for side, pids in procs.items()}
         elapsed = time.monotonic() - t
         out["rest"] = {
             side: {
@@ -634,7 +633,7 @@ def run(ctx: Context) -> Result:
 
 
 def _fmt_row(row: dict[str, float]) -> str:
-    return ", ".join(f"{k} {v:.2f}" for k, v in row.items())
+    return ", ".join(f"{k} {v:.2f}" for k, v in row.items() if k != "pushed_at")
 
 
 def _col(rows: list[dict[str, float]], key: str) -> list[float]:
@@ -750,7 +749,7 @@ IDLE_LABELS = {
     "wake": "SendGroup, Idle (0 workers): the operator wakes it",
     "up": "SendGroup, its worker still up (within reaper.idleAfter)",
     "host": "our worker kept running on the host (WORKER_BLOCK_FOR 5)",
-    "laravel-block": "Laravel queue:work kept running, block_for 5",
+    "laravel-block": "Laravel queue:work kept running, block_for 5, tcp_nodelay",
     "laravel-sleep": "Laravel queue:work kept running, as shipped (block_for null, --sleep=3)",
 }
 KEDA_ROW = (
@@ -761,6 +760,25 @@ KEDA = (
     "(https://keda.sh/docs/latest/reference/scaledobject-spec/, `pollingInterval: 30 # "
     "Optional. Default: 30 seconds`); not measured here (no image can be pulled)"
 )
+
+
+def _idle_check_text(wake: list[dict[str, float]]) -> str:
+    """What the idle check did in the second before each push (EXISTS calls per second on the
+    groups' Redis: 2 while it polls every 0.5 s)."""
+    rates = [r["idle_check_exists_per_s"] for r in wake if "idle_check_exists_per_s" in r]
+    if not rates:
+        return ""
+    text = (
+        f" The operator's idle check ran before every push ({min(rates):.1f}-"
+        f"{max(rates):.1f} EXISTS/s in the second before it)."
+    )
+    stopped = [str(i) for i, r in enumerate(rates) if r == 0]
+    if stopped:
+        text = (
+            " The operator's idle check did not run in the second before the push of "
+            f"round(s) {', '.join(stopped)} (no group of that Redis watched yet)."
+        )
+    return text + " "
 
 
 def _idle_result(idle: dict[str, Any], repeats: int) -> tuple[list[Table], Plot, list[str]]:
@@ -805,8 +823,11 @@ def _idle_result(idle: dict[str, Any], repeats: int) -> tuple[list[Table], Plot,
             "--queue=Q --sleep=3 --tries=3 --quiet` (https://laravel.com/docs/8.x/queues"
             "#supervisor-configuration), the plain app (BENCH_PLAIN_LARAVEL=1), its queued "
             "Mailable sent by SwiftMailer; block_for 5 is the value of Laravel's documentation "
-            "(https://laravel.com/docs/8.x/queues#blocking), null is Laravel's default "
-            "config/queue.php (the worker polls, sleeping --sleep=3 s when the queue is empty). "
+            "(https://laravel.com/docs/8.x/queues#blocking), with the smtp mailer's `stream` "
+            "option set to PHP's tcp_nodelay (scenario 3's strongest Laravel peer: without it "
+            "SwiftMailer's end of DATA waits ~40 ms for the sink's delayed ACK); as shipped: "
+            "block_for null, Laravel's default config/queue.php (the worker polls, sleeping "
+            "--sleep=3 s when the queue is empty), no tcp_nodelay. "
             "Rounds interleaved, the order rotated by one each round; a random 0.5-1.5 s pause "
             f"before each push. {KEDA}."
         ),
@@ -833,11 +854,12 @@ def _idle_result(idle: dict[str, Any], repeats: int) -> tuple[list[Table], Plot,
         columns=["side", "processes", "CPU ms/s", "RSS MiB", "how many"],
         rows=rest_rows,
         note=(
-            "CPU: user + system of the processes (and children they reaped) over the window, "
-            "milliseconds per second (1000 = one core). Operator pod: every process of the pod's "
-            "cgroups on the node (the operator and the pod's pause process); its cost does not "
-            "grow with idle groups of one Redis (one EXISTS every 0.5 s per Redis for up to 500 "
-            "groups, observer.py). redis-server's share is not split per client here."
+            "CPU: on-CPU time of the processes over the window (/proc/PID/task/*/schedstat, "
+            "every thread, nanoseconds), milliseconds per second (1000 = one core). Operator "
+            "pod: every process of the pod's cgroups on the node (the operator and the pod's "
+            "pause process); its idle check does not grow with the idle groups of one Redis "
+            "(one EXISTS every 0.5 s per Redis, up to 500 groups each, observer.py). "
+            "redis-server's share is not split per client here."
         ),
     )
     m = {side: _med(_col(rounds[side], "mail")) for side in IDLE_SIDES}
@@ -850,20 +872,21 @@ def _idle_result(idle: dict[str, Any], repeats: int) -> tuple[list[Table], Plot,
         f"Jobs pushed to an existing idle group (0 workers), median over {repeats} rounds: first "
         f"mail {m['wake']:.2f} s ({_span(_col(wake, 'mail'))}) after the push. A worker kept "
         f"running mails after {_t(m['host'])} (ours on the host), {_t(m['laravel-block'])} "
-        f"(Laravel queue:work, block_for 5) and {_t(m['laravel-sleep'])} (Laravel as shipped, "
-        "--sleep=3); the group whose worker is still up (within reaper.idleAfter) after "
-        f"{_t(m['up'])}. **We lose** to every kept-running worker: scale-to-zero adds "
-        f"{m['wake'] - m['host']:.2f} s to the first mail ({_x(_med(host_ratio))} ours kept "
-        f"running, {_x(_med(lb_ratio))} Laravel with block_for 5, {_x(_med(ls_ratio))} Laravel "
-        "as shipped; per round, medians).",
+        f"(Laravel queue:work, block_for 5, tcp_nodelay) and {_t(m['laravel-sleep'])} "
+        "(Laravel as shipped, --sleep=3); the group whose worker is still up (within "
+        f"reaper.idleAfter) after {_t(m['up'])}. **We lose** to every kept-running worker: "
+        f"scale-to-zero adds {m['wake'] - m['host']:.2f} s to the first mail "
+        f"({_x(_med(host_ratio))} ours kept running, {_x(_med(lb_ratio))} Laravel with "
+        f"block_for 5, {_x(_med(ls_ratio))} Laravel as shipped; per round, medians).",
         "Where the idle group's time goes (medians): push -> Deployment created "
         f"{wm['deployment']:.2f} s (the operator's idle check polls every 0.5 s, then one "
         f"reconcile pass); -> Pod {wm['pod'] - wm['deployment']:.2f} s; -> scheduled "
         f"{wm['scheduled'] - wm['pod']:.2f} s; -> container running "
         f"{wm['running'] - wm['scheduled']:.2f} s; -> first mail "
-        f"{wm['mail'] - wm['running']:.2f} s (the worker's start-up). Before issue 15's "
-        "observer, push -> Deployment took ~5.75 s on average (the reaper's 10 s pass; "
-        "bench/scale, control plane without a node).",
+        f"{wm['mail'] - wm['running']:.2f} s (the worker's start-up)."
+        + _idle_check_text(wake)
+        + "Before issue 15's observer, push -> Deployment took ~5.75 s on average (the "
+        "reaper's 10 s pass; bench/scale, control plane without a node).",
         f"What the always-on side costs at rest: our worker {rh['cpu_ms_per_s']:.2f} ms CPU/s "
         f"and {rh['rss_mib']:.0f} MiB, Laravel's {rlb['cpu_ms_per_s']:.2f} ms/s "
         f"(block_for 5) / {rls['cpu_ms_per_s']:.2f} ms/s (--sleep=3) and "
@@ -886,7 +909,7 @@ def _idle_result(idle: dict[str, Any], repeats: int) -> tuple[list[Table], Plot,
             "SendGroup Idle": m["wake"],
             "SendGroup, worker up": m["up"],
             "ours kept running": m["host"],
-            "Laravel, block_for 5": m["laravel-block"],
+            "Laravel, block_for 5, tcp_nodelay": m["laravel-block"],
             "Laravel, --sleep=3": m["laravel-sleep"],
         },
         log_y=True,
