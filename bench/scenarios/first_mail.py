@@ -24,7 +24,7 @@ Peers in the same run, R times each:
 Then the case that matters most to a user: jobs arriving at a SendGroup that exists, was
 reconciled and is **Idle**. R groups are created with one job each (``reaper.idleAfter`` 5 s,
 the rest chart defaults), deliver it, are reaped by the operator (Deployment deleted, phase
-Idle) and left one more reaper pass, after which they rest under the operator's idle check
+Idle) and given two more reaper passes, after which they rest under the operator's idle check
 (``operator/sendgroup_operator/observer.py``: one EXISTS per Redis every 0.5 s). Per round, a
 producer pushes 5 mail jobs exactly as the project's producer does (RPUSH ready + RPUSH notify
 in one MULTI, ``tests/support/e2e.py`` push_mails) and the same watches time push -> Deployment
@@ -36,10 +36,13 @@ same rounds (interleaved, order rotated each round), every clock started just be
 * workers kept running (the classic always-on setup), started before the rounds and each warmed
   by one untimed round: our worker process on the host with the worker pod's environment
   (BLPOP on the notify list, ``WORKER_BLOCK_FOR`` 5 s); Laravel's own ``php artisan queue:work
-  redis --sleep=3 --tries=3`` (``bench/laravel/artisan``, ``BENCH_PLAIN_LARAVEL=1``, as in
-  scenario 3) with the redis connection's ``block_for`` 5 (Laravel's documentation, "Queues >
-  Blocking") and as shipped (``block_for`` null: an idle worker sleeps ``--sleep`` seconds
-  between polls), its jobs the example app's queued Mailable made by Laravel's own producer.
+  redis --tries=3`` (``bench/laravel/artisan``, ``BENCH_PLAIN_LARAVEL=1``, as in scenario 3),
+  its jobs the example app's queued Mailable made by Laravel's own producer, three ways: as
+  documented (the redis connection's ``block_for`` 5, "Queues > Blocking", and ``--sleep=3``,
+  the Supervisor example: scenario 1's settings), as shipped (``block_for`` null, Laravel's
+  default: the worker polls and sleeps ``--sleep`` seconds after each empty pop; scenario 3's)
+  and tuned for pickup (``block_for`` 5, ``--sleep=0`` and the mailer's ``tcp_nodelay``: the
+  worker sleeps after an empty pop even when it blocked first, Illuminate\\Queue\\Worker).
 
 KEDA's Redis list scaler, what a user would otherwise reach for, cannot run here (no image can
 be pulled): its documented default ``pollingInterval`` (30 s) is cited as context, not measured.
@@ -97,13 +100,18 @@ IDLE_AFTER = "5s"
 SETTLE_S = 2 * REAPER_INTERVAL + 5
 #: seconds of the at-rest window (full, --quick)
 REST_S, REST_S_QUICK = 30.0, 10.0
-#: the kept-running Laravel workers: queue (= side) -> (the redis connection's block_for, the
-#: smtp mailer's tcp_nodelay stream option): the strongest Laravel peer and Laravel as shipped
-LARAVEL_BLOCK_FOR = {"laravel-block": ("5", "1"), "laravel-sleep": ("null", "0")}
-#: Laravel's worker as scenario 3 runs it (the documentation's Supervisor example), its queue
-#: appended
-LARAVEL_ARGV = ["queue:work", "redis", "--sleep=3", "--tries=3", "--quiet"]
-ALWAYS_ON = ("host", *LARAVEL_BLOCK_FOR)
+#: the kept-running Laravel workers: queue (= side) -> (the redis connection's block_for,
+#: queue:work --sleep, the smtp mailer's tcp_nodelay stream option): tuned for pickup (no
+#: sleep between two blocking pops), as documented (scenario 1's) and as shipped (scenario 3's)
+LARAVEL_SIDES = {
+    "laravel-tuned": ("5", "0", "1"),
+    "laravel-docs": ("5", "3", "0"),
+    "laravel-shipped": ("null", "3", "0"),
+}
+#: Laravel's worker as scenario 3 runs it (the documentation's Supervisor example), its
+#: --sleep and queue appended
+LARAVEL_ARGV = ["queue:work", "redis", "--tries=3", "--quiet"]
+ALWAYS_ON = ("host", *LARAVEL_SIDES)
 IDLE_SIDES = ("wake", "up", *ALWAYS_ON)
 
 #: milestones of the operator path, in order, with their column names
@@ -414,12 +422,13 @@ def _idle_section(
         procs["host"] = [host_worker.pid]
         payloads: dict[tuple[str, int], list[bytes]] = {}
         log = (ctx.work_dir / "laravel-always-on.log").open("wb")
-        for side, (block_for, nodelay) in LARAVEL_BLOCK_FOR.items():
+        for side, (block_for, sleep, nodelay) in LARAVEL_SIDES.items():
             lenv = _laravel_env(ctx, server, sink, block_for, nodelay)
             for i in range(-1, repeats):  # -1: the untimed first job
                 path = ctx.work_dir / f"{side}-{i}.jsonl"
                 payloads[side, i] = _laravel_payloads(lenv, path, side, f"kept-{side}-{i}.test")
-            argv = [php_bin(), str(LARAVEL_ARTISAN), *LARAVEL_ARGV, f"--queue={side}"]
+            argv = [php_bin(), str(LARAVEL_ARTISAN), *LARAVEL_ARGV, f"--sleep={sleep}",
+                    f"--queue={side}"]  # fmt: skip
             proc = subprocess.Popen(argv, env=lenv, stdout=log, stderr=subprocess.STDOUT)
             laravel.append(proc)
             procs[side] = [proc.pid]
@@ -749,8 +758,9 @@ IDLE_LABELS = {
     "wake": "SendGroup, Idle (0 workers): the operator wakes it",
     "up": "SendGroup, its worker still up (within reaper.idleAfter)",
     "host": "our worker kept running on the host (WORKER_BLOCK_FOR 5)",
-    "laravel-block": "Laravel queue:work kept running, block_for 5, tcp_nodelay",
-    "laravel-sleep": "Laravel queue:work kept running, as shipped (block_for null, --sleep=3)",
+    "laravel-tuned": "Laravel queue:work kept running, tuned (block_for 5, --sleep=0, tcp_nodelay)",
+    "laravel-docs": "Laravel queue:work kept running, as documented (block_for 5, --sleep=3)",
+    "laravel-shipped": "Laravel queue:work kept running, as shipped (block_for null, --sleep=3)",
 }
 KEDA_ROW = (
     "KEDA Redis list scaler, Deployment at 0 replicas (pollingInterval default 30 s): first mail"
@@ -814,20 +824,23 @@ def _idle_result(idle: dict[str, Any], repeats: int) -> tuple[list[Table], Plot,
             "push script). Milestones are seen by the same watches as above, first mail by the "
             "sink. Idle group: created with one job, delivered, then reaped by the operator "
             f"(reaper.idleAfter {idle['idle_after']}, reaperInterval {REAPER_INTERVAL} s: "
-            "Deployment deleted, phase Idle) and left one more reaper pass (it then rests, "
-            "watched by the operator's idle check, one EXISTS per Redis every 0.5 s); "
+            "Deployment deleted, phase Idle), then given two more reaper passes and 5 s (the "
+            "first pass after the reaping one hands it to the operator's idle check, one EXISTS "
+            "per Redis every 0.5 s, which wakes it when jobs arrive); "
             f"{idle['setup_s']:.0f} s of setup, not timed. Workers still up: the same group "
             "pushed again once its round's mails arrived. Kept-running workers: started before "
             "the rounds, each sent one untimed round first; ours with the worker pod's "
             "environment; Laravel: Debian's Laravel 8.83, `php artisan queue:work redis "
-            "--queue=Q --sleep=3 --tries=3 --quiet` (https://laravel.com/docs/8.x/queues"
-            "#supervisor-configuration), the plain app (BENCH_PLAIN_LARAVEL=1), its queued "
-            "Mailable sent by SwiftMailer; block_for 5 is the value of Laravel's documentation "
-            "(https://laravel.com/docs/8.x/queues#blocking), with the smtp mailer's `stream` "
-            "option set to PHP's tcp_nodelay (scenario 3's strongest Laravel peer: without it "
-            "SwiftMailer's end of DATA waits ~40 ms for the sink's delayed ACK); as shipped: "
-            "block_for null, Laravel's default config/queue.php (the worker polls, sleeping "
-            "--sleep=3 s when the queue is empty), no tcp_nodelay. "
+            "--queue=Q --sleep=S --tries=3 --quiet`, the plain app (BENCH_PLAIN_LARAVEL=1), its "
+            "queued Mailable sent by SwiftMailer; as documented: block_for 5 "
+            "(https://laravel.com/docs/8.x/queues#blocking) and --sleep=3 "
+            "(https://laravel.com/docs/8.x/queues#supervisor-configuration), scenario 1's "
+            "settings; as shipped: block_for null (Laravel's default config/queue.php: the "
+            "worker polls, sleeping 3 s after each empty pop), scenario 3's; tuned: block_for 5, "
+            "--sleep=0 (no sleep between two blocking pops) and the smtp mailer's `stream` option "
+            "set to PHP's tcp_nodelay (scenario 3's strongest Laravel peer: without it "
+            "SwiftMailer's end of DATA waits ~40 ms for the sink's delayed ACK), the strongest "
+            "Laravel peer for this case we could set up. "
             "Rounds interleaved, the order rotated by one each round; a random 0.5-1.5 s pause "
             f"before each push. {KEDA}."
         ),
@@ -864,20 +877,27 @@ def _idle_result(idle: dict[str, Any], repeats: int) -> tuple[list[Table], Plot,
     )
     m = {side: _med(_col(rounds[side], "mail")) for side in IDLE_SIDES}
     wm = {key: _med(_col(wake, key)) for key, _ in STEPS[1:]}
-    host_ratio = _paired(wake, rounds["host"], "mail")
-    lb_ratio = _paired(wake, rounds["laravel-block"], "mail")
-    ls_ratio = _paired(wake, rounds["laravel-sleep"], "mail")
-    rh, rlb, rls = rest["host"], rest["laravel-block"], rest["laravel-sleep"]
+    ratio = {side: _med(_paired(wake, rounds[side], "mail")) for side in ALWAYS_ON}
+    short = {
+        "host": "ours on the host",
+        "laravel-tuned": "Laravel tuned",
+        "laravel-docs": "Laravel as documented",
+        "laravel-shipped": "Laravel as shipped",
+    }
+    rh = rest["host"]
     findings = [
         f"Jobs pushed to an existing idle group (0 workers), median over {repeats} rounds: first "
         f"mail {m['wake']:.2f} s ({_span(_col(wake, 'mail'))}) after the push. A worker kept "
-        f"running mails after {_t(m['host'])} (ours on the host), {_t(m['laravel-block'])} "
-        f"(Laravel queue:work, block_for 5, tcp_nodelay) and {_t(m['laravel-sleep'])} "
-        "(Laravel as shipped, --sleep=3); the group whose worker is still up (within "
-        f"reaper.idleAfter) after {_t(m['up'])}. **We lose** to every kept-running worker: "
-        f"scale-to-zero adds {m['wake'] - m['host']:.2f} s to the first mail "
-        f"({_x(_med(host_ratio))} ours kept running, {_x(_med(lb_ratio))} Laravel with "
-        f"block_for 5, {_x(_med(ls_ratio))} Laravel as shipped; per round, medians).",
+        "running mails after "
+        + ", ".join(f"{_t(m[side])} ({short[side]})" for side in ALWAYS_ON)
+        + "; the group whose worker is still up (within reaper.idleAfter) after "
+        f"{_t(m['up'])}. **We lose** to every kept-running worker: scale-to-zero adds "
+        f"{m['wake'] - m['host']:.2f} s to the first mail ("
+        + ", ".join(f"{_x(ratio[side])} {short[side]}" for side in ALWAYS_ON)
+        + "; the idle group's time over the other's, per round, medians). Laravel as documented "
+        "and as shipped sleep 3 s whenever a pop finds nothing (Illuminate\\Queue\\Worker: "
+        "--sleep after an empty pop, also after block_for's 5 s wait), so a push may wait up to "
+        "3 s there.",
         "Where the idle group's time goes (medians): push -> Deployment created "
         f"{wm['deployment']:.2f} s (the operator's idle check polls every 0.5 s, then one "
         f"reconcile pass); -> Pod {wm['pod'] - wm['deployment']:.2f} s; -> scheduled "
@@ -888,14 +908,18 @@ def _idle_result(idle: dict[str, Any], repeats: int) -> tuple[list[Table], Plot,
         + "Before issue 15's observer, push -> Deployment took ~5.75 s on average (the "
         "reaper's 10 s pass; bench/scale, control plane without a node).",
         f"What the always-on side costs at rest: our worker {rh['cpu_ms_per_s']:.2f} ms CPU/s "
-        f"and {rh['rss_mib']:.0f} MiB, Laravel's {rlb['cpu_ms_per_s']:.2f} ms/s "
-        f"(block_for 5) / {rls['cpu_ms_per_s']:.2f} ms/s (--sleep=3) and "
-        f"{rlb['rss_mib']:.0f} / {rls['rss_mib']:.0f} MiB, per queue, for as long as it waits "
-        "(on Kubernetes also the pod's requests, reserved on a node). An Idle SendGroup has no "
-        f"process; the operator pod ({op['cpu_ms_per_s']:.2f} ms/s, {op['rss_mib']:.0f} MiB "
-        f"here with {int(op['groups'])} idle groups) runs once for every group. A group that "
-        "must answer in milliseconds can keep its workers: reaper.idleAfter (default 30m) "
-        "is how long they stay after the queue empties, at the kept-running cost.",
+        f"and {rh['rss_mib']:.0f} MiB; Laravel's "
+        + ", ".join(
+            f"{rest[side]['cpu_ms_per_s']:.2f} ms/s and {rest[side]['rss_mib']:.0f} MiB "
+            f"({short[side].removeprefix('Laravel ')})"
+            for side in ALWAYS_ON[1:]
+        )
+        + "; per queue, for as long as it waits (on Kubernetes also the pod's requests, "
+        "reserved on a node). An Idle SendGroup has no process; the operator pod "
+        f"({op['cpu_ms_per_s']:.2f} ms/s, {op['rss_mib']:.0f} MiB here with "
+        f"{int(op['groups'])} idle groups) runs once for every group. A group that must answer "
+        "in milliseconds can keep its workers: reaper.idleAfter (default 30m) is how long they "
+        "stay after the queue empties, at the kept-running cost.",
         f"Context, not measured: {KEDA}. A Deployment that KEDA keeps at 0 replicas sees the "
         "push at its next poll, up to 30 s later (15 s on average) with the default, before "
         "the same pod start; a lower pollingInterval shortens that at the cost of more "
@@ -909,8 +933,9 @@ def _idle_result(idle: dict[str, Any], repeats: int) -> tuple[list[Table], Plot,
             "SendGroup Idle": m["wake"],
             "SendGroup, worker up": m["up"],
             "ours kept running": m["host"],
-            "Laravel, block_for 5, tcp_nodelay": m["laravel-block"],
-            "Laravel, --sleep=3": m["laravel-sleep"],
+            "Laravel tuned": m["laravel-tuned"],
+            "Laravel as documented": m["laravel-docs"],
+            "Laravel as shipped": m["laravel-shipped"],
         },
         log_y=True,
     )
