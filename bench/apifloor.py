@@ -4,7 +4,8 @@ answers (issue 15: "the API server's floor, a minimal client making only the nec
 requests, measured in the same run").
 
 Run as its own process so that its figure is timed from process spawn to exit, the same basis
-as the operator's cold start (``bench/scale``). One keep-alive pool (``bench.kubebench.RawApi``),
+as the operator's cold start (``bench/scale``). One keep-alive pool (``bench.operator_peer.Client``,
+kept to aiohttp and PyYAML so that the floor's own start-up is lean too),
 ``concurrency`` requests in flight (default 16). PLAN.json::
 
     {"kubeconfig": "/path/sa.kubeconfig",
@@ -31,7 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.kubebench import RawApi
+from bench.operator_peer import Client
 
 GROUP, VERSION, PLURAL = "sendgroups.io", "v1alpha1", "sendgroups"
 
@@ -40,7 +41,8 @@ async def reconcile_all(plan: dict[str, Any]) -> dict[str, Any]:
     """The LISTs, then every status patch and Deployment create, ``concurrency`` in flight."""
     statuses: dict[str, Any] = plan.get("statuses") or {}
     deployments: dict[str, Any] = plan.get("deployments") or {}
-    async with RawApi(Path(plan["kubeconfig"])) as api:
+    api = Client(Path(plan["kubeconfig"]))
+    try:
         sem = asyncio.Semaphore(int(plan.get("concurrency", 16)))
         started = time.monotonic()
 
@@ -80,6 +82,8 @@ async def reconcile_all(plan: dict[str, Any]) -> dict[str, Any]:
             "requests": api.requests,
             "groups": len(listed),
         }
+    finally:
+        await api.session.close()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,10 +8,7 @@ Redis figures from ``INFO commandstats``. Times are seconds, memory MiB.
 
 from __future__ import annotations
 
-import base64
-import json
 import os
-import ssl
 import statistics
 import time
 from collections.abc import Callable
@@ -19,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import redis
-import yaml
 
 from tests.support.cluster import KubeCluster
 
@@ -91,46 +87,3 @@ def poll(predicate: Callable[[], Any], timeout: float, what: str, interval: floa
         if time.monotonic() > deadline:
             raise TimeoutError(f"{what}: not within {timeout:.0f}s (last error: {last!r})")
         time.sleep(interval)
-
-
-class RawApi:
-    """A minimal asynchronous API client (aiohttp, one keep-alive pool) authenticating with
-    the bearer token of a ServiceAccount kubeconfig (as written by
-    ``tests.support.cluster.service_account_kubeconfig``). ``requests`` counts calls made."""
-
-    def __init__(self, kubeconfig: Path) -> None:
-        cfg = yaml.safe_load(kubeconfig.read_text())
-        cluster = cfg["clusters"][0]["cluster"]
-        self.server: str = cluster["server"]
-        self.token: str = cfg["users"][0]["user"]["token"]
-        ca = base64.b64decode(cluster["certificate-authority-data"]).decode()
-        self.ssl = ssl.create_default_context(cadata=ca)
-        self.requests = 0
-        self.session: Any = None
-
-    async def __aenter__(self) -> RawApi:
-        import aiohttp
-
-        self.session = aiohttp.ClientSession(
-            headers={"Authorization": f"Bearer {self.token}"},
-            connector=aiohttp.TCPConnector(ssl=self.ssl, limit=64),
-        )
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.session.close()
-
-    async def call(
-        self, method: str, path: str, body: Any = None, content_type: str = "application/json"
-    ) -> dict[str, Any]:
-        """One request; returns the parsed JSON. Raises RuntimeError on a status >= 400."""
-        self.requests += 1
-        data = None if body is None else json.dumps(body)
-        async with self.session.request(
-            method, self.server + path, data=data, headers={"Content-Type": content_type}
-        ) as resp:
-            text = await resp.text()
-            if resp.status >= 400:
-                raise RuntimeError(f"{method} {path}: {resp.status} {text[:300]}")
-            result: dict[str, Any] = json.loads(text)
-            return result
