@@ -577,6 +577,16 @@ def _groups_gauge(op: OperatorProcess) -> str:
     return text
 
 
+def passed_groups(op: OperatorProcess) -> int:
+    """The distinct groups the operator process has passed: the sum of its
+    ``sendgroup_groups{phase=...}`` gauge (one entry per group passed, ``GroupTable``), read
+    alone (:func:`_groups_gauge`); 0 while its /metrics does not answer yet."""
+    try:
+        return int(_metric_sum(_groups_gauge(op), "sendgroup_groups"))
+    except OSError:
+        return 0
+
+
 def _versions(kube: KubeCluster, namespaces: list[str]) -> dict[tuple[str, str], str]:
     return {
         (i["metadata"]["namespace"], i["metadata"]["name"]): i["metadata"]["resourceVersion"]
@@ -589,7 +599,7 @@ def _restart(
 ) -> dict[str, Any]:
     """The operator stopped (SIGTERM) and a new process started: seconds from its spawn until
     it has passed every group once (the sum of its ``sendgroup_groups`` gauge, one entry per
-    group passed, reaches ``n``; that gauge alone polled every 0.5 s, :func:`_groups_gauge`),
+    group passed, reaches ``n``; that gauge alone polled every 0.5 s, :func:`passed_groups`),
     the API requests (any client) and the SendGroup writes the restart caused (groups whose
     ``resourceVersion`` moved, counted when all were passed and again 15 s later), its CPU."""
     op.stop()
@@ -604,10 +614,7 @@ def _restart(
     while time.monotonic() - t < 120 + n * 0.3:
         if not op.running():
             raise RuntimeError(f"operator exited after the restart:\n{op.log()[-3000:]}")
-        try:
-            passed = int(_metric_sum(_groups_gauge(op), "sendgroup_groups"))
-        except OSError:  # not listening yet
-            passed = 0
+        passed = passed_groups(op)
         progress.append((round(time.monotonic() - t, 2), passed))
         if passed >= n:
             done = time.monotonic() - t

@@ -58,7 +58,7 @@ from bench.kubebench import (
     redis_calls_delta,
 )
 from bench.report import Context, Plot, Result, Scenario, Table
-from bench.scale import _deployments, _list, _rbac
+from bench.scale import _deployments, _list, _rbac, passed_groups
 from bench.scenarios.memory import spread
 from sendgroup_operator import tenancy
 from sendgroup_worker.producer import make_mail_payload
@@ -215,22 +215,6 @@ class GroupWatch:
         finally:
             resp.close()
             resp.release_conn()
-
-
-def _passed(op: OperatorProcess) -> int:
-    """The sum of the operator's ``sendgroup_groups{phase=...}``: the distinct groups this
-    process has passed (0 while /metrics does not answer yet)."""
-    try:
-        text = op.metrics()
-    except OSError:
-        return 0
-    return int(
-        sum(
-            float(line.split()[-1])
-            for line in text.splitlines()
-            if line.startswith("sendgroup_groups{")
-        )
-    )
 
 
 def _operator(
@@ -483,7 +467,7 @@ def _restart(
     while True:
         if not op.running():
             raise RuntimeError(f"restarted operator exited:\n{op.log()[-3000:]}")
-        passed = _passed(op)
+        passed = passed_groups(op)
         now = time.monotonic() - started
         series.append((round(now, 2), float(passed)))
         if passed >= n:
