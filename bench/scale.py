@@ -426,19 +426,12 @@ def run(
             file=sys.stderr,
         )
 
-        # kopf's own bookkeeping (its last-handled-configuration annotation, a write of the
-        # object) lands after the first status; the rest window starts once it is on every
-        # group (up to 120 s more), plus 15 s for the last passes
+        # kopf's own bookkeeping (its diff base: in status since issue 15, in an annotation
+        # before, a write of its own) may land after the first status; the rest window starts
+        # once it is on every group (up to 120 s more), plus 15 s for the last passes
         settle = time.monotonic()
         while time.monotonic() - settle < 120:
-            handled = sum(
-                1
-                for i in _list(kube, namespaces)
-                if any(
-                    a.endswith("/last-handled-configuration")
-                    for a in (i["metadata"].get("annotations") or {})
-                )
-            )
+            handled = sum(1 for i in _list(kube, namespaces) if _kopf_handled(i))
             if handled == n:
                 break
             time.sleep(2.0)
@@ -554,6 +547,15 @@ def run(
         other_redis.cleanup()
         stop_cluster(state)
     return out
+
+
+def _kopf_handled(item: dict[str, Any]) -> bool:
+    """kopf recorded its diff base: ``status.lastHandledConfiguration``, or the annotation
+    an operator before issue 15 (``--operator-tree``) wrote."""
+    if "lastHandledConfiguration" in (item.get("status") or {}):
+        return True
+    annotations = item["metadata"].get("annotations") or {}
+    return any(a.endswith("/last-handled-configuration") for a in annotations)
 
 
 def _metric_sum(text: str, name: str) -> float:

@@ -149,6 +149,13 @@ def _status_schema(model: type[BaseModel]) -> dict[str, Any]:
     schema = structural(model.model_json_schema(by_alias=True, mode="serialization"))
     _strip_defaults(schema)
     schema["description"] = "Observed state, written only by the operator."
+    # kopf's bookkeeping, not a field of the model: the operator's own status patches never
+    # name it, so they never clear it (startup.StatusDiffBase)
+    schema.setdefault("properties", {})[models.DIFFBASE_FIELD] = {
+        "type": "string",
+        "description": "The spec, labels and annotations the operator last handled (JSON, "
+        "kopf's diff base): a change is a difference from it.",
+    }
     return schema
 
 

@@ -214,12 +214,17 @@ def test_sendgroup_with_jobs_gets_its_workers_and_status(
     assert wide.splitlines()[0].split()[-3:] == ["FAILED", "PAUSED", "DUMPED"]
     assert "gmail" in kube_cluster.kubectl("get", "mail", "-n", objects.namespace).stdout
 
-    # kopf's bookkeeping lives under our API group's prefix, never in status.
+    # kopf's bookkeeping: its finalizer under our API group's prefix, its diff base in status
+    # (written in the same request as the group's status, issue 15), no annotation for it
     meta = objects.get("sendgroup", "gmail")["metadata"]  # type: ignore[index]
     assert meta["finalizers"] == ["sendgroups.io/finalizer"]
-    kopf_keys = [k for k in meta.get("annotations", {}) if "kopf" in k or "last-handled" in k]
-    assert kopf_keys and all(k.startswith("sendgroups.io/") for k in kopf_keys)
+    annotations = meta.get("annotations", {})
+    assert not [k for k in annotations if "last-handled" in k]
+    assert all(k.startswith("sendgroups.io/") for k in annotations if "kopf" in k)
+    handled = json.loads(objects.status("gmail")["lastHandledConfiguration"])
+    assert handled["spec"]["host"] == "gmail.com"
     assert set(objects.status("gmail")) <= {
+        "lastHandledConfiguration",
         "observedGeneration",
         "phase",
         "workers",

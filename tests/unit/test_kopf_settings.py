@@ -1,11 +1,18 @@
 """The operator's settings reach kopf's: SENDGROUP_WORKER_LIMIT caps kopf's per-object workers
-(and shortens how long an idle one holds its slot); 0, kopf keeps its own defaults."""
+(and shortens how long an idle one holds its slot); 0, kopf keeps its own defaults. kopf's diff
+base lives in status (one write less per new group), read from the annotation of older
+releases."""
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 import kopf
 import pytest
+import yaml
 
+from sendgroup_operator import crdgen, models
 from sendgroup_operator.settings import Settings, SettingsError
 from sendgroup_operator.startup import IDLE_WORKER_TIMEOUT, configure_kopf
 
@@ -36,3 +43,58 @@ def test_the_default_caps_a_cold_start() -> None:
 def test_a_negative_limit_is_refused_at_start_naming_the_variable() -> None:
     with pytest.raises(SettingsError, match="SENDGROUP_WORKER_LIMIT='-3': expected >= 0"):
         Settings.from_env({"SENDGROUP_WORKER_LIMIT": "-3"})
+
+
+def _group(annotations: dict[str, str] | None = None, status: dict[str, Any] | None = None) -> Any:
+    meta: dict[str, Any] = {"name": "gmail", "namespace": "t1", "labels": {"team": "a"}}
+    if annotations:
+        meta["annotations"] = annotations
+    return {
+        "apiVersion": models.API_VERSION,
+        "kind": models.KIND,
+        "metadata": meta,
+        "spec": {"campaign": "c", "host": "gmail.com", "workers": 2},
+        "status": status or {"phase": "Running"},
+    }
+
+
+def test_the_diff_base_goes_into_the_status_patch_not_into_an_annotation() -> None:
+    storage = _kopf({}).persistence.diffbase_storage
+    body = kopf.Body(_group())
+    patch = kopf.Patch()
+    storage.store(body=body, patch=patch, essence=storage.build(body=body))
+    assert set(patch) == {"status"}, "a metadata change would be a second write of the object"
+    stored = json.loads(patch["status"][models.DIFFBASE_FIELD])
+    assert stored["spec"] == body["spec"] and stored["metadata"]["labels"] == {"team": "a"}
+    again = kopf.Body(
+        _group(status={models.DIFFBASE_FIELD: patch["status"][models.DIFFBASE_FIELD]})
+    )
+    assert storage.fetch(body=again) == storage.build(body=again)  # no change seen
+    changed = _group(status={models.DIFFBASE_FIELD: patch["status"][models.DIFFBASE_FIELD]})
+    changed["spec"]["workers"] = 5
+    assert storage.fetch(body=kopf.Body(changed)) != storage.build(body=kopf.Body(changed))
+
+
+def test_a_group_handled_by_an_older_operator_is_read_from_the_annotation_unchanged() -> None:
+    # the diff base as the annotation storage of earlier releases wrote it
+    legacy = kopf.AnnotationsDiffBaseStorage(prefix=models.GROUP, key="last-handled-configuration")
+    old = kopf.Body(_group())
+    patch = kopf.Patch()
+    legacy.store(body=old, patch=patch, essence=legacy.build(body=old))
+    annotations = dict(patch["metadata"]["annotations"])
+    assert models.LEGACY_DIFFBASE_ANNOTATION in annotations  # beside kopf's own marker
+
+    storage = _kopf({}).persistence.diffbase_storage
+    upgraded = kopf.Body(_group(annotations=annotations))
+    assert storage.fetch(body=upgraded) is not None
+    # neither a replayed change nor a change in the annotations after the upgrade
+    assert storage.fetch(body=upgraded) == storage.build(body=upgraded)
+    # a new object has no diff base at all (kopf's "create")
+    assert storage.fetch(body=kopf.Body(_group())) is None
+
+
+def test_the_crd_keeps_the_diff_base_field_of_every_kind() -> None:
+    for plural in crdgen.CRDS:
+        version = yaml.safe_load(crdgen.render(plural))["spec"]["versions"][0]
+        status = version["schema"]["openAPIV3Schema"]["properties"]["status"]
+        assert status["properties"][models.DIFFBASE_FIELD]["type"] == "string", plural
