@@ -79,22 +79,16 @@ class StatusDiffBase(kopf.StatusDiffBaseStorage):
     API server's CPU is the bound of a cold start, ~8-9 ms per write).
 
     Objects handled by an older operator carry the diff base in the annotation
-    :data:`models.LEGACY_DIFFBASE_ANNOTATION` only: :meth:`fetch` falls back to it, and
-    :meth:`build` leaves it out of the essence (as kopf's annotation storage did), so the upgrade
-    neither replays a handled change nor sees a change in the annotations."""
+    :data:`models.LEGACY_DIFFBASE_ANNOTATION` only: :meth:`fetch` falls back to it, so the upgrade
+    replays no handled change. The annotation itself is not part of the essence: kopf marked our
+    prefix as its own (``sendgroups.io/kopf-managed``), and leaves every annotation under a
+    marked prefix out."""
 
     def __init__(self) -> None:
         super().__init__(field=f"status.{models.DIFFBASE_FIELD}")
         self._legacy = kopf.AnnotationsDiffBaseStorage(
             prefix=models.GROUP, key="last-handled-configuration"
         )
-
-    def build(self, *, body: kopf.Body, extra_fields: Any = None) -> kopf.BodyEssence:
-        """The essence (spec, labels, annotations), without either place of the diff base."""
-        essence = super().build(body=body, extra_fields=extra_fields)
-        self._legacy.remove_annotations(essence, {models.LEGACY_DIFFBASE_ANNOTATION})
-        self._legacy.remove_empty_stanzas(essence)
-        return essence
 
     def fetch(self, *, body: kopf.Body) -> kopf.BodyEssence | None:
         """The diff base from status, else from the legacy annotation, else None (a new
