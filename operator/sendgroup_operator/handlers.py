@@ -7,7 +7,10 @@ The reaper is a kopf daemon (one coroutine per group), not a timer: a timer fire
 ``reaperInterval``, so each step of a multi-step transition (restore -> workers, dump ->
 Dumped, workers gone -> purge) waited a whole interval. The daemon runs the next pass after
 ``plan.requeue_after`` seconds while something is in motion, after ``plan.idle_wait`` when
-it is idle and watched by the observer, else after ``reaperInterval``.
+it is idle and watched by the observer, else after ``reaperInterval``. A change handler's pass
+(create, spec update, resume at the operator's start) stands for the daemon's next pass: the
+daemon waits the delay that pass's plan asked for (``Runtime.hand_over``), so a start passes
+each group once, not twice.
 It writes status through the API (:meth:`Kube.patch_group_status`): kopf applies a daemon's
 ``patch`` only when the daemon function returns.
 Status is written only when the plan says something meaningful changed, so a steady group
@@ -149,10 +152,25 @@ async def _pass(
         _events(result, body)
         if result.write_status:
             patch.status.update(result.status.model_dump(mode="json", by_alias=True))
+        rt: reconcile.Runtime = memo.runtime
+        meta = body["metadata"]
+        key = f"{meta['namespace']}/{meta['name']}"
+        rt.hand_over(key, _next_delay(rt, result))
         if result.requeue_after is not None:
-            meta = body["metadata"]
-            memo.runtime.kick(f"{meta['namespace']}/{meta['name']}", result.requeue_after)
+            rt.kick(key, result.requeue_after)
     return result
+
+
+def _next_delay(rt: reconcile.Runtime, result: plan.Plan) -> float:
+    """Seconds until a group's next pass after ``result``: ``requeue_after`` while something
+    is in motion, else ``idle_wait`` when it rests (the observer wakes it when jobs arrive),
+    else ``reaperInterval``."""
+    delay = rt.settings.reaper_interval
+    if result.idle_wait is not None:
+        delay = result.idle_wait
+    if result.requeue_after is not None:
+        delay = min(delay, result.requeue_after)
+    return delay
 
 
 def _not_mine(memo: Any, body: kopf.Body) -> bool:
@@ -262,8 +280,13 @@ async def _reap(
     while not stopped:
         if shard is not None and not shard.may_act(meta["uid"]):
             return
-        wakeup = rt.wakeup(f"{meta['namespace']}/{meta['name']}")
+        key = f"{meta['namespace']}/{meta['name']}"
+        wakeup = rt.wakeup(key)
         changed = None if shard is None else shard.changed()
+        handed = rt.handed(key)
+        if handed is not None:  # a change handler's pass stands for this one
+            await _sleep(stopped, wakeup, handed, changed)
+            continue
         delay = rt.settings.reaper_interval
         if shard is not None:
             shard.busy += 1
@@ -273,10 +296,7 @@ async def _reap(
                 _events(result, body)
                 if result.write_status:
                     await write_status(rt, meta["namespace"], meta["name"], result.status)
-                if result.idle_wait is not None:
-                    delay = result.idle_wait  # the observer wakes it when jobs arrive
-                if result.requeue_after is not None:
-                    delay = min(delay, result.requeue_after)
+                delay = _next_delay(rt, result)
         except Exception as exc:  # never let one failure stop the reaper
             logger.warning("reaper pass failed: %s: %s", type(exc).__name__, exc)
         finally:

@@ -80,6 +80,9 @@ class Runtime:
     #: Per group: set to wake its reaper daemon before its sleep ends (a change handler's
     #: pass asked for a follow-up pass, see :meth:`kick`).
     wakeups: dict[str, asyncio.Event] = field(default_factory=dict)
+    #: Per group: monotonic seconds until which a change handler's pass stands for the reaper
+    #: daemon's next pass (see :meth:`handed`).
+    next_pass: dict[str, float] = field(default_factory=dict)
     #: Queue claims this process made or confirmed, (Redis URL, queue) -> (owner id, monotonic
     #: seconds): confirmed again in Redis only after CLAIM_RECHECK seconds.
     claims: dict[tuple[str, str], tuple[str, float]] = field(default_factory=dict)
@@ -178,6 +181,23 @@ class Runtime:
         handler continues without waiting for the daemon's own sleep to end)."""
         asyncio.get_running_loop().call_later(after, self.wakeup(key).set)
 
+    def hand_over(self, key: str, delay: float) -> None:
+        """A change handler just passed ``key``, and its plan wants the next pass in ``delay``
+        seconds: the reaper daemon's next pass waits until then (:meth:`handed`) instead of
+        running the same pass again at once. At an operator's start every group gets kopf's
+        resume handler and its daemon's first pass within a second: two passes per group
+        (issue 15: a restart's CPU)."""
+        self.next_pass[key] = time.monotonic() + delay
+
+    def handed(self, key: str) -> float | None:
+        """Seconds the reaper daemon of ``key`` still waits for a change handler's pass
+        (:meth:`hand_over`); None when no pass stands for its next one. Read once."""
+        due = self.next_pass.pop(key, None)
+        if due is None:
+            return None
+        left = due - time.monotonic()
+        return left if left > 0 else None
+
     def set_demand(self, key: str, demand: int) -> None:
         """Record the workers ``key`` wants (the global cap's input); a change drops the cached
         allocation."""
@@ -215,6 +235,7 @@ class Runtime:
         self.written.pop(key, None)
         self.deployment_writes.pop(key, None)
         self.wakeups.pop(key, None)
+        self.next_pass.pop(key, None)
         self.parsed.pop(key, None)
         self.rest(key, False)
         self.observer.forget(key)

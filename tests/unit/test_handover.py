@@ -1,0 +1,109 @@
+"""A change handler's pass stands for the reaper daemon's next pass (issue 15): at an operator's
+start kopf runs every group's resume handler and starts its daemon within a second, so each
+group was passed twice. The daemon now waits the delay the change handler's plan asked for;
+a wake-up (jobs arrived, a follow-up the plan asked for) still ends that wait at once."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from types import SimpleNamespace
+from typing import Any
+
+import kopf
+import pytest
+
+from sendgroup_operator import handlers, reconcile
+from sendgroup_operator.settings import Settings
+from tests.unit.test_shard_gating import BODY, start_reaper
+
+KEY = "mail/g"
+
+
+def _plan(idle_wait: float | None = None, requeue_after: float | None = None) -> Any:
+    return SimpleNamespace(
+        events=[], write_status=False, status=None, idle_wait=idle_wait, requeue_after=requeue_after
+    )
+
+
+@pytest.fixture
+def passes(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """Replace the reconcile pass: record when each ran; its plan rests the group 60 s,
+    except a plan the test queued in ``plans``."""
+    calls: list[float] = []
+
+    async def fake(*args: Any, **kwargs: Any) -> Any:
+        calls.append(time.monotonic())
+        return PLANS.pop(0) if PLANS else _plan(idle_wait=60)
+
+    monkeypatch.setattr(handlers, "_compute", fake)
+    PLANS.clear()
+    return calls
+
+
+PLANS: list[Any] = []
+
+
+def _memo() -> SimpleNamespace:
+    rt = reconcile.Runtime(settings=Settings(reaper_interval=30), kube=None)  # type: ignore[arg-type]
+    return SimpleNamespace(runtime=rt)
+
+
+def test_start_passes_each_group_once_not_twice(passes: list[float]) -> None:
+    memo = _memo()
+
+    async def scenario() -> None:
+        await handlers.on_change(body=BODY, patch=kopf.Patch(), memo=memo, logger=None)
+        stopped, task = start_reaper(memo)
+        await asyncio.sleep(0.2)
+        assert len(passes) == 1, "the daemon ran the resume handler's pass again at once"
+        memo.runtime.wakeup(KEY).set()  # jobs arrived: the wait ends at once
+        await asyncio.sleep(0.1)
+        assert len(passes) == 2
+        stopped.event.set()
+        await asyncio.wait_for(task, 1)
+
+    asyncio.run(scenario())
+
+
+def test_a_follow_up_the_change_handler_asked_for_runs_when_asked(passes: list[float]) -> None:
+    memo = _memo()
+    PLANS.append(_plan(requeue_after=0.3))
+
+    async def scenario() -> None:
+        started = time.monotonic()
+        await handlers.on_change(body=BODY, patch=kopf.Patch(), memo=memo, logger=None)
+        stopped, task = start_reaper(memo)
+        await asyncio.sleep(0.6)
+        assert len(passes) == 2
+        assert 0.25 <= passes[1] - started < 0.5
+        stopped.event.set()
+        await asyncio.wait_for(task, 1)
+
+    asyncio.run(scenario())
+
+
+def test_without_a_change_handler_pass_the_daemon_passes_at_once(passes: list[float]) -> None:
+    memo = _memo()
+
+    async def scenario() -> None:
+        stopped, task = start_reaper(memo)
+        await asyncio.sleep(0.1)
+        assert len(passes) == 1
+        stopped.event.set()
+        await asyncio.wait_for(task, 1)
+
+    asyncio.run(scenario())
+
+
+def test_the_hand_over_is_read_once_and_expires() -> None:
+    rt = reconcile.Runtime(settings=Settings(), kube=None)  # type: ignore[arg-type]
+    rt.hand_over(KEY, 5)
+    left = rt.handed(KEY)
+    assert left is not None and 4 < left <= 5
+    assert rt.handed(KEY) is None
+    rt.hand_over(KEY, 0)
+    assert rt.handed(KEY) is None
+    rt.hand_over(KEY, 5)
+    rt.forget(KEY)
+    assert rt.handed(KEY) is None
