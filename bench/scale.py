@@ -550,9 +550,9 @@ def run(
 
 
 def _kopf_handled(item: dict[str, Any]) -> bool:
-    """kopf recorded its diff base: ``status.lastHandledConfiguration``, or the annotation
-    an operator before issue 15 (``--operator-tree``) wrote."""
-    if "lastHandledConfiguration" in (item.get("status") or {}):
+    """kopf recorded its diff base: ``status.kopf.last-handled-configuration``, or the
+    annotation an operator before issue 15 (``--operator-tree``) wrote."""
+    if "last-handled-configuration" in ((item.get("status") or {}).get("kopf") or {}):
         return True
     annotations = item["metadata"].get("annotations") or {}
     return any(a.endswith("/last-handled-configuration") for a in annotations)

@@ -150,11 +150,13 @@ def _status_schema(model: type[BaseModel]) -> dict[str, Any]:
     _strip_defaults(schema)
     schema["description"] = "Observed state, written only by the operator."
     # kopf's bookkeeping, not a field of the model: the operator's own status patches never
-    # name it, so they never clear it (startup.StatusDiffBase)
-    schema.setdefault("properties", {})[models.DIFFBASE_FIELD] = {
-        "type": "string",
-        "description": "The spec, labels and annotations the operator last handled (JSON, "
-        "kopf's diff base): a change is a difference from it.",
+    # name it, so they never clear it (startup.StatusDiffBase, startup.StatusProgress)
+    schema.setdefault("properties", {})[models.KOPF_STATUS_FIELD] = {
+        "type": "object",
+        "x-kubernetes-preserve-unknown-fields": True,
+        "description": "kopf's bookkeeping, written by the operator: the spec, labels and "
+        "annotations it last handled (last-handled-configuration, JSON; a change is a "
+        "difference from it) and a handler's retries while one is retried (progress).",
     }
     return schema
 

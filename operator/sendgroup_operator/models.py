@@ -49,10 +49,12 @@ VERSION: Final = "v1alpha1"
 API_VERSION: Final = f"{GROUP}/{VERSION}"
 KIND: Final = "SendGroup"
 PLURAL: Final = "sendgroups"
-#: ``status`` field holding kopf's diff base (the spec, labels and annotations the operator last
-#: handled, as JSON) on every kind the operator watches; written by kopf in the same status patch
-#: as the operator's own status, not in a separate write of the object (issue 15)
-DIFFBASE_FIELD: Final = "lastHandledConfiguration"
+#: ``status`` field holding kopf's bookkeeping on every kind the operator watches (issue 15):
+#: ``last-handled-configuration`` (its diff base: the spec, labels and annotations last handled,
+#: as JSON), ``progress`` (a handler's retries, only while one is retried) and ``dummy`` (its
+#: touch field). In status, kopf writes them in the same request as the operator's own status;
+#: in annotations they cost a separate write of the object per new group.
+KOPF_STATUS_FIELD: Final = "kopf"
 #: the annotation kopf kept its diff base in before (objects handled by an older operator)
 LEGACY_DIFFBASE_ANNOTATION: Final = f"{GROUP}/last-handled-configuration"
 SINGULAR: Final = "sendgroup"

@@ -71,21 +71,18 @@ IDLE_WORKER_TIMEOUT: Final = 0.5
 
 
 class StatusDiffBase(kopf.StatusDiffBaseStorage):
-    """kopf's diff base in ``status.lastHandledConfiguration`` (:data:`models.DIFFBASE_FIELD`)
-    instead of an annotation. kopf writes the diff base after a change handler, in the same
-    patch as the handler's ``patch.status``; with the status subresource an annotation is a
-    separate write of the object, a status field is not: a new group costs two writes (kopf's
-    finalizer, then status with the diff base) instead of three (issue 15, ``bench/scale``: the
-    API server's CPU is the bound of a cold start, ~8-9 ms per write).
+    """kopf's diff base in ``status.kopf.last-handled-configuration`` (kopf's own default
+    place; :data:`models.KOPF_STATUS_FIELD`) instead of an annotation: kopf writes it after a
+    change handler in the same patch as the handler's ``patch.status``, one status request.
 
-    Objects handled by an older operator carry the diff base in the annotation
+    Objects handled by an older operator carry it in the annotation
     :data:`models.LEGACY_DIFFBASE_ANNOTATION` only: :meth:`fetch` falls back to it, so the upgrade
     replays no handled change. The annotation itself is not part of the essence: kopf marked our
     prefix as its own (``sendgroups.io/kopf-managed``), and leaves every annotation under a
     marked prefix out."""
 
     def __init__(self) -> None:
-        super().__init__(field=f"status.{models.DIFFBASE_FIELD}")
+        super().__init__(name=models.KOPF_STATUS_FIELD)
         self._legacy = kopf.AnnotationsDiffBaseStorage(
             prefix=models.GROUP, key="last-handled-configuration"
         )
@@ -97,12 +94,39 @@ class StatusDiffBase(kopf.StatusDiffBaseStorage):
         return found if found is not None else self._legacy.fetch(body=body)
 
 
+class StatusProgress(kopf.StatusProgressStorage):
+    """kopf's handler progress in ``status.kopf.progress`` (and its touch field in
+    ``status.kopf.dummy``) instead of annotations. With annotations, kopf's first ``store`` on
+    every object adds the marker annotation ``sendgroups.io/kopf-managed``, which no purge
+    removes: a separate write of every new group (issue 15: a new group cost three writes,
+    finalizer, marker + diff base, status; with both in status it costs two, finalizer and one
+    status patch). A handler that succeeds at once leaves an empty ``progress`` behind.
+
+    Upgrade: a group an older operator left mid-retry has its record in an annotation;
+    :meth:`fetch` reads it there when status has none, and :meth:`purge` clears it there too
+    (a write only for such a group)."""
+
+    def __init__(self) -> None:
+        super().__init__(name=models.KOPF_STATUS_FIELD)
+        self._legacy = kopf.AnnotationsProgressStorage(prefix=models.GROUP)
+
+    def fetch(self, *, key: Any, body: kopf.Body) -> Any:
+        """The handler's record from status, else from the legacy annotation."""
+        found = super().fetch(key=key, body=body)
+        return found if found is not None else self._legacy.fetch(key=key, body=body)
+
+    def purge(self, *, key: Any, body: kopf.Body, patch: kopf.Patch) -> None:
+        """Clear the record in status and, when an older operator left one, its annotation."""
+        super().purge(key=key, body=body, patch=patch)
+        self._legacy.purge(key=key, body=body, patch=patch)
+
+
 def configure_kopf(settings: kopf.OperatorSettings, ours: Settings) -> None:
-    """kopf settings: our prefix for its annotations and finalizer, its diff base in status
-    (:class:`StatusDiffBase`), peering priority, and no events for kopf's own log lines (only
-    ours)."""
+    """kopf settings: our prefix for its finalizer, its bookkeeping in ``status.kopf``
+    (:class:`StatusDiffBase`, :class:`StatusProgress`), peering priority, and no events for
+    kopf's own log lines (only ours)."""
     settings.persistence.finalizer = FINALIZER
-    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=models.GROUP)
+    settings.persistence.progress_storage = StatusProgress()
     settings.persistence.diffbase_storage = StatusDiffBase()
     # with sharding kopf runs standalone (__main__): the Leases of shardmember.py coordinate
     settings.peering.priority = ours.peering_priority

@@ -58,21 +58,60 @@ def _group(annotations: dict[str, str] | None = None, status: dict[str, Any] | N
     }
 
 
-def test_the_diff_base_goes_into_the_status_patch_not_into_an_annotation() -> None:
-    storage = _kopf({}).persistence.diffbase_storage
+def _stored(patch: Any) -> str:
+    value: str = patch["status"][models.KOPF_STATUS_FIELD]["last-handled-configuration"]
+    return value
+
+
+def _with_diff_base(stored: str) -> Any:
+    return _group(status={models.KOPF_STATUS_FIELD: {"last-handled-configuration": stored}})
+
+
+def test_a_handled_change_patches_status_only() -> None:
+    """What kopf writes after a change handler that succeeded at once: its progress record
+    (stored, then purged), its diff base; all of it in the status request, nothing in metadata
+    (that would be a separate write of the object)."""
+    persistence = _kopf({}).persistence
     body = kopf.Body(_group())
     patch = kopf.Patch()
-    storage.store(body=body, patch=patch, essence=storage.build(body=body))
-    assert set(patch) == {"status"}, "a metadata change would be a second write of the object"
-    stored = json.loads(patch["status"][models.DIFFBASE_FIELD])
+    record = {"started": "2026-12-03T12:00:00.000000+00:00", "success": True}
+    persistence.progress_storage.store(key="on_change", record=record, body=body, patch=patch)
+    persistence.progress_storage.purge(key="on_change", body=body, patch=patch)
+    diffbase = persistence.diffbase_storage
+    diffbase.store(body=body, patch=patch, essence=diffbase.build(body=body))
+    assert set(patch) == {"status"}, f"a write of the object besides status: {dict(patch)}"
+    stored = json.loads(_stored(patch))
     assert stored["spec"] == body["spec"] and stored["metadata"]["labels"] == {"team": "a"}
-    again = kopf.Body(
-        _group(status={models.DIFFBASE_FIELD: patch["status"][models.DIFFBASE_FIELD]})
-    )
-    assert storage.fetch(body=again) == storage.build(body=again)  # no change seen
-    changed = _group(status={models.DIFFBASE_FIELD: patch["status"][models.DIFFBASE_FIELD]})
+    again = kopf.Body(_with_diff_base(_stored(patch)))
+    assert diffbase.fetch(body=again) == diffbase.build(body=again)  # no change seen
+    changed = _with_diff_base(_stored(patch))
     changed["spec"]["workers"] = 5
-    assert storage.fetch(body=kopf.Body(changed)) != storage.build(body=kopf.Body(changed))
+    assert diffbase.fetch(body=kopf.Body(changed)) != diffbase.build(body=kopf.Body(changed))
+
+
+def test_a_retried_handlers_progress_is_kept_in_status_and_read_back() -> None:
+    progress = _kopf({}).persistence.progress_storage
+    patch = kopf.Patch()
+    record = {"started": "2026-12-03T12:00:00.000000+00:00", "retries": 2}
+    progress.store(key="on_change", record=record, body=kopf.Body(_group()), patch=patch)
+    assert set(patch) == {"status"}
+    body = kopf.Body(_group(status=dict(patch["status"])))
+    assert progress.fetch(key="on_change", body=body) == record
+
+
+def test_a_retry_an_older_operator_left_in_an_annotation_is_read_and_cleared() -> None:
+    legacy = kopf.AnnotationsProgressStorage(prefix=models.GROUP)
+    old = kopf.Body(_group())
+    patch = kopf.Patch()
+    record = {"started": "2026-12-03T12:00:00.000000+00:00", "retries": 2}
+    legacy.store(key="on_change", record=record, body=old, patch=patch)
+    upgraded = kopf.Body(_group(annotations=dict(patch["metadata"]["annotations"])))
+    progress = _kopf({}).persistence.progress_storage
+    assert progress.fetch(key="on_change", body=upgraded) == record
+    cleanup = kopf.Patch()
+    progress.purge(key="on_change", body=upgraded, patch=cleanup)
+    cleared = [k for k, v in cleanup["metadata"]["annotations"].items() if v is None]
+    assert cleared, "the older operator's progress annotation stays behind"
 
 
 def test_a_group_handled_by_an_older_operator_is_read_from_the_annotation_unchanged() -> None:
@@ -97,4 +136,5 @@ def test_the_crd_keeps_the_diff_base_field_of_every_kind() -> None:
     for plural in crdgen.CRDS:
         version = yaml.safe_load(crdgen.render(plural))["spec"]["versions"][0]
         status = version["schema"]["openAPIV3Schema"]["properties"]["status"]
-        assert status["properties"][models.DIFFBASE_FIELD]["type"] == "string", plural
+        field = status["properties"][models.KOPF_STATUS_FIELD]
+        assert field["x-kubernetes-preserve-unknown-fields"] is True, plural
