@@ -423,3 +423,25 @@ def test_an_ack_s_outcome_entry_lands_with_it_and_a_clobbered_stream_refuses_onl
     done = q.run(p.done_detailed_call(q.keys, q.settings, Ack.of(fourth, entry=entry(fourth.uuid))))
     assert done == p.DoneResult(lost=False, entry_refused=True)
     assert q.measure().delivered == 4 and q.size() == 0
+
+
+def test_unreserve_hands_unstarted_jobs_back_in_order_without_an_attempt(
+    q: Queue, redis_client: redis.Redis
+) -> None:
+    items = [payload(i) for i in range(6)]
+    q.push_many(items)
+    batch = q.reserve(count=5, now=NOW)
+    assert len(batch) == 5 and q.measure(now=NOW).reserved == 5
+    # the first job ran; the others were never started: back to the head, as popped
+    q.done(batch[0], now=NOW)
+    assert q.unreserve(batch[1:]) == 4
+    assert redis_client.lrange(q.keys.ready, 0, -1) == items[1:]  # order kept, bytes as pushed
+    assert [json.loads(i)["attempts"] for i in items[1:]] == [0] * 5  # no attempt counted
+    assert redis_client.zcard(q.keys.reserved) == 0
+    assert notify_consistent(redis_client, q)
+    # a job whose reservation is gone (expired, taken by another worker) is left alone
+    again = q.reserve(count=2, now=NOW + 1)
+    q.reserve(count=0, now=NOW + 100)  # both reservations expired and migrated to ready
+    assert q.unreserve(again) == 0
+    assert redis_client.llen(q.keys.ready) == 5 and notify_consistent(redis_client, q)
+    assert q.unreserve([]) == 0

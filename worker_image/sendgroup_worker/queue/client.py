@@ -42,7 +42,7 @@ log = logging.getLogger("sendgroup_worker.queue")
 
 #: The worker's write scripts that ``wait_replicas`` makes durable (acknowledgement, sent
 #: marker, reservation, retry and failure).
-DURABLE_SCRIPTS: Final = frozenset({"reserve", "done", "release", "fail"})
+DURABLE_SCRIPTS: Final = frozenset({"reserve", "done", "release", "fail", "unreserve"})
 
 #: Jobs retried per script call by ``failed_retry_all`` (each call is atomic and bounded).
 RETRY_ALL_CHUNK = 500
@@ -155,6 +155,11 @@ class Queue(_Base):
     ) -> bool:
         """To the failed structure; True when lost (nothing changed)."""
         return self.run(p.fail_call(self.keys, self.settings, job, exception_class, message, now))
+
+    def unreserve(self, jobs: Sequence[p.Reserved]) -> int:
+        """Hand never-started reserved jobs back to ready, no attempt counted; returns how many
+        went back. See :func:`protocol.unreserve_call`."""
+        return self.run(p.unreserve_call(self.keys, jobs)) if jobs else 0
 
     def begin_send(self, job: p.Reserved) -> p.BeginSend:
         """``"ok"``, ``"lost"`` or ``"already_sent"``: see :func:`protocol.begin_send_call`."""
@@ -402,6 +407,10 @@ class AsyncQueue(_Base):
         return await self.run(
             p.fail_call(self.keys, self.settings, job, exception_class, message, now)
         )
+
+    async def unreserve(self, jobs: Sequence[p.Reserved]) -> int:
+        """See :meth:`Queue.unreserve`."""
+        return await self.run(p.unreserve_call(self.keys, jobs)) if jobs else 0
 
     async def begin_send(self, job: p.Reserved) -> p.BeginSend:
         """See :meth:`Queue.begin_send`."""

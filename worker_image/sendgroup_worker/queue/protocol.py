@@ -54,6 +54,7 @@ SCRIPT_NAMES: Final = (
     "failed_retry",
     "failed_forget",
     "claim",
+    "unreserve",
 )
 
 #: Payloads per ``push`` script call; a bigger batch is split into several calls (each atomic).
@@ -588,6 +589,17 @@ def _begin_send(reply: Any) -> BeginSend:
     return text  # type: ignore[return-value]
 
 
+def unreserve_call(keys: QueueKeys, jobs: Sequence[Reserved]) -> ScriptCall[int]:
+    """Hand ``jobs`` (reserved, never started) back to the head of the ready list in their
+    order, as they were popped (``raw``: ``attempts`` as before the reservation, so no attempt
+    is counted), one notify token each; reply: how many went back (a job whose reservation is
+    gone is left alone). For a worker that reserved a batch and will not run all of it."""
+    args: list[bytes | str | int | float] = []
+    for job in jobs:
+        args += [job.reserved, job.raw]
+    return ScriptCall("unreserve", (keys.ready, keys.reserved, keys.notify), tuple(args), _as_int)
+
+
 def begin_send_call(keys: QueueKeys, job: Reserved) -> ScriptCall[BeginSend]:
     """Check before sending: ``"lost"`` if ``job``'s reservation is gone, ``"already_sent"``
     if its uuid carries an idempotency marker, else ``"ok"``."""
@@ -822,4 +834,5 @@ __all__ = [
     "reserve_call",
     "script_source",
     "size_call",
+    "unreserve_call",
 ]
