@@ -3,15 +3,24 @@
 One asyncio process runs ``concurrency`` lanes. Each lane loops:
 
 1. wait while the group is suspended by backpressure (:mod:`backpressure`);
-2. take a slot from the group's shared rate limit (:mod:`ratelimit`) *before* reserving, so
-   waiting for the rate never counts as an attempt;
-3. ``reserve`` one job (the same queue script acknowledges the lane's previous delivery and
-   writes its outcome stream entry, migrates due delayed jobs and expired reservations, and
-   moves garbage payloads to failed); when there is none, give
-   the slot back and block on ``BLPOP notify`` until a job arrives or the next delayed job or
-   reservation is due (at most ``WORKER_BLOCK_FOR``): an idle worker costs ~0 CPU and a few
-   Redis calls per block period;
-4. run the job: unknown handler / unreadable payload -> failed; past ``tries`` or
+2. take slots from the group's shared rate limit (:mod:`ratelimit`) *before* reserving, so
+   waiting for the rate never counts as an attempt: one per job of the batch it asks for
+   (``WORKER_RESERVE_BATCH``, at most what ``WORKER_MAX_JOBS`` leaves), as many as granted;
+3. ``reserve`` that many jobs in one call (the same queue script acknowledges the lane's
+   previous deliveries and writes their outcome stream entries, migrates due delayed jobs and
+   expired reservations, and moves garbage payloads to failed); the slots of jobs the queue
+   did not have go back; when there is none, give the slots back and block on ``BLPOP
+   notify`` until a job arrives or the next delayed job or reservation is due (at most
+   ``WORKER_BLOCK_FOR``): an idle worker costs ~0 CPU and a few Redis calls per block period;
+4. run the batch's jobs one after the other (:meth:`Worker._run_batch`). All of a batch's
+   reservations end together, ``retry_after`` after the reserve, so a job after the first
+   starts only while the reservation still holds the whole time limit it would have had
+   alone; the lane also stops a batch at a stop (SIGTERM, max time) and, looking at most every
+   :data:`BATCH_PAUSE_LOOK` seconds, at the pause marker. The jobs it will not start go back
+   to the head of the ready list at once (``unreserve``: as popped, no attempt counted) with
+   their slots. With a provider (``SENDGROUP_PROVIDER``) the batch is 1: its permits,
+   concurrency leases and recipient debt are per lane and per job;
+5. run each job: unknown handler / unreadable payload -> failed; past ``tries`` or
    ``retryUntil`` -> failed; ``begin_send`` (reservation still ours, uuid not already sent;
    with the suppression set on one server or Sentinel it rides in the same script as the
    suppression check, right before MAIL FROM, see :meth:`Worker._begin_screen`);
@@ -22,16 +31,24 @@ One asyncio process runs ``concurrency`` lanes. Each lane loops:
    reports ``lost`` when the reservation is gone, and the worker then leaves the job alone
    (another worker owns it).
 
-Each lane sends its commands on a Redis connection it holds (``redisclient.lane_client``; the
-cluster client's own per-node connections on Redis Cluster). A delivered mail costs two
-Redis round trips on one server or Sentinel (reserve with the previous ack and its entry;
-``begin_send`` with the suppression check) and four on a cluster (``begin_send`` and the
-check apart, the entry's own XADD).
+The acknowledgements of a lane's delivered jobs ride with its next ``reserve`` call (or are
+flushed before it waits or stops): delivered mails whose acknowledgement (and so ``sent``
+marker) has not reached Redis when the process is killed with SIGKILL are sent again after
+``retry_after``, up to one batch per lane (one job per lane with ``WORKER_RESERVE_BATCH=1``).
 
-SIGTERM/SIGINT: stop taking jobs, finish the jobs in flight (each within its timeout), exit 0.
-``WORKER_MAX_JOBS`` / ``WORKER_MAX_TIME``: the same clean stop. Redis errors: logged once per
-outage, retried with capped exponential backoff (tenacity); a finished job's done/release/fail
-is retried until Redis answers, so a sent mail is always marked sent.
+Each lane sends its commands on a Redis connection it holds (``redisclient.lane_client``; the
+cluster client's own per-node connections on Redis Cluster). A delivered mail costs
+``1 / WORKER_RESERVE_BATCH`` + 1 Redis round trips on one server or Sentinel (its share of a
+reserve with the previous acks and their entries; ``begin_send`` with the suppression check)
+and that + 2 on a cluster (``begin_send`` and the check apart, the entry's own XADD); a no-op
+job only its share of a reserve.
+
+SIGTERM/SIGINT: stop taking jobs, finish the jobs in flight (each within its timeout), hand
+the reserved jobs not started back to the queue at once, exit 0. ``WORKER_MAX_JOBS`` /
+``WORKER_MAX_TIME``: the same clean stop (each lane claims its batch from what
+``WORKER_MAX_JOBS`` leaves before reserving, so exactly that many jobs are taken). Redis
+errors: logged once per outage, retried with capped exponential backoff (tenacity); a finished
+job's done/release/fail is retried until Redis answers, so a sent mail is always marked sent.
 """
 
 from __future__ import annotations
