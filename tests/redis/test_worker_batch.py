@@ -238,3 +238,48 @@ def test_the_rate_limit_holds_and_a_batch_takes_only_the_permits_granted(
     assert smtp_sink.per_recipient() == dict.fromkeys(recipients, 1)
     assert max(calls.counts) == 20 and len(calls.counts) < 80  # batches, sized by the permits
     assert q.measure().delivered == 80
+
+
+def test_a_suspension_mid_batch_hands_the_rest_back_instead_of_sending_it(
+    redis_url: str, redis_client: redis.Redis, smtp_sink: SmtpSink
+) -> None:
+    """The batch's first mail gets a deferral that suspends the group (a backpressure
+    pattern, 3 s): the lane sends nothing more from its batch; the 9 others go back to the
+    queue unstarted and are sent after the suspension."""
+    q = sync_queue(redis_url, Q, retry_after=30)
+    smtp_sink.script("busy@x.example", "421 4.7.28 too many messages, slow down", "250 OK")
+    payloads = [mail_payload("busy@x.example")] + [
+        mail_payload(f"s{i}@x.example") for i in range(9)
+    ]
+    env = worker_env(
+        redis_url,
+        Q,
+        smtp_sink.port,
+        WORKER_CONCURRENCY=1,
+        WORKER_RESERVE_BATCH=10,
+        WORKER_TIMEOUT=10,
+        WORKER_RETRY_AFTER=30,
+        WORKER_BACKOFF="5",
+        BACKPRESSURE_SUSPEND_FOR="3",
+        BACKPRESSURE_PATTERNS='["4\\\\.7\\\\.28"]',
+    )
+    q.push_many(payloads)
+    with reserve_calls(redis_url) as calls:
+        w = WorkerProcess(env, "suspended")
+        try:
+            wait_for(lambda: smtp_sink.attempts["busy@x.example"] >= 1, 10, "the deferral")
+            deferred_at = smtp_sink.rcpt_log[0][0]
+            wait_for(lambda: len(smtp_sink.snapshot()) >= 10, 30, "all 10 delivered")
+        finally:
+            w.signal(signal.SIGTERM)
+            assert w.wait(10) == 0
+            w.stop()
+    assert calls.counts[0] == 10
+    first_after = min(r.at for r in smtp_sink.snapshot())
+    assert first_after - deferred_at >= 2.5  # nothing of the batch went out while suspended
+    assert smtp_sink.per_recipient() == {
+        "busy@x.example": 1,
+        **{f"s{i}@x.example": 1 for i in range(9)},
+    }
+    assert "9 reserved job(s) handed back unstarted (group suspended" in w.log()
+    assert q.measure().released == 1  # only the deferred one counted an attempt

@@ -513,16 +513,18 @@ class Worker:
         cut short or fenced because it waited behind the others, and every acknowledgement
         the lane holds is written before the reservations end (the last job ends by then and
         its acks ride with the next call). Before each job after the first the lane also
-        stops at a stop (SIGTERM, max time) and, :data:`BATCH_PAUSE_LOOK` seconds after its
-        last look, at the pause marker. The jobs it will not start go back to the head of
-        the ready list at once, their attempt not counted (``unreserve``), with their rate
-        permits."""
+        stops at a stop (SIGTERM, max time), at a backpressure suspension of the group, and,
+        :data:`BATCH_PAUSE_LOOK` seconds after its last look, at the pause marker. The jobs
+        it will not start go back to the head of the ready list at once, their attempt not
+        counted (``unreserve``), with their rate permits."""
         looked = time.monotonic()
         for i, job in enumerate(jobs):
             opts = None
             if i > 0:
                 opts = JobOptions.of(job.payload, self.config) if job.payload else None
                 why = self._batch_cut(opts, reserved_until)
+                if not why and await self.backpressure.suspended_for() > 0:
+                    why = "group suspended by provider backpressure"  # cached, see suspended_for
                 if not why and time.monotonic() - looked >= BATCH_PAUSE_LOOK:
                     looked = time.monotonic()
                     if await self._best_effort(lane.queue.redis.exists(self.keys.paused)):
