@@ -445,3 +445,31 @@ def test_unreserve_hands_unstarted_jobs_back_in_order_without_an_attempt(
     assert q.unreserve(again) == 0
     assert redis_client.llen(q.keys.ready) == 5 and notify_consistent(redis_client, q)
     assert q.unreserve([]) == 0
+
+
+def test_ack_begin_acknowledges_then_checks_the_next_job_in_one_call(
+    q: Queue, redis_client: redis.Redis
+) -> None:
+    q.push_many([payload(i) for i in range(4)])
+    a, b, c, d = q.reserve(count=4, now=NOW)
+    redis_client.sadd("suppressed", "blocked@example.test")
+    entry = p.StreamEntry("outcomes", 100, ("uuid", a.uuid, "outcome", "delivered"))
+    got = q.ack_begin(c, [Ack.of(a, entry=entry), Ack.of(b)], now=NOW + 1)
+    assert (got.lost_acks, got.refused_entries, got.screened) == ([], 0, p.Screened("ok"))
+    assert redis_client.zscore(q.keys.sent, a.uuid) == NOW + 1
+    assert redis_client.zscore(q.keys.sent, b.uuid) == NOW + 1
+    assert q.measure(now=NOW + 1).delivered == 2 and q.measure(now=NOW + 1).reserved == 2
+    assert redis_client.xlen("outcomes") == 1
+    # again (a retried call after a dropped reply): acks lost, counted once, c still ours
+    again = q.ack_begin(
+        c, [Ack.of(b)], now=NOW + 2, suppressed="suppressed",
+        recipients=["blocked@example.test", "ok@example.test"],
+    )  # fmt: skip
+    assert again.lost_acks == [0] and again.screened == p.Screened("ok", (True, False))
+    assert q.measure(now=NOW + 2).delivered == 2
+    # the job to begin was already sent by an earlier reservation / is no longer ours
+    assert q.ack_begin(a, [], now=NOW + 3).screened.state == "lost"
+    q.done(d, now=NOW + 3)
+    redis_client.zadd(q.keys.reserved, {d.reserved: NOW + 60})
+    assert q.ack_begin(d, [Ack.of(c)], now=NOW + 3).screened.state == "already_sent"
+    assert redis_client.zscore(q.keys.sent, c.uuid) == NOW + 3

@@ -283,3 +283,38 @@ def test_a_suspension_mid_batch_hands_the_rest_back_instead_of_sending_it(
     }
     assert "9 reserved job(s) handed back unstarted (group suspended" in w.log()
     assert q.measure().released == 1  # only the deferred one counted an attempt
+
+
+def test_each_delivered_mail_of_a_batch_is_marked_sent_before_the_next_mail_goes_out(
+    redis_url: str, redis_client: redis.Redis, smtp_sink: SmtpSink
+) -> None:
+    """The lane's acknowledgements ride with the next mail's ``begin_send`` check: while the
+    third mail of a batch is in DATA, the first two already carry their ``sent`` markers, so
+    a SIGKILL then re-sends at most the mail in flight, as with one job per reserve."""
+    q = sync_queue(redis_url, Q, retry_after=30)
+    payloads = [mail_payload(f"k{i}@x.example") for i in range(5)]
+    uuids = [json.loads(x)["uuid"] for x in payloads]
+    smtp_sink.script("k2@x.example", "250 OK", data_delay=1.5)
+    env = worker_env(
+        redis_url,
+        Q,
+        smtp_sink.port,
+        WORKER_CONCURRENCY=1,
+        WORKER_RESERVE_BATCH=5,
+        WORKER_TIMEOUT=10,
+        WORKER_RETRY_AFTER=30,
+    )
+    q.push_many(payloads)
+    with reserve_calls(redis_url) as calls:
+        w = WorkerProcess(env, "acks")
+        try:
+            wait_for(lambda: smtp_sink.data_waiting["k2@x.example"] == 1, 15, "the third DATA")
+            stats = q.measure()
+            sent = [redis_client.zscore(QueueKeys(Q).sent, u) is not None for u in uuids]
+            w.signal(signal.SIGKILL)
+            w.wait(10)
+        finally:
+            w.stop()
+    assert calls.counts == [5]
+    assert sent == [True, True, False, False, False]
+    assert (stats.delivered, stats.reserved) == (2, 3)

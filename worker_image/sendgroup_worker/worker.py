@@ -15,8 +15,10 @@ One asyncio process runs ``concurrency`` lanes. Each lane loops:
 4. run the batch's jobs one after the other (:meth:`Worker._run_batch`). All of a batch's
    reservations end together, ``retry_after`` after the reserve, so a job after the first
    starts only while the reservation still holds the whole time limit it would have had
-   alone; the lane also stops a batch at a stop (SIGTERM, max time) and, looking at most every
-   :data:`BATCH_PAUSE_LOOK` seconds, at the pause marker. The jobs it will not start go back
+   alone; the lane also stops a batch at a stop (SIGTERM, max time), at a backpressure
+   suspension, after a mail whose extra recipients the rate limit charged (the rest take new
+   slots after that debt) and, looking at most every :data:`BATCH_PAUSE_LOOK` seconds, at the
+   pause marker. The jobs it will not start go back
    to the head of the ready list at once (``unreserve``: as popped, no attempt counted) with
    their slots. With a provider (``SENDGROUP_PROVIDER``) the batch is 1: its permits,
    concurrency leases and recipient debt are per lane and per job;
@@ -31,15 +33,16 @@ One asyncio process runs ``concurrency`` lanes. Each lane loops:
    reports ``lost`` when the reservation is gone, and the worker then leaves the job alone
    (another worker owns it).
 
-The acknowledgements of a lane's delivered jobs ride with its next ``reserve`` call (or are
-flushed before it waits or stops): delivered mails whose acknowledgement (and so ``sent``
-marker) has not reached Redis when the process is killed with SIGKILL are sent again after
-``retry_after``, up to one batch per lane (one job per lane with ``WORKER_RESERVE_BATCH=1``).
+The acknowledgements of a lane's delivered jobs ride with its next queue call: the next mail's
+``begin_send`` check (``ack_begin``, one script), else its next ``reserve``, else a flush
+before it waits or stops. So a delivered mail's ``sent`` marker reaches Redis before the lane
+sends another mail, as with one job per reserve: a SIGKILL re-sends at most the mail in flight
+per lane after ``retry_after``.
 
 Each lane sends its commands on a Redis connection it holds (``redisclient.lane_client``; the
 cluster client's own per-node connections on Redis Cluster). A delivered mail costs
 ``1 / WORKER_RESERVE_BATCH`` + 1 Redis round trips on one server or Sentinel (its share of a
-reserve with the previous acks and their entries; ``begin_send`` with the suppression check)
+reserve; ``begin_send`` with the suppression check and the previous mail's ack and entry)
 and that + 2 on a cluster (``begin_send`` and the check apart, the entry's own XADD); a no-op
 job only its share of a reserve.
 
@@ -227,6 +230,9 @@ class _Lane:
     #: requests with a sign of work count as the group's demand (a group with ready jobs gets
     #: its share from its measured queue anyway).
     wants: bool = False
+    #: the lane's last mail charged the rate limit for its extra recipients (the next jobs
+    #: of its batch must take their slots after that debt, as separate reserves would)
+    charged: bool = False
     #: the lane took its share of ``WORKER_MAX_JOBS``: it reserves nothing more (the worker
     #: stops when the last of those jobs finished)
     done: bool = False
@@ -513,7 +519,8 @@ class Worker:
         cut short or fenced because it waited behind the others, and every acknowledgement
         the lane holds is written before the reservations end (the last job ends by then and
         its acks ride with the next call). Before each job after the first the lane also
-        stops at a stop (SIGTERM, max time), at a backpressure suspension of the group, and,
+        stops at a stop (SIGTERM, max time), at a backpressure suspension of the group, after a
+        mail whose extra recipients the rate limit charged, and,
         :data:`BATCH_PAUSE_LOOK` seconds after its last look, at the pause marker. The jobs
         it will not start go back to the head of the ready list at once, their attempt not
         counted (``unreserve``), with their rate permits."""
@@ -523,6 +530,10 @@ class Worker:
             if i > 0:
                 opts = JobOptions.of(job.payload, self.config) if job.payload else None
                 why = self._batch_cut(opts, reserved_until)
+                if not why and lane.charged:
+                    # the slots of the rest were taken before this debt: they go back, and
+                    # the next reserve takes new ones after it (the rate counts recipients)
+                    why = "the rate limit charged the last mail's extra recipients"
                 if not why and await self.backpressure.suspended_for() > 0:
                     why = "group suspended by provider backpressure"  # cached, see suspended_for
                 if not why and time.monotonic() - looked >= BATCH_PAUSE_LOOK:
@@ -534,6 +545,7 @@ class Worker:
                 if why:
                     await self._hand_back(lane, jobs[i:], why)
                     return
+            lane.charged = False
             self.metrics.in_flight_group.inc()
             if self.health is not None:
                 self.health.job_started(lane.index)
@@ -837,7 +849,14 @@ class Worker:
     async def _may_send(self, lane: _Lane, job: Reserved) -> bool:
         """``begin_send`` (retried through outages): True when the job is still ours and not
         sent; else the job is handled (see :meth:`_not_ours`) and False."""
-        state = await self._retry(lambda: lane.queue.begin_send(job))
+        acks = lane.acks
+        if acks:  # the batch's earlier deliveries are acknowledged in the same script
+            got = await self._retry(lambda: lane.queue.ack_begin(job, acks, now=self.clock.now()))
+            lane.acks = []
+            self._acked(acks, got.lost_acks, got.refused_entries)
+            state = got.screened.state
+        else:
+            state = await self._retry(lambda: lane.queue.begin_send(job))
         if state == "ok":
             return True
         await self._not_ours(lane, job, state)
@@ -863,9 +882,17 @@ class Worker:
         assert suppressed is not None
 
         async def screen(recipients: Sequence[str]) -> Collection[str]:
-            got = await lane.queue.begin_screen(
-                job, suppressed, [lb.normalize(r) for r in recipients]
-            )
+            normalized = [lb.normalize(r) for r in recipients]
+            acks = lane.acks
+            if acks:  # the batch's earlier deliveries are acknowledged in the same script
+                both = await lane.queue.ack_begin(
+                    job, acks, self.clock.now(), suppressed, normalized
+                )
+                lane.acks = []
+                self._acked(acks, both.lost_acks, both.refused_entries)
+                got = both.screened
+            else:
+                got = await lane.queue.begin_screen(job, suppressed, normalized)
             began.append(True)
             if got.state != "ok":
                 raise _NotOurs(got.state)
@@ -890,6 +917,7 @@ class Worker:
             # the others are charged now (in debt: the next jobs wait for them); with a
             # provider the pacer charges them (lane.debt) on the lane's next permit
             await self._best_effort(self.limiter.charge(result.sent_to - 1, self.backpressure.run))
+            lane.charged = True
         if result.outcome is h.Outcome.DONE:
             # acknowledged inside the lane's next reserve call (one round trip saved), or by
             # _flush before the lane waits or stops; the outcome entry with it (another one)
