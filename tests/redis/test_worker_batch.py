@@ -318,3 +318,47 @@ def test_each_delivered_mail_of_a_batch_is_marked_sent_before_the_next_mail_goes
     assert calls.counts == [5]
     assert sent == [True, True, False, False, False]
     assert (stats.delivered, stats.reserved) == (2, 3)
+
+
+def test_a_pause_mid_batch_hands_the_rest_back_within_a_look(
+    redis_url: str, redis_client: redis.Redis, smtp_sink: SmtpSink
+) -> None:
+    """Mails of 0.3 s each, a batch of 10: the pause marker set after the second mail stops
+    the batch at the next look (every 0.5 s) plus the mail in flight; the rest goes back
+    unstarted, attempts unchanged, and nothing is sent while paused."""
+    q = sync_queue(redis_url, Q, retry_after=30)
+    payloads = [mail_payload(f"p{i}@x.example") for i in range(10)]
+    for i in range(10):
+        smtp_sink.script(f"p{i}@x.example", "250 OK", data_delay=0.3)
+    env = worker_env(
+        redis_url,
+        Q,
+        smtp_sink.port,
+        WORKER_CONCURRENCY=1,
+        WORKER_RESERVE_BATCH=10,
+        WORKER_TIMEOUT=10,
+        WORKER_RETRY_AFTER=30,
+    )
+    q.push_many(payloads)
+    with reserve_calls(redis_url) as calls:
+        w = WorkerProcess(env, "paused-batch")
+        try:
+            wait_for(lambda: len(smtp_sink.snapshot()) >= 2, 15, "two mails")
+            redis_client.set(QueueKeys(Q).paused, "1")
+            paused_at = time.time()
+            wait_for(lambda: q.measure().reserved == 0, 5, "the batch handed back")
+            handed_back_after = time.time() - paused_at
+            time.sleep(1.5)
+            sent = smtp_sink.snapshot()
+        finally:
+            w.signal(signal.SIGTERM)
+            assert w.wait(10) == 0
+            w.stop()
+    assert calls.counts[0] == 10  # then, paused, its looks reserve nothing
+    assert handed_back_after < 0.5 + 0.3 + 0.5  # a look, the mail in flight, slack
+    assert all(r.at <= paused_at + 0.5 + 0.3 + 0.2 for r in sent)
+    n = len(sent)
+    assert 2 <= n <= 5
+    assert redis_client.lrange(QueueKeys(Q).ready, 0, -1) == payloads[n:]
+    assert ready_attempts(redis_client) == [0] * (10 - n)
+    assert "handed back unstarted (group paused)" in w.log()
