@@ -362,3 +362,30 @@ def test_a_pause_mid_batch_hands_the_rest_back_within_a_look(
     assert redis_client.lrange(QueueKeys(Q).ready, 0, -1) == payloads[n:]
     assert ready_attempts(redis_client) == [0] * (10 - n)
     assert "handed back unstarted (group paused)" in w.log()
+
+
+def test_with_a_provider_a_lane_reserves_one_job_per_call(
+    redis_url: str, smtp_sink: SmtpSink
+) -> None:
+    """A guard, not a change: the provider's permits, concurrency leases and recipient debt
+    are per lane and per job, so with ``SENDGROUP_PROVIDER`` set the batch is 1 whatever
+    ``WORKER_RESERVE_BATCH`` says, and the provider's 600/min (10/s) pace holds."""
+    q = sync_queue(redis_url, Q)
+    recipients = [f"v{i}@x.example" for i in range(30)]
+    q.push_many([mail_payload(r) for r in recipients])
+    provider = json.dumps({"id": "csp/batch", "group": "ns/batch", "perMinute": 600})
+    env = worker_env(
+        redis_url, Q, smtp_sink.port, SENDGROUP_PROVIDER=provider, WORKER_RESERVE_BATCH=32
+    )
+    with reserve_calls(redis_url) as calls:
+        w = WorkerProcess(env, "provider")
+        try:
+            wait_for(lambda: len(smtp_sink.snapshot()) >= 30, 30, "30 mails at the sink")
+        finally:
+            w.signal(signal.SIGTERM)
+            assert w.wait(10) == 0
+            w.stop()
+    assert set(calls.counts) == {1} and len(calls.counts) >= 30
+    at = sorted(r.at for r in smtp_sink.snapshot())
+    assert at[-1] - at[0] >= 1.5  # 30 mails at 10/s after the provider's burst
+    assert smtp_sink.per_recipient() == dict.fromkeys(recipients, 1)
