@@ -169,6 +169,13 @@ BLOCK_FOR: Final = WorkerSetting(
     "5",
     "idle BLPOP timeout on the notify list, seconds",
 )
+RESERVE_BATCH: Final = WorkerSetting(
+    "reserve_batch",
+    "WORKER_RESERVE_BATCH",
+    "int",
+    "32",
+    "jobs a lane reserves per queue call (1-1000; 1 with a provider)",
+)
 RATE_PER_MINUTE: Final = WorkerSetting(
     "rate_per_minute",
     "RATE_PER_MINUTE",
@@ -339,6 +346,7 @@ WORKER_SETTINGS: Final = (
     MAX_JOBS,
     MAX_TIME,
     BLOCK_FOR,
+    RESERVE_BATCH,
     RATE_PER_MINUTE,
     RATE_BURST,
     WARMUP_START_PER_HOUR,

@@ -423,3 +423,53 @@ def test_an_ack_s_outcome_entry_lands_with_it_and_a_clobbered_stream_refuses_onl
     done = q.run(p.done_detailed_call(q.keys, q.settings, Ack.of(fourth, entry=entry(fourth.uuid))))
     assert done == p.DoneResult(lost=False, entry_refused=True)
     assert q.measure().delivered == 4 and q.size() == 0
+
+
+def test_unreserve_hands_unstarted_jobs_back_in_order_without_an_attempt(
+    q: Queue, redis_client: redis.Redis
+) -> None:
+    items = [payload(i) for i in range(6)]
+    q.push_many(items)
+    batch = q.reserve(count=5, now=NOW)
+    assert len(batch) == 5 and q.measure(now=NOW).reserved == 5
+    # the first job ran; the others were never started: back to the head, as popped
+    q.done(batch[0], now=NOW)
+    assert q.unreserve(batch[1:]) == 4
+    assert redis_client.lrange(q.keys.ready, 0, -1) == items[1:]  # order kept, bytes as pushed
+    assert [json.loads(i)["attempts"] for i in items[1:]] == [0] * 5  # no attempt counted
+    assert redis_client.zcard(q.keys.reserved) == 0
+    assert notify_consistent(redis_client, q)
+    # a job whose reservation is gone (expired, taken by another worker) is left alone
+    again = q.reserve(count=2, now=NOW + 1)
+    q.reserve(count=0, now=NOW + 100)  # both reservations expired and migrated to ready
+    assert q.unreserve(again) == 0
+    assert redis_client.llen(q.keys.ready) == 5 and notify_consistent(redis_client, q)
+    assert q.unreserve([]) == 0
+
+
+def test_ack_begin_acknowledges_then_checks_the_next_job_in_one_call(
+    q: Queue, redis_client: redis.Redis
+) -> None:
+    q.push_many([payload(i) for i in range(4)])
+    a, b, c, d = q.reserve(count=4, now=NOW)
+    redis_client.sadd("suppressed", "blocked@example.test")
+    entry = p.StreamEntry("outcomes", 100, ("uuid", a.uuid, "outcome", "delivered"))
+    got = q.ack_begin(c, [Ack.of(a, entry=entry), Ack.of(b)], now=NOW + 1)
+    assert (got.lost_acks, got.refused_entries, got.screened) == ([], 0, p.Screened("ok"))
+    assert redis_client.zscore(q.keys.sent, a.uuid) == NOW + 1
+    assert redis_client.zscore(q.keys.sent, b.uuid) == NOW + 1
+    assert q.measure(now=NOW + 1).delivered == 2 and q.measure(now=NOW + 1).reserved == 2
+    assert redis_client.xlen("outcomes") == 1
+    # again (a retried call after a dropped reply): acks lost, counted once, c still ours
+    again = q.ack_begin(
+        c, [Ack.of(b)], now=NOW + 2, suppressed="suppressed",
+        recipients=["blocked@example.test", "ok@example.test"],
+    )  # fmt: skip
+    assert again.lost_acks == [0] and again.screened == p.Screened("ok", (True, False))
+    assert q.measure(now=NOW + 2).delivered == 2
+    # the job to begin was already sent by an earlier reservation / is no longer ours
+    assert q.ack_begin(a, [], now=NOW + 3).screened.state == "lost"
+    q.done(d, now=NOW + 3)
+    redis_client.zadd(q.keys.reserved, {d.reserved: NOW + 60})
+    assert q.ack_begin(d, [Ack.of(c)], now=NOW + 3).screened.state == "already_sent"
+    assert redis_client.zscore(q.keys.sent, c.uuid) == NOW + 3

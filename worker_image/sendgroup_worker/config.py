@@ -134,6 +134,7 @@ class WorkerConfig(BaseModel):
     max_jobs: int = Field(0, ge=0)
     max_time: float = Field(0.0, ge=0)
     block_for: float = Field(5.0, gt=0)
+    reserve_batch: int = Field(32, ge=1, le=1000)
     redis_wait_replicas: int = Field(0, ge=0, le=16)
     redis_wait_timeout: float = Field(1.0, gt=0)
 

@@ -3,15 +3,26 @@
 One asyncio process runs ``concurrency`` lanes. Each lane loops:
 
 1. wait while the group is suspended by backpressure (:mod:`backpressure`);
-2. take a slot from the group's shared rate limit (:mod:`ratelimit`) *before* reserving, so
-   waiting for the rate never counts as an attempt;
-3. ``reserve`` one job (the same queue script acknowledges the lane's previous delivery and
-   writes its outcome stream entry, migrates due delayed jobs and expired reservations, and
-   moves garbage payloads to failed); when there is none, give
-   the slot back and block on ``BLPOP notify`` until a job arrives or the next delayed job or
-   reservation is due (at most ``WORKER_BLOCK_FOR``): an idle worker costs ~0 CPU and a few
-   Redis calls per block period;
-4. run the job: unknown handler / unreadable payload -> failed; past ``tries`` or
+2. take slots from the group's shared rate limit (:mod:`ratelimit`) *before* reserving, so
+   waiting for the rate never counts as an attempt: one per job of the batch it asks for
+   (``WORKER_RESERVE_BATCH``, at most what ``WORKER_MAX_JOBS`` leaves), as many as granted;
+3. ``reserve`` that many jobs in one call (the same queue script acknowledges the lane's
+   previous deliveries and writes their outcome stream entries, migrates due delayed jobs and
+   expired reservations, and moves garbage payloads to failed); the slots of jobs the queue
+   did not have go back; when there is none, give the slots back and block on ``BLPOP
+   notify`` until a job arrives or the next delayed job or reservation is due (at most
+   ``WORKER_BLOCK_FOR``): an idle worker costs ~0 CPU and a few Redis calls per block period;
+4. run the batch's jobs one after the other (:meth:`Worker._run_batch`). All of a batch's
+   reservations end together, ``retry_after`` after the reserve, so a job after the first
+   starts only while the reservation still holds the whole time limit it would have had
+   alone; the lane also stops a batch at a stop (SIGTERM, max time), at a backpressure
+   suspension, after a mail whose extra recipients the rate limit charged (the rest take new
+   slots after that debt) and, looking at most every :data:`BATCH_PAUSE_LOOK` seconds, at the
+   pause marker. The jobs it will not start go back
+   to the head of the ready list at once (``unreserve``: as popped, no attempt counted) with
+   their slots. With a provider (``SENDGROUP_PROVIDER``) the batch is 1: its permits,
+   concurrency leases and recipient debt are per lane and per job;
+5. run each job: unknown handler / unreadable payload -> failed; past ``tries`` or
    ``retryUntil`` -> failed; ``begin_send`` (reservation still ours, uuid not already sent;
    with the suppression set on one server or Sentinel it rides in the same script as the
    suppression check, right before MAIL FROM, see :meth:`Worker._begin_screen`);
@@ -22,16 +33,25 @@ One asyncio process runs ``concurrency`` lanes. Each lane loops:
    reports ``lost`` when the reservation is gone, and the worker then leaves the job alone
    (another worker owns it).
 
-Each lane sends its commands on a Redis connection it holds (``redisclient.lane_client``; the
-cluster client's own per-node connections on Redis Cluster). A delivered mail costs two
-Redis round trips on one server or Sentinel (reserve with the previous ack and its entry;
-``begin_send`` with the suppression check) and four on a cluster (``begin_send`` and the
-check apart, the entry's own XADD).
+The acknowledgements of a lane's delivered jobs ride with its next queue call: the next mail's
+``begin_send`` check (``ack_begin``, one script), else its next ``reserve``, else a flush
+before it waits or stops. So a delivered mail's ``sent`` marker reaches Redis before the lane
+sends another mail, as with one job per reserve: a SIGKILL re-sends at most the mail in flight
+per lane after ``retry_after``.
 
-SIGTERM/SIGINT: stop taking jobs, finish the jobs in flight (each within its timeout), exit 0.
-``WORKER_MAX_JOBS`` / ``WORKER_MAX_TIME``: the same clean stop. Redis errors: logged once per
-outage, retried with capped exponential backoff (tenacity); a finished job's done/release/fail
-is retried until Redis answers, so a sent mail is always marked sent.
+Each lane sends its commands on a Redis connection it holds (``redisclient.lane_client``; the
+cluster client's own per-node connections on Redis Cluster). A delivered mail costs
+``1 / WORKER_RESERVE_BATCH`` + 1 Redis round trips on one server or Sentinel (its share of a
+reserve; ``begin_send`` with the suppression check and the previous mail's ack and entry)
+and that + 2 on a cluster (``begin_send`` and the check apart, the entry's own XADD); a no-op
+job only its share of a reserve.
+
+SIGTERM/SIGINT: stop taking jobs, finish the jobs in flight (each within its timeout), hand
+the reserved jobs not started back to the queue at once, exit 0. ``WORKER_MAX_JOBS`` /
+``WORKER_MAX_TIME``: the same clean stop (each lane claims its batch from what
+``WORKER_MAX_JOBS`` leaves before reserving, so exactly that many jobs are taken). Redis
+errors: logged once per outage, retried with capped exponential backoff (tenacity); a finished
+job's done/release/fail is retried until Redis answers, so a sent mail is always marked sent.
 """
 
 from __future__ import annotations
@@ -42,7 +62,7 @@ import logging
 import signal
 import time
 from collections.abc import Awaitable, Callable, Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final, TypeVar
 
 import redis.exceptions as redis_exceptions
@@ -111,6 +131,12 @@ OUTAGE_MAX_WAIT: Final = 5.0
 #: Seconds between two looks at the pause marker while the group is paused (the operator
 #: scales the workers to 0 meanwhile; this only covers the seconds until SIGTERM arrives).
 PAUSED_POLL: Final = 1.0
+
+#: While a lane works through a reserved batch, it looks at the pause marker (one EXISTS)
+#: before the next job once this many seconds passed since the reserve call or its last look:
+#: a pause stops a batch within this time plus one job, and a batch of fast jobs costs no
+#: extra round trip.
+BATCH_PAUSE_LOOK: Final = 0.5
 
 
 class RedisClock:
@@ -190,7 +216,8 @@ class _Lane:
     index: int
     queue: AsyncQueue
     loopback: lb.Loopback
-    ack: Ack | None = None
+    #: acknowledgements of the lane's delivered jobs not yet written (at most one batch)
+    acks: list[Ack] = field(default_factory=list)
     #: recipients of the lane's last mail beyond the one its permit counted (provider pacing:
     #: charged on the lane's next permit call)
     debt: int = 0
@@ -203,6 +230,12 @@ class _Lane:
     #: requests with a sign of work count as the group's demand (a group with ready jobs gets
     #: its share from its measured queue anyway).
     wants: bool = False
+    #: the lane's last mail charged the rate limit for its extra recipients (the next jobs
+    #: of its batch must take their slots after that debt, as separate reserves would)
+    charged: bool = False
+    #: the lane took its share of ``WORKER_MAX_JOBS``: it reserves nothing more (the worker
+    #: stops when the last of those jobs finished)
+    done: bool = False
 
 
 class Worker:
@@ -245,6 +278,10 @@ class Worker:
         self._stopped_at: float | None = None
         self.taken = 0
         self.finished = 0
+        #: jobs reserved or being reserved (a lane claims its batch size before its reserve
+        #: call and gives back what it did not get, or handed back unstarted): keeps
+        #: ``WORKER_MAX_JOBS`` exact with several lanes reserving batches at once
+        self.claimed = 0
         self._suspension_logged = False
         #: outcome entries refused since the last log line, and when that line was written
         self._refused_entries = 0
@@ -331,7 +368,7 @@ class Worker:
     async def _lane_loop(self, lane: _Lane, delay: Callable[[RetryCallState], float]) -> None:
         index = lane.index
         failures = 0
-        while not self.stopping.is_set():
+        while not self.stopping.is_set() and not lane.done:
             try:
                 await self._step(lane)
                 failures = 0
@@ -348,57 +385,104 @@ class Worker:
                 await self.pacer.release(self.pacer.lane_id(lane.index), lane.debt)
         except REDIS_RETRY:
             log.error(
-                "job %s: delivered, but Redis stayed unreachable during the stop; the job "
-                "comes back after retry_after and may be sent again",
-                lane.ack.uuid if lane.ack else "?",
+                "job(s) %s: delivered, but Redis stayed unreachable during the stop; they "
+                "come back after retry_after and may be sent again",
+                ",".join(a.uuid for a in lane.acks) or "?",
             )
 
     async def _flush(self, lane: _Lane) -> None:
-        """Send the lane's pending acknowledgement now (before waiting or stopping)."""
-        ack = lane.ack
-        if ack is not None:
-            done = await self._retry(lambda: lane.queue.done_detailed(ack, delivered=True))
-            lane.ack = None
+        """Send the lane's pending acknowledgements now (before waiting or stopping): one
+        ``done`` call for one, a ``reserve`` call of 0 jobs for several (same script as the
+        acks that ride along with a reserve)."""
+        acks = lane.acks
+        if not acks:
+            return
+        if len(acks) == 1:
+            done = await self._retry(lambda: lane.queue.done_detailed(acks[0], delivered=True))
+            lane.acks = []
             if done.lost:
-                log.warning("job %s: delivered, but its reservation had expired", ack.uuid)
+                log.warning("job %s: delivered, but its reservation had expired", acks[0].uuid)
             if done.entry_refused:
-                self._entry_refused(ack.uuid)
+                self._entry_refused(acks[0].uuid)
+            return
+        result = await self._retry(
+            lambda: lane.queue.reserve_detailed(0, ack=acks, now=self.clock.now())
+        )
+        lane.acks = []
+        self._acked(acks, result.lost_acks, result.refused_entries)
+
+    def _acked(self, acks: Sequence[Ack], lost: Sequence[int], refused: int) -> None:
+        """Report what the script that wrote ``acks`` said: ``lost`` indexes into ``acks``,
+        ``refused`` outcome entries."""
+        for i in lost:
+            log.warning("job %s: delivered, but its reservation had expired", acks[i].uuid)
+        for _ in range(refused):
+            self._entry_refused(acks[-1].uuid)
+
+    def _claim(self, n: int) -> int:
+        """Claim up to ``n`` jobs of ``WORKER_MAX_JOBS`` (all ``n`` without a cap); returns
+        how many. Give back the unused ones with :meth:`_unclaim`."""
+        if self.config.max_jobs:
+            n = max(0, min(n, self.config.max_jobs - self.claimed))
+        self.claimed += n
+        return n
+
+    def _unclaim(self, n: int) -> None:
+        self.claimed -= n
+
+    def batch_size(self) -> int:
+        """Jobs one lane reserves per call: ``WORKER_RESERVE_BATCH``, or 1 with a provider
+        (its permits, concurrency leases and recipient debt are per lane and per job)."""
+        return 1 if self.pacer is not None else self.config.reserve_batch
 
     async def _step(self, lane: _Lane) -> None:
         if await self._wait_if_suspended(lane):
             return
-        if self.config.max_jobs and self.taken >= self.config.max_jobs:
-            self.stop("max jobs reached")
+        claimed = self._claim(self.batch_size())
+        if claimed == 0:
+            # every job WORKER_MAX_JOBS allows is taken; the last one to finish stops the worker
+            lane.done = True
             return
+        try:
+            jobs, reserved_until = await self._reserve(lane, claimed)
+        except BaseException:
+            self._unclaim(claimed)
+            raise
+        self._unclaim(claimed - len(jobs))
+        if jobs:
+            await self._run_batch(lane, jobs, reserved_until)
+
+    async def _reserve(self, lane: _Lane, want: int) -> tuple[list[Reserved], float]:
+        """Take up to ``want`` permits and reserve that many jobs (the lane's acks ride
+        along); returns the jobs (none: paused, empty, stopping) and when their reservations
+        end (unix seconds, Redis' clock)."""
         if self.pacer is not None:
             if await self._paused_before_permit(lane):
-                return
+                return [], 0.0
             granted = await self._provider_permit(lane)
             if granted == 0:
-                return
+                return [], 0.0
         elif self.limiter.unlimited:
-            granted = 1
+            granted = want
         else:
-            granted, _ = await self.limiter.try_take(1, self.backpressure.run)
+            granted, _ = await self.limiter.try_take(want, self.backpressure.run)
             if granted == 0:
                 await self._flush(lane)  # do not hold an acknowledgement while waiting
-                granted = await self.limiter.take(1, self.stopping, self.backpressure.run)
+                granted = await self.limiter.take(want, self.stopping, self.backpressure.run)
             self._publish_rate()
             if granted == 0:
-                return
+                return [], 0.0
         if self.stopping.is_set():
             await self._give_back(lane, granted)
-            return
+            return [], 0.0
         await self.clock.refresh()
         now = self.clock.now()
-        acks = [lane.ack] if lane.ack is not None else []
-        result = await lane.queue.reserve_detailed(1, ack=acks, now=now)
-        lane.ack = None  # the script ran: acknowledged (lost or not)
+        acks = lane.acks
+        result = await lane.queue.reserve_detailed(granted, ack=acks, now=now)
+        lane.acks = []  # the script ran: acknowledged (lost or not)
         self.outage.ok()
-        if result.lost_acks:
-            log.warning("job %s: delivered, but its reservation had expired", acks[0].uuid)
-        if result.refused_entries:
-            self._entry_refused(acks[0].uuid)
+        if result.lost_acks or result.refused_entries:
+            self._acked(acks, result.lost_acks, result.refused_entries)
         for _ in range(result.invalid):
             self.metrics.job("failed")
         if result.invalid:
@@ -408,31 +492,107 @@ class Worker:
             await self._give_back(lane, granted)
             self._log_pause(True)
             await self._sleep(PAUSED_POLL)
-            return
+            return [], 0.0
         self._paused = False
         self._log_pause(False)
-        if not result.jobs:
+        jobs = result.jobs
+        if not jobs:
             await self._give_back(lane, granted)
             lane.wants = await self._wait_for_work()
-            return
-        self.taken += 1
+            return [], 0.0
+        if len(jobs) < granted:  # the queue had fewer: the unused permits go back
+            await self._give_back(lane, granted - len(jobs))
+        self.taken += len(jobs)
         lane.wants = True
-        job = result.jobs[0]
         if self.pacer is not None:
-            lane.debt = _recipients(job) - 1
+            lane.debt = _recipients(jobs[0]) - 1
         await self._wake_one()
-        self.metrics.in_flight_group.inc()
-        if self.health is not None:
-            self.health.job_started(lane.index)
-        try:
-            await self._process(lane, job, reserved_until=now + self.queue.retry_after)
-        finally:
+        return jobs, now + self.queue.retry_after
+
+    async def _run_batch(self, lane: _Lane, jobs: list[Reserved], reserved_until: float) -> None:
+        """Run the reserved ``jobs`` one after the other.
+
+        Every job of a batch was reserved by one call, so all their reservations end at
+        ``reserved_until`` (Redis' clock). The rule: a job after the first starts only while
+        the reservation still holds the whole time limit it would have had alone
+        (``min(timeout, retry_after)``, plus :data:`FENCE_MARGIN`); so no job of a batch is
+        cut short or fenced because it waited behind the others, and every acknowledgement
+        the lane holds is written before the reservations end (the last job ends by then and
+        its acks ride with the next call). Before each job after the first the lane also
+        stops at a stop (SIGTERM, max time), at a backpressure suspension of the group, after a
+        mail whose extra recipients the rate limit charged, and,
+        :data:`BATCH_PAUSE_LOOK` seconds after its last look, at the pause marker. The jobs
+        it will not start go back to the head of the ready list at once, their attempt not
+        counted (``unreserve``), with their rate permits."""
+        looked = time.monotonic()
+        for i, job in enumerate(jobs):
+            opts = None
+            if i > 0:
+                opts = JobOptions.of(job.payload, self.config) if job.payload else None
+                why = self._batch_cut(opts, reserved_until)
+                if not why and lane.charged:
+                    # the slots of the rest were taken before this debt: they go back, and
+                    # the next reserve takes new ones after it (the rate counts recipients)
+                    why = "the rate limit charged the last mail's extra recipients"
+                if not why and await self.backpressure.suspended_for() > 0:
+                    why = "group suspended by provider backpressure"  # cached, see suspended_for
+                if not why and time.monotonic() - looked >= BATCH_PAUSE_LOOK:
+                    looked = time.monotonic()
+                    if await self._best_effort(lane.queue.redis.exists(self.keys.paused)):
+                        self._paused = True
+                        self._log_pause(True)
+                        why = "group paused"
+                if why:
+                    await self._hand_back(lane, jobs[i:], why)
+                    return
+            lane.charged = False
+            self.metrics.in_flight_group.inc()
             if self.health is not None:
-                self.health.job_finished(lane.index)
-            self.metrics.in_flight_group.dec()
-            self.finished += 1
-            if self.config.max_jobs and self.finished >= self.config.max_jobs:
-                self.stop("max jobs reached")
+                self.health.job_started(lane.index)
+            try:
+                await self._process(lane, job, reserved_until, opts)
+            except BaseException:
+                if i + 1 < len(jobs):
+                    with contextlib.suppress(Exception):
+                        await self._hand_back(lane, jobs[i + 1 :], "lane error")
+                raise
+            finally:
+                if self.health is not None:
+                    self.health.job_finished(lane.index)
+                self.metrics.in_flight_group.dec()
+                self.finished += 1
+                if self.config.max_jobs and self.finished >= self.config.max_jobs:
+                    self.stop("max jobs reached")
+
+    def _batch_cut(self, opts: JobOptions | None, reserved_until: float) -> str:
+        """Why the next job of a batch must not start ("" when it may): see
+        :meth:`_run_batch`. ``opts``: the job's options (None: its payload is unreadable,
+        failing it needs no time limit)."""
+        if self.stopping.is_set():
+            return self.stop_reason or "stopping"
+        if opts is not None:
+            limit = min(opts.timeout, self.queue.retry_after - FENCE_MARGIN)
+            if reserved_until - self.clock.now() - FENCE_MARGIN < limit:
+                return "too little of the reservation left"
+        return ""
+
+    async def _hand_back(self, lane: _Lane, jobs: list[Reserved], why: str) -> None:
+        """Return never-started ``jobs`` to the head of the ready list now, no attempt counted,
+        and their rate permits (retried through an outage until the stop's limit; if Redis
+        stays away they come back after ``retry_after``, that attempt counted)."""
+        try:
+            back = await self._retry(lambda: lane.queue.unreserve(jobs))
+        except REDIS_RETRY:
+            log.error(
+                "%d reserved job(s) not handed back (Redis unreachable); they come back after "
+                "retry_after",
+                len(jobs),
+            )
+            return
+        self.taken -= len(jobs)
+        self._unclaim(len(jobs))
+        await self._give_back(lane, len(jobs))
+        log.info("%d reserved job(s) handed back unstarted (%s)", back, why)
 
     def _log_pause(self, paused: bool) -> None:
         if paused and not self._paused_logged:
@@ -580,7 +740,9 @@ class Worker:
         return False
 
     # --- one job ---------------------------------------------------------------------------
-    async def _process(self, lane: _Lane, job: Reserved, reserved_until: float) -> None:
+    async def _process(
+        self, lane: _Lane, job: Reserved, reserved_until: float, opts: JobOptions | None = None
+    ) -> None:
         payload = job.payload
         if payload is None:
             await self._fail(
@@ -601,7 +763,8 @@ class Worker:
                 f"known: {', '.join(self.registry.names())}",
             )
             return
-        opts = JobOptions.of(payload, self.config)
+        if opts is None:
+            opts = JobOptions.of(payload, self.config)
         now = self.clock.now()
         if opts.exceeded_before_run(job.attempts, now):
             exceeded = h.HandlerResult(
@@ -686,7 +849,14 @@ class Worker:
     async def _may_send(self, lane: _Lane, job: Reserved) -> bool:
         """``begin_send`` (retried through outages): True when the job is still ours and not
         sent; else the job is handled (see :meth:`_not_ours`) and False."""
-        state = await self._retry(lambda: lane.queue.begin_send(job))
+        acks = lane.acks
+        if acks:  # the batch's earlier deliveries are acknowledged in the same script
+            got = await self._retry(lambda: lane.queue.ack_begin(job, acks, now=self.clock.now()))
+            lane.acks = []
+            self._acked(acks, got.lost_acks, got.refused_entries)
+            state = got.screened.state
+        else:
+            state = await self._retry(lambda: lane.queue.begin_send(job))
         if state == "ok":
             return True
         await self._not_ours(lane, job, state)
@@ -712,9 +882,17 @@ class Worker:
         assert suppressed is not None
 
         async def screen(recipients: Sequence[str]) -> Collection[str]:
-            got = await lane.queue.begin_screen(
-                job, suppressed, [lb.normalize(r) for r in recipients]
-            )
+            normalized = [lb.normalize(r) for r in recipients]
+            acks = lane.acks
+            if acks:  # the batch's earlier deliveries are acknowledged in the same script
+                both = await lane.queue.ack_begin(
+                    job, acks, self.clock.now(), suppressed, normalized
+                )
+                lane.acks = []
+                self._acked(acks, both.lost_acks, both.refused_entries)
+                got = both.screened
+            else:
+                got = await lane.queue.begin_screen(job, suppressed, normalized)
             began.append(True)
             if got.state != "ok":
                 raise _NotOurs(got.state)
@@ -739,12 +917,13 @@ class Worker:
             # the others are charged now (in debt: the next jobs wait for them); with a
             # provider the pacer charges them (lane.debt) on the lane's next permit
             await self._best_effort(self.limiter.charge(result.sent_to - 1, self.backpressure.run))
+            lane.charged = True
         if result.outcome is h.Outcome.DONE:
             # acknowledged inside the lane's next reserve call (one round trip saved), or by
             # _flush before the lane waits or stops; the outcome entry with it (another one)
             outcome = self._outcome(job, result, lb.DELIVERED) if record else None
             entry = lane.loopback.entry(outcome) if outcome is not None else None
-            lane.ack = Ack.of(job, delivered=True, entry=entry)
+            lane.acks.append(Ack.of(job, delivered=True, entry=entry))
             self.metrics.job("delivered")
             if outcome is not None and entry is None:
                 await self._write(lane, outcome)

@@ -42,7 +42,7 @@ log = logging.getLogger("sendgroup_worker.queue")
 
 #: The worker's write scripts that ``wait_replicas`` makes durable (acknowledgement, sent
 #: marker, reservation, retry and failure).
-DURABLE_SCRIPTS: Final = frozenset({"reserve", "done", "release", "fail"})
+DURABLE_SCRIPTS: Final = frozenset({"reserve", "done", "release", "fail", "unreserve", "ack_begin"})
 
 #: Jobs retried per script call by ``failed_retry_all`` (each call is atomic and bounded).
 RETRY_ALL_CHUNK = 500
@@ -155,6 +155,25 @@ class Queue(_Base):
     ) -> bool:
         """To the failed structure; True when lost (nothing changed)."""
         return self.run(p.fail_call(self.keys, self.settings, job, exception_class, message, now))
+
+    def unreserve(self, jobs: Sequence[p.Reserved]) -> int:
+        """Hand never-started reserved jobs back to ready, no attempt counted; returns how many
+        went back. See :func:`protocol.unreserve_call`."""
+        return self.run(p.unreserve_call(self.keys, jobs)) if jobs else 0
+
+    def ack_begin(
+        self,
+        job: p.Reserved,
+        ack: Sequence[p.Ack],
+        now: float | None = None,
+        suppressed: str | None = None,
+        recipients: Sequence[str] = (),
+    ) -> p.AckBegun:
+        """Acknowledge ``ack``, then :meth:`begin_send` (with a screen when ``suppressed``) for
+        ``job``: one script, see :func:`protocol.ack_begin_call`."""
+        return self.run(
+            p.ack_begin_call(self.keys, self.settings, job, ack, now, suppressed, recipients)
+        )
 
     def begin_send(self, job: p.Reserved) -> p.BeginSend:
         """``"ok"``, ``"lost"`` or ``"already_sent"``: see :func:`protocol.begin_send_call`."""
@@ -401,6 +420,23 @@ class AsyncQueue(_Base):
         """See :meth:`Queue.fail`."""
         return await self.run(
             p.fail_call(self.keys, self.settings, job, exception_class, message, now)
+        )
+
+    async def unreserve(self, jobs: Sequence[p.Reserved]) -> int:
+        """See :meth:`Queue.unreserve`."""
+        return await self.run(p.unreserve_call(self.keys, jobs)) if jobs else 0
+
+    async def ack_begin(
+        self,
+        job: p.Reserved,
+        ack: Sequence[p.Ack],
+        now: float | None = None,
+        suppressed: str | None = None,
+        recipients: Sequence[str] = (),
+    ) -> p.AckBegun:
+        """See :meth:`Queue.ack_begin`."""
+        return await self.run(
+            p.ack_begin_call(self.keys, self.settings, job, ack, now, suppressed, recipients)
         )
 
     async def begin_send(self, job: p.Reserved) -> p.BeginSend:

@@ -25,6 +25,7 @@ local delivered_n = 0
 local any_delivered = false
 local refused = 0
 local base = 9
+local uuids = {}
 for a = 1, n_acks do
   local delivered = ARGV[base + 1] == '1'
   local n_fields = tonumber(ARGV[base + 4])
@@ -34,11 +35,17 @@ for a = 1, n_acks do
   local removed = redis.call('ZREM', reserved, ARGV[base + 2])
   if removed == 0 then lost[#lost + 1] = a end
   if delivered then
-    -- counted once per uuid: only a new marker counts (see done.lua)
-    delivered_n = delivered_n + redis.call('ZADD', sent, now, ARGV[base + 3])
+    uuids[#uuids + 1] = now
+    uuids[#uuids + 1] = ARGV[base + 3]
     any_delivered = true
   end
   base = base + 4 + n_fields
+end
+-- the markers in one ZADD per SG_CHUNK; counted once per uuid: only a new marker counts (see
+-- done.lua; ZADD answers how many members were new)
+for i = 1, #uuids, 2 * SG_CHUNK do
+  delivered_n = delivered_n
+    + redis.call('ZADD', sent, unpack(uuids, i, math.min(i + 2 * SG_CHUNK - 1, #uuids)))
 end
 if delivered_n > 0 then
   redis.call('HINCRBY', stats, 'delivered', delivered_n)
@@ -63,11 +70,11 @@ end
 local out = {lost, {migrated, 0, 0, refused}}
 local got, popped, invalid = 0, 0, 0
 local until_score = now + retry_after
+local held = {}
 while got < count and popped < count + 100 do
   local raw = redis.call('LPOP', ready)
   if not raw then break end
   popped = popped + 1
-  redis.call('LPOP', notify)
   -- on success `info` is the attempts number, else the reason the payload is unusable
   local obj, uuid, info = sg_check_payload(raw)
   local res = nil
@@ -76,7 +83,8 @@ while got < count and popped < count + 100 do
     if not res then info = 'payload "attempts" could not be rewritten' end
   end
   if res then
-    redis.call('ZADD', reserved, until_score, res)
+    held[#held + 1] = until_score
+    held[#held + 1] = res
     out[#out + 1] = raw
     out[#out + 1] = res
     got = got + 1
@@ -86,6 +94,13 @@ while got < count and popped < count + 100 do
     redis.call('HINCRBY', stats, 'failed', 1)
     invalid = invalid + 1
   end
+end
+-- one notify token dropped per pop, one reservation per job kept: one call each (chunked)
+if popped > 0 then
+  redis.call('LTRIM', notify, popped, -1)
+end
+for i = 1, #held, 2 * SG_CHUNK do
+  redis.call('ZADD', reserved, unpack(held, i, math.min(i + 2 * SG_CHUNK - 1, #held)))
 end
 out[2][2] = invalid
 return out
