@@ -20,7 +20,11 @@ One asyncio process runs ``concurrency`` lanes. Each lane loops:
    slots after that debt) and, looking at most every :data:`BATCH_PAUSE_LOOK` seconds, at the
    pause marker. The jobs it will not start go back
    to the head of the ready list at once (``unreserve``: as popped, no attempt counted) with
-   their slots. With a provider (``SENDGROUP_PROVIDER``) the batch is 1: its permits,
+   their slots. The rate counts recipients: a mail's recipients beyond the first are charged
+   (in debt) before it is sent, the first job's while the lane still holds the process' rate
+   lock it took its permits under, so no lane takes a slot that debt would have refused
+   (:meth:`Worker._precharge`); the surplus (suppressed recipients, a failed send) goes back
+   after the job. With a provider (``SENDGROUP_PROVIDER``) the batch is 1: its permits,
    concurrency leases and recipient debt are per lane and per job;
 5. run each job: unknown handler / unreadable payload -> failed; past ``tries`` or
    ``retryUntil`` -> failed; ``begin_send`` (reservation still ours, uuid not already sent;
@@ -84,7 +88,7 @@ from sendgroup_worker.metrics import WorkerMetrics
 from sendgroup_worker.provider import LEASE_MARGIN, ProviderConfig, ProviderPacer
 from sendgroup_worker.queue.client import AsyncQueue
 from sendgroup_worker.queue.keys import QueueKeys
-from sendgroup_worker.queue.protocol import Ack, Reserved
+from sendgroup_worker.queue.protocol import Ack, Reserved, ReserveResult
 from sendgroup_worker.ratelimit import RateLimiter, RatePolicy
 from sendgroup_worker.redisclient import TRANSIENT_ERRORS, AsyncClient, build_async, detect_sync
 from sendgroup_worker.redisurl import RedisTarget, parse
@@ -230,9 +234,14 @@ class _Lane:
     #: requests with a sign of work count as the group's demand (a group with ready jobs gets
     #: its share from its measured queue anyway).
     wants: bool = False
-    #: the lane's last mail charged the rate limit for its extra recipients (the next jobs
-    #: of its batch must take their slots after that debt, as separate reserves would)
-    charged: bool = False
+    #: recipients of the lane's current mail beyond the one its permit counted, charged to
+    #: the group's rate limit before the mail is sent (:meth:`Worker._precharge`; 0 with a
+    #: provider or no rate limit); the jobs of its batch after it go back (their slots were
+    #: taken before that debt, as separate reserves would not have)
+    precharged: int = 0
+    #: recipients the lane's current mail was sent to (:meth:`Worker._settle`), to give back
+    #: what the precharge counted and the send did not use
+    sent: int = 0
     #: the lane took its share of ``WORKER_MAX_JOBS``: it reserves nothing more (the worker
     #: stops when the last of those jobs finished)
     done: bool = False
@@ -292,6 +301,10 @@ class Worker:
         # idle lanes: one blocks on Redis (BLPOP), the others wait here until a lane that
         # found a job wakes one of them (so an idle process makes one blocking call, not N)
         self._idle = asyncio.Condition()
+        #: held by a lane from taking its rate permits until its first job's extra
+        #: recipients are charged (:meth:`_reserve`), so no other lane of this process takes
+        #: a slot the rate limit would refuse once that debt is known
+        self._rate_lock = asyncio.Lock()
         self._blocker = False
 
     # --- control ---------------------------------------------------------------------------
@@ -456,30 +469,15 @@ class Worker:
         """Take up to ``want`` permits and reserve that many jobs (the lane's acks ride
         along); returns the jobs (none: paused, empty, stopping) and when their reservations
         end (unix seconds, Redis' clock)."""
-        if self.pacer is not None:
-            if await self._paused_before_permit(lane):
+        rated = self.pacer is None and not self.limiter.unlimited
+        async with self._rate_lock if rated else contextlib.nullcontext():
+            got = await self._take_and_reserve(lane, want)
+            if got is None:
                 return [], 0.0
-            granted = await self._provider_permit(lane)
-            if granted == 0:
-                return [], 0.0
-        elif self.limiter.unlimited:
-            granted = want
-        else:
-            granted, _ = await self.limiter.try_take(want, self.backpressure.run)
-            if granted == 0:
-                await self._flush(lane)  # do not hold an acknowledgement while waiting
-                granted = await self.limiter.take(want, self.stopping, self.backpressure.run)
-            self._publish_rate()
-            if granted == 0:
-                return [], 0.0
-        if self.stopping.is_set():
-            await self._give_back(lane, granted)
-            return [], 0.0
-        await self.clock.refresh()
-        now = self.clock.now()
-        acks = lane.acks
-        result = await lane.queue.reserve_detailed(granted, ack=acks, now=now)
-        lane.acks = []  # the script ran: acknowledged (lost or not)
+            granted, now, acks, result = got
+            if rated and result.jobs and not result.paused:
+                # the first job's extra recipients, charged before another lane may take a slot
+                lane.precharged = await self._precharge(result.jobs[0])
         self.outage.ok()
         if result.lost_acks or result.refused_entries:
             self._acked(acks, result.lost_acks, result.refused_entries)
@@ -509,6 +507,64 @@ class Worker:
         await self._wake_one()
         return jobs, now + self.queue.retry_after
 
+    async def _take_and_reserve(
+        self, lane: _Lane, want: int
+    ) -> tuple[int, float, list[Ack], ReserveResult] | None:
+        """Take up to ``want`` permits, then reserve that many jobs (the lane's acks ride
+        along). Returns (permits granted, Redis' time of the reserve in unix seconds, the acks
+        written, the script's result), or None when no permit came (stopping, or the provider
+        refused)."""
+        if self.pacer is not None:
+            if await self._paused_before_permit(lane):
+                return None
+            granted = await self._provider_permit(lane)
+            if granted == 0:
+                return None
+        elif self.limiter.unlimited:
+            granted = want
+        else:
+            granted, _ = await self.limiter.try_take(want, self.backpressure.run)
+            if granted == 0:
+                await self._flush(lane)  # do not hold an acknowledgement while waiting
+                granted = await self.limiter.take(want, self.stopping, self.backpressure.run)
+            self._publish_rate()
+            if granted == 0:
+                return None
+        if self.stopping.is_set():
+            await self._give_back(lane, granted)
+            return None
+        await self.clock.refresh()
+        now = self.clock.now()
+        acks = lane.acks
+        result = await lane.queue.reserve_detailed(granted, ack=acks, now=now)
+        lane.acks = []  # the script ran: acknowledged (lost or not)
+        return granted, now, acks, result
+
+    async def _precharge(self, job: Reserved) -> int:
+        """Charge the group's rate limit for ``job``'s recipients beyond the one its permit
+        counted, before it is sent (in debt: the next permits wait for them); returns how many
+        were charged (0 for a job with one recipient or none readable, whose mail fails).
+
+        Charged before the send, not after it: a mail in flight (up to its timeout) must not
+        leave its recipients out of what the other lanes see, or they take slots the limit
+        would refuse (100 recipients in 5 mails went in 3.4 s at 10/s, burst 10, with the
+        charge after the send). The surplus is given back once the mail is settled
+        (:meth:`_settle_charge`: suppressed recipients, a failed send)."""
+        extra = _recipients(job) - 1
+        if extra > 0:
+            await self._best_effort(self.limiter.charge(extra, self.backpressure.run))
+        return extra
+
+    async def _settle_charge(self, lane: _Lane) -> None:
+        """Square the lane's precharge with the recipients its mail was sent to: give back
+        the surplus, charge a shortfall; then clear both."""
+        diff = max(0, lane.sent - 1) - lane.precharged
+        lane.precharged = lane.sent = 0
+        if diff > 0:
+            await self._best_effort(self.limiter.charge(diff, self.backpressure.run))
+        elif diff < 0:
+            await self._best_effort(self.limiter.give_back(-diff, self.backpressure.run))
+
     async def _run_batch(self, lane: _Lane, jobs: list[Reserved], reserved_until: float) -> None:
         """Run the reserved ``jobs`` one after the other.
 
@@ -525,12 +581,14 @@ class Worker:
         it will not start go back to the head of the ready list at once, their attempt not
         counted (``unreserve``), with their rate permits."""
         looked = time.monotonic()
+        rated = self.pacer is None and not self.limiter.unlimited
+        charged = False
         for i, job in enumerate(jobs):
             opts = None
             if i > 0:
                 opts = JobOptions.of(job.payload, self.config) if job.payload else None
                 why = self._batch_cut(opts, reserved_until)
-                if not why and lane.charged:
+                if not why and charged:
                     # the slots of the rest were taken before this debt: they go back, and
                     # the next reserve takes new ones after it (the rate counts recipients)
                     why = "the rate limit charged the last mail's extra recipients"
@@ -545,12 +603,16 @@ class Worker:
                 if why:
                     await self._hand_back(lane, jobs[i:], why)
                     return
-            lane.charged = False
+                if rated:
+                    lane.precharged = await self._precharge(job)
+            charged = lane.precharged > 0
             self.metrics.in_flight_group.inc()
             if self.health is not None:
                 self.health.job_started(lane.index)
             try:
                 await self._process(lane, job, reserved_until, opts)
+                if rated:
+                    await self._settle_charge(lane)
             except BaseException:
                 if i + 1 < len(jobs):
                     with contextlib.suppress(Exception):
@@ -912,12 +974,11 @@ class Worker:
         entry (see :mod:`sendgroup_worker.loopback`), before the outcome is committed; a
         delivered mail's entry rides with its acknowledgement in the same script where the
         deployment allows it (:meth:`lb.Loopback.entry`)."""
-        if result.sent_to > 1 and self.pacer is None and not self.limiter.unlimited:
-            # the rate counts recipients: the job's first slot was taken before reserving,
-            # the others are charged now (in debt: the next jobs wait for them); with a
-            # provider the pacer charges them (lane.debt) on the lane's next permit
-            await self._best_effort(self.limiter.charge(result.sent_to - 1, self.backpressure.run))
-            lane.charged = True
+        # the rate counts recipients: the job's first slot was taken before reserving, the
+        # others before its send (_precharge); the lane squares that with these after the
+        # job (_settle_charge). With a provider the pacer charges them (lane.debt) on the
+        # lane's next permit
+        lane.sent = result.sent_to
         if result.outcome is h.Outcome.DONE:
             # acknowledged inside the lane's next reserve call (one round trip saved), or by
             # _flush before the lane waits or stops; the outcome entry with it (another one)
@@ -1138,7 +1199,8 @@ def _retry_state(attempt: int) -> RetryCallState:
 
 
 def _recipients(job: Reserved) -> int:
-    """Recipients a mail job counts for in the provider's rate (1 for anything else)."""
+    """Recipients a mail job counts for in the group's rate limit and the provider's rate (1
+    for anything else, and for a mail whose data is invalid: it fails unsent)."""
     payload = job.payload
     if not payload or payload.get("job") != h.SEND_MAIL:
         return 1
