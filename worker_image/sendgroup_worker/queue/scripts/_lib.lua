@@ -232,3 +232,43 @@ local function sg_add_entry(key, maxlen, argv, first, n)
   if type(res) == 'table' and res.err then return 1 end
   return 0
 end
+
+-- Acknowledge a lane's finished jobs (the rules of done.lua), each after its stream entry (if
+-- any): n_acks acks from argv[base + 1] on, each: delivered ("1"/"0"), reserved bytes, uuid,
+-- n (entry field+value count, 0: none), then the entry's n field/value texts, written to
+-- stream_key with MAXLEN ~ maxlen. The delivered ones' `sent` markers go in one ZADD per
+-- SG_CHUNK and count once per uuid (only a new marker counts: ZADD answers how many members
+-- were new). Used by reserve.lua and ack_begin.lua.
+-- Returns lost (1-based indexes of acks whose reservation was gone), refused (entries the
+-- stream refused) and the index of the last ARGV item read.
+local function sg_ack(reserved, sent, stats, stream_key, maxlen, argv, base, n_acks, now,
+    sent_ttl)
+  local lost = {}
+  local refused = 0
+  local uuids = {}
+  for a = 1, n_acks do
+    local delivered = argv[base + 1] == '1'
+    local n_fields = tonumber(argv[base + 4])
+    if n_fields > 0 then
+      refused = refused + sg_add_entry(stream_key, maxlen, argv, base + 5, n_fields)
+    end
+    if redis.call('ZREM', reserved, argv[base + 2]) == 0 then lost[#lost + 1] = a end
+    if delivered then
+      uuids[#uuids + 1] = now
+      uuids[#uuids + 1] = argv[base + 3]
+    end
+    base = base + 4 + n_fields
+  end
+  local delivered_n = 0
+  for i = 1, #uuids, 2 * SG_CHUNK do
+    delivered_n = delivered_n
+      + redis.call('ZADD', sent, unpack(uuids, i, math.min(i + 2 * SG_CHUNK - 1, #uuids)))
+  end
+  if delivered_n > 0 then
+    redis.call('HINCRBY', stats, 'delivered', delivered_n)
+  end
+  if #uuids > 0 then
+    sg_trim_sent(sent, now, sent_ttl)
+  end
+  return lost, refused, base
+end

@@ -17,34 +17,8 @@ local maxlen = ARGV[5]
 local screen = ARGV[6] == '1'
 local n_acks = tonumber(ARGV[7])
 
-local lost = {}
-local refused = 0
-local uuids = {}
-local base = 7
-for a = 1, n_acks do
-  local delivered = ARGV[base + 1] == '1'
-  local n_fields = tonumber(ARGV[base + 4])
-  if n_fields > 0 then
-    refused = refused + sg_add_entry(KEYS[#KEYS], maxlen, ARGV, base + 5, n_fields)
-  end
-  if redis.call('ZREM', reserved, ARGV[base + 2]) == 0 then lost[#lost + 1] = a end
-  if delivered then
-    uuids[#uuids + 1] = now
-    uuids[#uuids + 1] = ARGV[base + 3]
-  end
-  base = base + 4 + n_fields
-end
-local delivered_n = 0
-for i = 1, #uuids, 2 * SG_CHUNK do
-  delivered_n = delivered_n
-    + redis.call('ZADD', sent, unpack(uuids, i, math.min(i + 2 * SG_CHUNK - 1, #uuids)))
-end
-if delivered_n > 0 then
-  redis.call('HINCRBY', stats, 'delivered', delivered_n)
-end
-if #uuids > 0 then
-  sg_trim_sent(sent, now, sent_ttl)
-end
+local lost, refused, base = sg_ack(reserved, sent, stats, KEYS[#KEYS], maxlen, ARGV, 7,
+  n_acks, now, sent_ttl)
 
 local answer
 if not redis.call('ZSCORE', reserved, ARGV[1]) then

@@ -20,39 +20,8 @@ local n_acks = tonumber(ARGV[8])
 local maxlen = ARGV[9]
 
 -- 1. acknowledgements (same rules as done.lua), each after its stream entry (if any)
-local lost = {}
-local delivered_n = 0
-local any_delivered = false
-local refused = 0
-local base = 9
-local uuids = {}
-for a = 1, n_acks do
-  local delivered = ARGV[base + 1] == '1'
-  local n_fields = tonumber(ARGV[base + 4])
-  if n_fields > 0 then
-    refused = refused + sg_add_entry(KEYS[10], maxlen, ARGV, base + 5, n_fields)
-  end
-  local removed = redis.call('ZREM', reserved, ARGV[base + 2])
-  if removed == 0 then lost[#lost + 1] = a end
-  if delivered then
-    uuids[#uuids + 1] = now
-    uuids[#uuids + 1] = ARGV[base + 3]
-    any_delivered = true
-  end
-  base = base + 4 + n_fields
-end
--- the markers in one ZADD per SG_CHUNK; counted once per uuid: only a new marker counts (see
--- done.lua; ZADD answers how many members were new)
-for i = 1, #uuids, 2 * SG_CHUNK do
-  delivered_n = delivered_n
-    + redis.call('ZADD', sent, unpack(uuids, i, math.min(i + 2 * SG_CHUNK - 1, #uuids)))
-end
-if delivered_n > 0 then
-  redis.call('HINCRBY', stats, 'delivered', delivered_n)
-end
-if any_delivered then
-  sg_trim_sent(sent, now, sent_ttl)
-end
+local lost, refused = sg_ack(reserved, sent, stats, KEYS[10], maxlen, ARGV, 9, n_acks, now,
+  sent_ttl)
 
 -- paused: the acks above count (those mails went out), nothing else moves
 if redis.call('EXISTS', KEYS[9]) == 1 then
