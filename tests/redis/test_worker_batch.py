@@ -98,6 +98,28 @@ def reserve_calls(redis_url: str) -> Iterator[ReserveCalls]:
         calls.close()
 
 
+def one_lane_env(
+    redis_url: str,
+    smtp_port: int,
+    batch: int,
+    timeout: int = 10,
+    retry_after: int = 30,
+    **extra: object,
+) -> dict[str, str]:
+    """Settings of a worker with one lane reserving ``batch`` jobs per call; ``timeout`` and
+    ``retry_after`` in seconds; ``extra`` more settings."""
+    return worker_env(
+        redis_url,
+        Q,
+        smtp_port,
+        WORKER_CONCURRENCY=1,
+        WORKER_RESERVE_BATCH=batch,
+        WORKER_TIMEOUT=timeout,
+        WORKER_RETRY_AFTER=retry_after,
+        **extra,
+    )
+
+
 def ready_attempts(client: redis.Redis) -> list[int]:
     return [json.loads(raw)["attempts"] for raw in client.lrange(QueueKeys(Q).ready, 0, -1)]
 
@@ -108,15 +130,7 @@ def test_a_lane_reserves_its_batch_in_one_call_and_a_stop_hands_the_rest_back_at
     q = sync_queue(redis_url, Q, retry_after=30)
     payloads = [mail_payload(f"b{i}@x.example") for i in range(25)]
     smtp_sink.script("b0@x.example", "250 OK", data_delay=1.5)
-    env = worker_env(
-        redis_url,
-        Q,
-        smtp_sink.port,
-        WORKER_CONCURRENCY=1,
-        WORKER_RESERVE_BATCH=10,
-        WORKER_TIMEOUT=10,
-        WORKER_RETRY_AFTER=30,
-    )
+    env = one_lane_env(redis_url, smtp_sink.port, 10)
     q.push_many(payloads)
     with reserve_calls(redis_url) as calls:
         w = WorkerProcess(env, "batch")
@@ -151,15 +165,7 @@ def test_two_racing_workers_send_every_mail_once_and_start_no_job_too_late(
     recipients = [f"r{i}@x.example" for i in range(24)]
     for r in recipients:
         smtp_sink.script(r, "250 OK", data_delay=0.4)
-    env = worker_env(
-        redis_url,
-        Q,
-        smtp_sink.port,
-        WORKER_CONCURRENCY=1,
-        WORKER_RESERVE_BATCH=10,
-        WORKER_TIMEOUT=1,
-        WORKER_RETRY_AFTER=3,
-    )
+    env = one_lane_env(redis_url, smtp_sink.port, 10, timeout=1, retry_after=3)
     q.push_many([mail_payload(r) for r in recipients])
     with reserve_calls(redis_url) as calls:
         workers = [WorkerProcess(env, f"racer{i}") for i in range(2)]
@@ -251,14 +257,10 @@ def test_a_suspension_mid_batch_hands_the_rest_back_instead_of_sending_it(
     payloads = [mail_payload("busy@x.example")] + [
         mail_payload(f"s{i}@x.example") for i in range(9)
     ]
-    env = worker_env(
+    env = one_lane_env(
         redis_url,
-        Q,
         smtp_sink.port,
-        WORKER_CONCURRENCY=1,
-        WORKER_RESERVE_BATCH=10,
-        WORKER_TIMEOUT=10,
-        WORKER_RETRY_AFTER=30,
+        10,
         WORKER_BACKOFF="5",
         BACKPRESSURE_SUSPEND_FOR="3",
         BACKPRESSURE_PATTERNS='["4\\\\.7\\\\.28"]',
@@ -295,15 +297,7 @@ def test_each_delivered_mail_of_a_batch_is_marked_sent_before_the_next_mail_goes
     payloads = [mail_payload(f"k{i}@x.example") for i in range(5)]
     uuids = [json.loads(x)["uuid"] for x in payloads]
     smtp_sink.script("k2@x.example", "250 OK", data_delay=1.5)
-    env = worker_env(
-        redis_url,
-        Q,
-        smtp_sink.port,
-        WORKER_CONCURRENCY=1,
-        WORKER_RESERVE_BATCH=5,
-        WORKER_TIMEOUT=10,
-        WORKER_RETRY_AFTER=30,
-    )
+    env = one_lane_env(redis_url, smtp_sink.port, 5)
     q.push_many(payloads)
     with reserve_calls(redis_url) as calls:
         w = WorkerProcess(env, "acks")
@@ -330,15 +324,7 @@ def test_a_pause_mid_batch_hands_the_rest_back_within_a_look(
     payloads = [mail_payload(f"p{i}@x.example") for i in range(10)]
     for i in range(10):
         smtp_sink.script(f"p{i}@x.example", "250 OK", data_delay=0.3)
-    env = worker_env(
-        redis_url,
-        Q,
-        smtp_sink.port,
-        WORKER_CONCURRENCY=1,
-        WORKER_RESERVE_BATCH=10,
-        WORKER_TIMEOUT=10,
-        WORKER_RETRY_AFTER=30,
-    )
+    env = one_lane_env(redis_url, smtp_sink.port, 10)
     q.push_many(payloads)
     with reserve_calls(redis_url) as calls:
         w = WorkerProcess(env, "paused-batch")
