@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 import pytest
+import redis
 
 from tests.support.smtp_sink import SmtpSink
 from tests.support.workers import (
@@ -138,3 +139,31 @@ def test_the_rate_limit_counts_recipients(
     first_second = sum(1 for t in times if t - times[0] < 1.0)
     assert first_second <= 20, first_second
     assert time.time() - times[0] < 30
+
+
+def test_suppressed_recipients_give_their_rate_slots_back(
+    redis_url: str, redis_client: redis.Redis, smtp_sink: SmtpSink
+) -> None:
+    """60/min (1/s), burst 1: a mail to 20 recipients, 19 of them suppressed, goes to one;
+    its other 19 slots, charged before the send, come back after it, so the next two mails
+    follow at the rate's pace (~1 s each), not 19 s later."""
+    to = [f"s{i}@x.example" for i in range(20)]
+    redis_client.sadd("sendgroups:default:suppressed", *to[1:])
+    q = sync_queue(redis_url, Q)
+    q.push_many(
+        [_job("mostly-suppressed", to=to), _job("next-1", to="n1@x.example"),
+         _job("next-2", to="n2@x.example")]
+    )  # fmt: skip
+    env = worker_env(
+        redis_url, Q, smtp_sink.port, RATE_PER_MINUTE=60, RATE_BURST=1, WORKER_CONCURRENCY=1
+    )
+    worker = WorkerProcess(env)
+    try:
+        wait_for(lambda: len(smtp_sink.snapshot()) >= 3, 30, "three recipients served")
+    finally:
+        worker.stop()
+    got = smtp_sink.snapshot()
+    assert sorted(r.recipient for r in got) == ["n1@x.example", "n2@x.example", "s0@x.example"]
+    times = sorted(r.at for r in got)
+    assert times[-1] - times[0] < 4.0, times[-1] - times[0]  # 19 slots of debt: >= 19 s
+    assert times[-1] - times[0] >= 1.5, times[-1] - times[0]  # still the rate's pace
