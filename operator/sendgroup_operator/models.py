@@ -186,7 +186,8 @@ def _clone(value: Any) -> Any:
     if kind is dict:
         return {k: _clone(v) for k, v in value.items()}
     if isinstance(value, BaseModel):
-        new = kind.__new__(kind)
+        model = type(value)
+        new = model.__new__(model)
         # as pydantic's BaseModel.__deepcopy__, field by field
         object.__setattr__(new, "__dict__", {k: _clone(v) for k, v in value.__dict__.items()})
         object.__setattr__(new, "__pydantic_extra__", _clone(value.__pydantic_extra__))
