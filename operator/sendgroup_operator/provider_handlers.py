@@ -70,7 +70,9 @@ _samples: dict[str, tuple[provider_plan.SendSample, ...]] = {}
 
 def group_entry(body: Mapping[str, Any]) -> dict[str, Any]:
     """What a provider pass needs of a SendGroup: ``{spec, status, metadata, parsed,
-    specKey}``; ``parsed``: the validated ``SendGroupSpec`` (None when invalid: no provider
+    specKey}`` (``metadata``: creationTimestamp, generation, resourceVersion; the group's own
+    passes share ``parsed`` for that version, ``Runtime.parse``); ``parsed``: the validated
+    ``SendGroupSpec`` (None when invalid: no provider
     counts it), ``specKey``: its JSON (the resolution cache key). Validated here, once per
     watch event, not by every provider's pass every second (8 default providers x 10,000 groups
     was 80,000 validations a second: issue 15)."""
@@ -85,6 +87,7 @@ def group_entry(body: Mapping[str, Any]) -> dict[str, Any]:
         "metadata": {
             "creationTimestamp": body["metadata"].get("creationTimestamp"),
             "generation": body["metadata"].get("generation"),
+            "resourceVersion": body["metadata"].get("resourceVersion"),
         },
         "parsed": parsed,
         "specKey": parsed.model_dump_json() if parsed is not None else "",

@@ -164,7 +164,15 @@ class Runtime:
         known = self.parsed.get(key)
         if version is not None and known is not None and known[0] == (meta["uid"], version):
             return known[1]
-        parsed = parse(body)
+        # the spec model the watch handler validated for this same version (provider_handlers.
+        # group_entry), shared: one SendGroupSpec per group, not two (issue 15, ~2.4 KB each)
+        entry = self.groups.get((meta["namespace"], meta["name"]))
+        shared: models.SendGroupSpec | None = None
+        if version is not None and entry is not None:
+            shared = (
+                entry["parsed"] if entry["metadata"].get("resourceVersion") == version else None
+            )
+        parsed = parse(body, shared)
         if version is not None:
             self.parsed[key] = ((meta["uid"], version), parsed)
         return parsed
@@ -280,9 +288,10 @@ def _parse_time(value: Any) -> datetime:
 
 
 def parse(
-    body: Mapping[str, Any],
+    body: Mapping[str, Any], spec_model: models.SendGroupSpec | None = None
 ) -> tuple[plan.Group, models.SendGroupSpec, models.SendGroupStatus]:
-    """The object as models (raises pydantic.ValidationError on a spec the CRD would reject)."""
+    """The object as models (raises pydantic.ValidationError on a spec the CRD would reject);
+    ``spec_model``: the spec already validated from this same body (used as is)."""
     meta = body["metadata"]
     deleting_since = meta.get("deletionTimestamp")
     group = plan.Group(
@@ -294,7 +303,7 @@ def parse(
         deleting=deleting_since is not None,
         deleting_since=_parse_time(deleting_since) if deleting_since else None,
     )
-    spec = models.SendGroupSpec.model_validate(dict(body.get("spec") or {}))
+    spec = spec_model or models.SendGroupSpec.model_validate(dict(body.get("spec") or {}))
     status = models.SendGroupStatus.model_validate(dict(body.get("status") or {}))
     return group, spec, status
 
