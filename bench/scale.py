@@ -431,7 +431,7 @@ def run(
         # once it is on every group (up to 120 s more), plus 15 s for the last passes
         settle = time.monotonic()
         while time.monotonic() - settle < 120:
-            handled = sum(1 for i in _list(kube, namespaces) if _kopf_handled(i))
+            handled = sum(1 for i in _list(kube, namespaces) if kopf_handled(i))
             if handled == n:
                 break
             time.sleep(2.0)
@@ -549,7 +549,7 @@ def run(
     return out
 
 
-def _kopf_handled(item: dict[str, Any]) -> bool:
+def kopf_handled(item: dict[str, Any]) -> bool:
     """kopf recorded its diff base: ``status.kopf.last-handled-configuration``, or the
     annotation an operator before issue 15 (``--operator-tree``) wrote."""
     if "last-handled-configuration" in ((item.get("status") or {}).get("kopf") or {}):

@@ -58,7 +58,7 @@ from bench.kubebench import (
     redis_calls_delta,
 )
 from bench.report import Context, Plot, Result, Scenario, Table
-from bench.scale import _deployments, _list, _rbac, passed_groups
+from bench.scale import _deployments, _list, _rbac, kopf_handled, passed_groups
 from bench.scenarios.memory import spread
 from sendgroup_operator import tenancy
 from sendgroup_worker.producer import make_mail_payload
@@ -135,13 +135,6 @@ def _reconciled(item: dict[str, Any], phase: str) -> bool:
     )
 
 
-def _kopf_handled(item: dict[str, Any]) -> bool:
-    """Whether kopf has recorded the handled spec (its ``last-handled-configuration``
-    annotation): its bookkeeping for the creation is written."""
-    annotations = item["metadata"].get("annotations") or {}
-    return any(k.endswith("/last-handled-configuration") for k in annotations)
-
-
 class GroupWatch:
     """The SendGroups of ``namespaces`` as one cluster-wide watch (the bench's admin client)
     sees them: which are reconciled (``phase``), which kopf has handled, and when all ``n``
@@ -172,7 +165,7 @@ class GroupWatch:
             return
         key, before = _key(item), len(self.done)
         (self.done.add if _reconciled(item, self.phase) else self.done.discard)(key)
-        (self.handled.add if _kopf_handled(item) else self.handled.discard)(key)
+        (self.handled.add if kopf_handled(item) else self.handled.discard)(key)
         now = time.monotonic()
         if self.t0 is not None and len(self.done) != before:
             self.progress.append((now - self.t0, float(len(self.done))))

@@ -8,9 +8,11 @@ The reaper is a kopf daemon (one coroutine per group), not a timer: a timer fire
 Dumped, workers gone -> purge) waited a whole interval. The daemon runs the next pass after
 ``plan.requeue_after`` seconds while something is in motion, after ``plan.idle_wait`` when
 it is idle and watched by the observer, else after ``reaperInterval``. A change handler's pass
-(create, spec update, resume at the operator's start) stands for the daemon's next pass: the
-daemon waits the delay that pass's plan asked for (``Runtime.hand_over``), so a start passes
-each group once, not twice.
+(create, spec update, resume at the operator's start) whose plan named the next pass (an idle
+wait, a follow-up) stands for the daemon's next pass: the daemon waits that delay
+(``Runtime.hand_over``), so a start passes each resting group once, not twice. A pass that named
+none (a new group's first, which writes its status) is not handed over: the daemon settles the
+group within its initial delay.
 It writes status through the API (:meth:`Kube.patch_group_status`): kopf applies a daemon's
 ``patch`` only when the daemon function returns.
 Status is written only when the plan says something meaningful changed, so a steady group
@@ -155,7 +157,11 @@ async def _pass(
         rt: reconcile.Runtime = memo.runtime
         meta = body["metadata"]
         key = f"{meta['namespace']}/{meta['name']}"
-        rt.hand_over(key, _next_delay(rt, result))
+        if result.idle_wait is not None or result.requeue_after is not None:
+            # the plan said when to look next; else (a new group's first pass, which writes
+            # its status) the daemon's first pass settles it as before, within its initial
+            # delay, so its one follow-up measurement does not land minutes later
+            rt.hand_over(key, _next_delay(rt, result))
         if result.requeue_after is not None:
             rt.kick(key, result.requeue_after)
     return result

@@ -56,8 +56,10 @@ PLURAL: Final = "sendgroups"
 #: touch field). In status, kopf writes them in the same request as the operator's own status;
 #: in annotations they cost a separate write of the object per new group.
 KOPF_STATUS_FIELD: Final = "kopf"
+#: the key of kopf's diff base, in ``status.kopf`` (kopf's default) and formerly in annotations
+DIFFBASE_KEY: Final = "last-handled-configuration"
 #: the annotation kopf kept its diff base in before (objects handled by an older operator)
-LEGACY_DIFFBASE_ANNOTATION: Final = f"{GROUP}/last-handled-configuration"
+LEGACY_DIFFBASE_ANNOTATION: Final = f"{GROUP}/{DIFFBASE_KEY}"
 SINGULAR: Final = "sendgroup"
 SHORT_NAMES: Final = ("sg",)
 CATEGORIES: Final = ("mail",)

@@ -83,9 +83,7 @@ class StatusDiffBase(kopf.StatusDiffBaseStorage):
 
     def __init__(self) -> None:
         super().__init__(name=models.KOPF_STATUS_FIELD)
-        self._legacy = kopf.AnnotationsDiffBaseStorage(
-            prefix=models.GROUP, key="last-handled-configuration"
-        )
+        self._legacy = kopf.AnnotationsDiffBaseStorage(prefix=models.GROUP, key=models.DIFFBASE_KEY)
 
     def fetch(self, *, body: kopf.Body) -> kopf.BodyEssence | None:
         """The diff base from status, else from the legacy annotation, else None (a new

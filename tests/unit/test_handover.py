@@ -83,6 +83,27 @@ def test_a_follow_up_the_change_handler_asked_for_runs_when_asked(passes: list[f
     asyncio.run(scenario())
 
 
+def test_a_pass_that_did_not_say_when_to_look_next_is_not_handed_over(
+    passes: list[float],
+) -> None:
+    """A new group's first pass writes its status, and its plan names no next pass (no idle
+    wait, no follow-up): the daemon passes it at once, as without a change handler, so the
+    group is settled (watched as idle) within its first second, not a reaperInterval later
+    (test_operator_scale saw that deferred measurement land in its rest window)."""
+    memo = _memo()
+    PLANS.append(_plan())
+
+    async def scenario() -> None:
+        await handlers.on_change(body=BODY, patch=kopf.Patch(), memo=memo, logger=None)
+        stopped, task = start_reaper(memo)
+        await asyncio.sleep(0.2)
+        assert len(passes) == 2, "the daemon waited a reaperInterval after a first pass"
+        stopped.event.set()
+        await asyncio.wait_for(task, 1)
+
+    asyncio.run(scenario())
+
+
 def test_without_a_change_handler_pass_the_daemon_passes_at_once(passes: list[float]) -> None:
     memo = _memo()
 
