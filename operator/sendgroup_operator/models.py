@@ -12,10 +12,11 @@ other time is integer seconds; counts are jobs.
 
 from __future__ import annotations
 
+import copy
 import hashlib
-from datetime import datetime
-from enum import StrEnum
-from typing import Annotated, Any, Final, Literal
+from datetime import date, datetime, timedelta
+from enum import Enum, StrEnum
+from typing import Annotated, Any, Final, Literal, TypeVar, cast
 
 from pydantic import (
     AfterValidator,
@@ -158,6 +159,49 @@ StringMap = Annotated[
 ]
 #: Longest default queue name (the queue rule's limit, sendgroup_contract.keys).
 DEFAULT_QUEUE_MAX: Final = QUEUE_NAME_MAX
+
+
+#: Values :func:`clone` shares instead of copying (immutable): these exact types, then any
+#: instance of :data:`_IMMUTABLE` (enums, subclasses).
+_ATOMIC: Final = frozenset({str, int, float, bool, type(None), datetime, date, timedelta})
+_IMMUTABLE: Final = (str, int, float, type(None), datetime, date, timedelta, Enum)
+_T = TypeVar("_T")
+
+
+def clone(value: _T) -> _T:
+    """A deep copy of a model tree (pydantic models, lists, dicts, immutable scalars), equal to
+    ``model_copy(deep=True)`` but without ``copy.deepcopy``'s memo and reduce protocol: ~2.8x
+    faster on a status with two conditions, a dump segment and a provider (26 vs 72 us). The
+    planner copies the group's status on every pass: that copy was ~40-55 % of an idle group's
+    pass (1,000 groups in-process, cProfile; issue 15). Unlike
+    deepcopy it does not keep aliasing (an object reached twice is copied twice: a validated
+    model has none). Any other value is deep-copied with ``copy.deepcopy``."""
+    return cast(_T, _clone(value))
+
+
+def _clone(value: Any) -> Any:
+    kind = type(value)
+    if kind in _ATOMIC:
+        return value
+    if kind is list:
+        return [_clone(v) for v in value]
+    if kind is dict:
+        return {k: _clone(v) for k, v in value.items()}
+    if isinstance(value, BaseModel):
+        model = type(value)
+        new = model.__new__(model)
+        # as pydantic's BaseModel.__deepcopy__, field by field
+        object.__setattr__(new, "__dict__", {k: _clone(v) for k, v in value.__dict__.items()})
+        object.__setattr__(new, "__pydantic_extra__", _clone(value.__pydantic_extra__))
+        object.__setattr__(new, "__pydantic_fields_set__", set(value.__pydantic_fields_set__))
+        private = getattr(value, "__pydantic_private__", None)
+        object.__setattr__(
+            new, "__pydantic_private__", None if private is None else copy.deepcopy(private)
+        )
+        return new
+    if isinstance(value, _IMMUTABLE):  # enums, subclasses of the atomic types
+        return value
+    return copy.deepcopy(value)
 
 
 class _Model(BaseModel):

@@ -95,6 +95,15 @@ class MxCache:
                 port = int(number)
         return cls(nameservers=servers, port=port)
 
+    def fresh(self, domain: str) -> bool:
+        """Whether :meth:`lookup` of ``domain`` would answer from the cache now, without a DNS
+        query (and so without blocking): lookups disabled, or an entry (answer or remembered
+        failure) not yet expired."""
+        if self.disabled:
+            return True
+        entry = self._cache.get(domain.lower().rstrip("."))
+        return entry is not None and entry.expires > self.clock()
+
     def lookup(self, domain: str) -> Sequence[str]:
         """MX hosts of ``domain``; on DNS trouble the last answer read (served stale, see the
         module docstring), else raises :class:`MxLookupError`."""

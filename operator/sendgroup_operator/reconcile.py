@@ -164,7 +164,15 @@ class Runtime:
         known = self.parsed.get(key)
         if version is not None and known is not None and known[0] == (meta["uid"], version):
             return known[1]
-        parsed = parse(body)
+        # the spec model the watch handler validated for this same version (provider_handlers.
+        # group_entry), shared: one SendGroupSpec per group, not two (issue 15, ~2.4 KB each)
+        entry = self.groups.get((meta["namespace"], meta["name"]))
+        shared: models.SendGroupSpec | None = None
+        if version is not None and entry is not None:
+            shared = (
+                entry["parsed"] if entry["metadata"].get("resourceVersion") == version else None
+            )
+        parsed = parse(body, shared)
         if version is not None:
             self.parsed[key] = ((meta["uid"], version), parsed)
         return parsed
@@ -250,6 +258,27 @@ def _not_older(cached: models.SendGroupStatus, stored: models.SendGroupStatus) -
     return cached.last_refresh is not None and cached.last_refresh >= stored.last_refresh
 
 
+def base_status(
+    rt: Runtime, key: str, uid: str, stored: models.SendGroupStatus
+) -> models.SendGroupStatus:
+    """The status a pass of group ``key`` plans from: the one this process last wrote
+    (``rt.written``) while the body's ``stored`` status is older (the write has not come back
+    through the watch yet), else ``stored``. Once the body carries exactly what was written,
+    the record goes: the parsed status (:meth:`Runtime.parse`) is the same, and keeping both
+    was a second status model per group (~6 KB, issue 15). Shared, not copied: nothing changes
+    the status a pass plans from, the planner works on its own copy (a deep copy here too was
+    14 % of the operator's CPU at rest, 3,000 groups, py-spy)."""
+    cached = rt.written.get(key)
+    if cached is None or cached[0] != uid:
+        return stored
+    written = cached[1]
+    landed = stored.last_refresh is not None and stored.last_refresh == written.last_refresh
+    if landed and stored == written:  # the write came back as it was sent
+        del rt.written[key]
+        return stored
+    return written if _not_older(written, stored) else stored
+
+
 def _parse_time(value: Any) -> datetime:
     if isinstance(value, datetime):
         return value
@@ -259,9 +288,10 @@ def _parse_time(value: Any) -> datetime:
 
 
 def parse(
-    body: Mapping[str, Any],
+    body: Mapping[str, Any], spec_model: models.SendGroupSpec | None = None
 ) -> tuple[plan.Group, models.SendGroupSpec, models.SendGroupStatus]:
-    """The object as models (raises pydantic.ValidationError on a spec the CRD would reject)."""
+    """The object as models (raises pydantic.ValidationError on a spec the CRD would reject);
+    ``spec_model``: the spec already validated from this same body (used as is)."""
     meta = body["metadata"]
     deleting_since = meta.get("deletionTimestamp")
     group = plan.Group(
@@ -273,7 +303,7 @@ def parse(
         deleting=deleting_since is not None,
         deleting_since=_parse_time(deleting_since) if deleting_since else None,
     )
-    spec = models.SendGroupSpec.model_validate(dict(body.get("spec") or {}))
+    spec = spec_model or models.SendGroupSpec.model_validate(dict(body.get("spec") or {}))
     status = models.SendGroupStatus.model_validate(dict(body.get("status") or {}))
     return group, spec, status
 
@@ -772,12 +802,7 @@ async def reconcile(
     key = f"{group.namespace}/{group.name}"
     started = time.monotonic()
     async with rt.locks[key]:
-        cached = rt.written.get(key)
-        if cached is not None and cached[0] == group.uid and _not_older(cached[1], status):
-            # shared, not copied (as the parsed status, :meth:`Runtime.parse`): nothing
-            # changes the status a pass plans from, the planner works on its own copy (a deep
-            # copy here too was 14 % of the operator's CPU at rest, 3,000 groups, py-spy)
-            status = cached[1]
+        status = base_status(rt, key, group.uid, status)
         admitted = await admit(rt, group, spec)
         if isinstance(admitted, plan.Refused):
             now = now or _now()

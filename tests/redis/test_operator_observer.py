@@ -192,3 +192,48 @@ def test_an_unexpected_error_still_answers_every_waiting_group(
         await queues.close()
 
     asyncio.run(go())
+
+
+def test_the_idle_set_follows_settle_wake_forget_and_a_move(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    """The idle check's set is kept as groups settle, wake, go and move to another Redis (issue
+    15: no scan of every group per poll); a push to any idle group still wakes it, and only
+    groups still idle are checked."""
+    other = RedisServer().start()
+    woken: list[str] = []
+
+    async def go() -> None:
+        observer = Observer(RedisQueues(), wake=woken.append, poll_interval=0.05, batch=4)
+        names = [f"ns/m{i}" for i in range(10)]
+        for i, key in enumerate(names):
+            await observer.measure(key, redis_url, f"mail-move-{i}")
+            observer.settle(key, idle=True)
+        assert sorted(observer.idle_groups()) == sorted(names)
+        observer.forget("ns/m0")
+        observer.invalidate("ns/m1")
+        observer.settle("ns/m2", idle=False)
+        await observer.measure("ns/m3", other.url, "mail-move-3")  # moved to another Redis
+        observer.settle("ns/m3", idle=True)
+        left = {"ns/m3", *names[4:]}
+        assert sorted(observer.idle_groups()) == sorted(left)
+        checks = observer.counts.idle_checks
+        await asyncio.sleep(0.2)  # a few polls of each Redis
+        assert observer.counts.idle_checks > checks
+        # a push to a group that is no longer idle wakes nothing; one to an idle group does,
+        # on either Redis
+        redis_client.rpush(QueueKeys("mail-move-1").ready, _job("x1"))
+        redis_client.rpush(QueueKeys("mail-move-7").ready, _job("x7"))
+        other.client().rpush(QueueKeys("mail-move-3").ready, _job("x3"))
+        deadline = time.monotonic() + 5
+        while len(woken) < 2 and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.2)
+        assert sorted(woken) == ["ns/m3", "ns/m7"]
+        assert sorted(observer.idle_groups()) == sorted(left - {"ns/m3", "ns/m7"})
+        await observer.close()
+
+    try:
+        asyncio.run(go())
+    finally:
+        other.cleanup()

@@ -4,6 +4,8 @@ group leaves no series behind."""
 
 from __future__ import annotations
 
+import gc
+import tracemalloc
 from datetime import UTC, datetime
 
 from sendgroup_operator import conditions, metrics, models
@@ -69,3 +71,24 @@ def test_a_removed_group_leaves_no_series() -> None:
     left = {labels for (_name, labels) in _samples(ns) if ("sendgroup", "g") in labels}
     assert left == set()
     assert any(("sendgroup", "h") in labels for (_name, labels) in _samples(ns))
+
+
+def test_per_group_series_cost_little_memory() -> None:
+    """Issue 15: a group's 15 per-group series are one small tuple, not 15 prometheus_client
+    children (those were ~10 KB per group: ~100 MB at 10,000 groups; tracemalloc)."""
+    ns, n = "unit-memory", 1000
+    status = _status()
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for i in range(n):
+            metrics.observe(ns, f"g-{i:05d}", status, "spring", f"g-{i:05d}.example.com")
+        gc.collect()
+        per_group = (tracemalloc.get_traced_memory()[0] - before) / n
+    finally:
+        tracemalloc.stop()
+        for i in range(n):
+            metrics.remove(ns, f"g-{i:05d}")
+    assert per_group < 1024, f"{per_group:.0f} bytes per group"
+    assert not [labels for (_name, labels) in _samples(ns) if "sendgroup" in dict(labels)]

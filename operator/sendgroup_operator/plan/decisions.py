@@ -26,7 +26,7 @@ class Decisions:
         self.spec = spec
         self.old = old
         self.now = now
-        self.status = old.model_copy(deep=True)
+        self.status = models.clone(old)  # the pass's own copy (models.clone: issue 15)
         self.plan = Plan()
         self.busy = False
         #: env entries of the group's provider (part of the worker pod template)
