@@ -417,6 +417,35 @@ def test_operator_restart_keeps_the_reaper_deadline(
     assert objects.status("r")["idleSince"] == idle_since
 
 
+def test_a_spec_changed_while_the_operator_was_down_is_applied_at_its_start(
+    operator_factory: Any, objects: Objects, redis_client: redis.Redis
+) -> None:
+    """A spec changed while the operator was down (SIGKILL, no clean stop) reaches the
+    Deployment and observedGeneration at its start (kopf's diff base in status differs), and a
+    group left unchanged gets its pass too (its queue emptied meanwhile: idleSince); both
+    within seconds of the start."""
+    first = operator_factory()
+    push(redis_client, "mail-down", 2)
+    push(redis_client, "mail-same", 2)
+    objects.apply(sendgroup("down", workers=1))
+    objects.apply(sendgroup("same", workers=1))
+    wait_for(lambda: replicas(objects, "down") == 1, 20, "workers of 'down'")
+    wait_for(lambda: replicas(objects, "same") == 1, 20, "workers of 'same'")
+    first.stop(signal.SIGKILL)
+    objects.apply(sendgroup("down", workers=3))
+    generation = objects.get("sendgroup", "down")["metadata"]["generation"]
+    redis_client.delete("queues:mail-same", "queues:mail-same:notify")
+    operator_factory()
+    wait_for(lambda: replicas(objects, "down") == 3, 20, "the change made while down")
+    wait_for(
+        lambda: objects.status("down").get("observedGeneration") == generation,
+        20,
+        "observedGeneration of the change made while down",
+    )
+    # the unchanged group is passed too: its queue emptied while the operator was down
+    wait_for(lambda: objects.status("same").get("idleSince"), 20, "idleSince of 'same'")
+
+
 def test_a_deleted_deployment_comes_back_and_a_restart_sees_the_existing_ones(
     operator_factory: Any, objects: Objects, redis_client: redis.Redis
 ) -> None:
