@@ -469,7 +469,7 @@ class Worker:
         """Take up to ``want`` permits and reserve that many jobs (the lane's acks ride
         along); returns the jobs (none: paused, empty, stopping) and when their reservations
         end (unix seconds, Redis' clock)."""
-        rated = self.pacer is None and not self.limiter.unlimited
+        rated = self._rated
         async with self._rate_lock if rated else contextlib.nullcontext():
             got = await self._take_and_reserve(lane, want)
             if got is None:
@@ -506,6 +506,12 @@ class Worker:
             lane.debt = _recipients(jobs[0]) - 1
         await self._wake_one()
         return jobs, now + self.queue.retry_after
+
+    @property
+    def _rated(self) -> bool:
+        """The group's own rate limit paces this worker (a rate or warm-up, no provider): its
+        mails' extra recipients are precharged (:meth:`_precharge`)."""
+        return self.pacer is None and not self.limiter.unlimited
 
     async def _take_and_reserve(
         self, lane: _Lane, want: int
@@ -581,7 +587,7 @@ class Worker:
         it will not start go back to the head of the ready list at once, their attempt not
         counted (``unreserve``), with their rate permits."""
         looked = time.monotonic()
-        rated = self.pacer is None and not self.limiter.unlimited
+        rated = self._rated
         charged = False
         for i, job in enumerate(jobs):
             opts = None
