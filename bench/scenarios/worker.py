@@ -700,15 +700,19 @@ def findings_for(
     )
     if ceil is not None:
         redis_1 = 1e6 / ceil.reserve_redis_us[1]
+        redis_10 = 1e6 / ceil.reserve_redis_us[10]
         text += (
             f". Ceilings measured on the same Redis: it pops the same payloads at "
             f"{ceil.lpop_rate:,.0f}/s pipelined; its CPU runs our reserve script at "
-            f"{redis_1:,.0f} jobs/s (1 per call) or {1e6 / ceil.reserve_redis_us[10]:,.0f} jobs/s "
-            "(10 per call). The lowest ceiling is "
+            f"{redis_1:,.0f} jobs/s (1 per call) or {redis_10:,.0f} jobs/s (10 per call; our "
+            "worker reserves WORKER_RESERVE_BATCH jobs per call, 32 by default). The lowest "
+            "ceiling is "
             + (
-                "our worker's own CPU: batching the reserve alone would not lift it"
-                if our_cpu_rate < redis_1
-                else "Redis's CPU for one job per call: batching the reserve lifts it"
+                "our worker's own CPU: a larger reserve batch would not lift it, cheaper "
+                "per-job work in the worker would"
+                if our_cpu_rate < redis_10
+                else "Redis's CPU running the reserve script even at 10 jobs per call: the "
+                "script's per-job work (decode, reservation member, acks) is what to cut"
             )
             + f"; the rest of the measured time ({1 - ours.rate / our_cpu_rate:.0%}) the worker "
             "was not running: waiting for Redis's replies and for a CPU on this shared machine"
