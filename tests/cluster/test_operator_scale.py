@@ -60,6 +60,44 @@ def _redis_calls(client: redis.Redis) -> int:
     return sum(int(v["calls"]) for k, v in info.items() if k != "cmdstat_info")
 
 
+def _scripts_run(client: redis.Redis) -> int:
+    """Script calls so far: each is one group's full measurement (``measure.lua``)."""
+    info = client.info("commandstats")
+    return sum(int(info.get(k, {}).get("calls", 0)) for k in ("cmdstat_evalsha", "cmdstat_eval"))
+
+
+def _wait_until_measurements_stop(client: redis.Redis, quiet: float = 12.0) -> float:
+    """Wait until no group was fully measured for ``quiet`` seconds (one reaper interval of 10 s
+    and a margin): the start-up passes that leave each group idle are over, so the window
+    after it sees the cost at rest alone. A stop 36 CI run counted 459 commands in its window
+    (4.59 per group per minute; most likely start-up measurements of groups not yet left idle,
+    ~30 groups x ~15 commands; not reproduced), where runs alone and under two busy loops count
+    ~59 (the idle check's EXISTS). The window's commands are in the assertion's message. Returns
+    the seconds waited; fails when measurements never stop (a group measured over and over
+    is the regression this test is for)."""
+    started = time.monotonic()
+    last, since = _scripts_run(client), time.monotonic()
+    while time.monotonic() - since < quiet:
+        assert time.monotonic() - started < 90, (
+            "groups were still being fully measured (measure.lua) 90 s after all reconciled"
+        )
+        time.sleep(1.0)
+        now = _scripts_run(client)
+        if now != last:
+            last, since = now, time.monotonic()
+    return time.monotonic() - started
+
+
+def _delta(before: dict[str, Any], after: dict[str, Any]) -> dict[str, int]:
+    """Calls per command between two ``INFO commandstats`` (nonzero only)."""
+    out = {}
+    for key, value in after.items():
+        calls = int(value["calls"]) - int(before.get(key, {}).get("calls", 0))
+        if calls and key != "cmdstat_info":
+            out[key.removeprefix("cmdstat_")] = calls
+    return out
+
+
 def test_two_hundred_idle_groups(
     operator_factory: Any, objects: Objects, kube_cluster: KubeCluster, redis_client: redis.Redis
 ) -> None:
@@ -82,9 +120,12 @@ def test_two_hundred_idle_groups(
     reconciled_after = time.monotonic() - started
     versions = {i["metadata"]["name"]: i["metadata"]["resourceVersion"] for i in items}
     before = _counter(op.metrics(), "sendgroup_kube_requests_total")
+    settled_after = _wait_until_measurements_stop(redis_client)
+    stats_before = redis_client.info("commandstats")
     redis_before = _redis_calls(redis_client)
     time.sleep(WINDOW)
     redis_after = _redis_calls(redis_client)
+    window_commands = _delta(stats_before, redis_client.info("commandstats"))
     after = _counter(op.metrics(), "sendgroup_kube_requests_total")
     later = {
         i["metadata"]["name"]: i["metadata"]["resourceVersion"] for i in objects.list("sendgroups")
@@ -114,7 +155,8 @@ def test_two_hundred_idle_groups(
     latencies.sort()
     p50, p99 = latencies[len(latencies) // 2], latencies[-1]
     print(
-        f"\n{GROUPS} idle SendGroups: reconciled in {reconciled_after:.1f}s; "
+        f"\n{GROUPS} idle SendGroups: reconciled in {reconciled_after:.1f}s "
+        f"(no full measurement after {settled_after:.0f}s more); "
         f"reconciler API requests per idle group per minute: {per_group_minute:.3f}; "
         f"Redis commands per idle group per minute: {redis_per_group_minute:.2f}; "
         f"SendGroup writes in {WINDOW:.0f}s: {writes}; operator RSS: {rss:.0f} MiB; "
@@ -122,7 +164,7 @@ def test_two_hundred_idle_groups(
     )
     assert writes == 0, "a steady idle group must cause no writes"
     assert per_group_minute <= 0.1
-    assert redis_per_group_minute <= 2
+    assert redis_per_group_minute <= 2, f"commands in the {WINDOW:.0f} s window: {window_commands}"
     # the goal (p99 <= 2 s) is the benchmark's (bench/scale); under a loaded CI machine the
     # test holds what a user would notice: most wake-ups well inside the old 10 s check
     assert p50 <= 1.0 and p99 <= 5.0, latencies
