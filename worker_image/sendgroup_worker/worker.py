@@ -96,7 +96,7 @@ from sendgroup_worker.queue.protocol import Ack, Reserved, ReserveResult
 from sendgroup_worker.ratelimit import RateLimiter, RatePolicy
 from sendgroup_worker.redisclient import TRANSIENT_ERRORS, AsyncClient, build_async, detect_sync
 from sendgroup_worker.redisurl import RedisTarget, parse
-from sendgroup_worker.smtp import MailLimits, SmtpPool, SmtpSettings, recipients_of
+from sendgroup_worker.smtp import MailLimits, SmtpPool, SmtpSettings
 
 log = logging.getLogger("sendgroup_worker.worker")
 
@@ -250,6 +250,9 @@ class _Lane:
     #: recipients the lane's current mail was sent to (:meth:`Worker._settle`), to give back
     #: what the precharge counted and the send did not use
     sent: int = 0
+    #: the message of the lane's next mail job, built to count its recipients for a rate
+    #: (:meth:`Worker._recipients`), sent by its handler without building it again
+    mail: h.PreparedMail | None = None
     #: the lane took its share of ``WORKER_MAX_JOBS``: it reserves nothing more (the worker
     #: stops when the last of those jobs finished)
     done: bool = False
@@ -317,6 +320,8 @@ class Worker:
         #: recipients are charged (:meth:`_provider_reserve`: a few round trips, never while
         #: waiting), so no other lane of this process takes a permit that debt would refuse
         self._grant_lock = asyncio.Lock()
+        #: the caps the mail handler builds messages with (the same settings)
+        self.limits = mail_limits(config)
         self._blocker = False
 
     # --- control ---------------------------------------------------------------------------
@@ -490,7 +495,7 @@ class Worker:
                 if got is not None and rated and got[3].jobs and not got[3].paused:
                     # the first job's extra recipients, charged before another lane may
                     # take a slot
-                    lane.precharged = await self._precharge(got[3].jobs[0])
+                    lane.precharged = await self._precharge(lane, got[3].jobs[0])
         if got is None:
             return [], 0.0
         granted, now, acks, result = got
@@ -584,7 +589,7 @@ class Worker:
         lane.acks = []  # the script ran: acknowledged (lost or not)
         return granted, now, acks, result
 
-    async def _precharge(self, job: Reserved) -> int:
+    async def _precharge(self, lane: _Lane, job: Reserved) -> int:
         """Charge the group's rate limit for ``job``'s recipients beyond the one its permit
         counted, before it is sent (in debt: the next permits wait for them); returns how many
         were charged (0 for a job with one recipient or none readable, whose mail fails).
@@ -594,7 +599,7 @@ class Worker:
         would refuse (100 recipients in 5 mails went in 3.4 s at 10/s, burst 10, with the
         charge after the send). The surplus is given back once the mail is settled
         (:meth:`_settle_charge`: suppressed recipients, a failed send)."""
-        extra = _recipients(job) - 1
+        extra = self._recipients(lane, job) - 1
         if extra > 0:
             await self._best_effort(self.limiter.charge(extra, self.backpressure.run))
         return extra
@@ -610,7 +615,7 @@ class Worker:
         If Redis refuses the call the
         recipients are charged on the lane's next permit call (``lane.debt``), as before."""
         assert self.pacer is not None
-        extra = _recipients(job) - 1
+        extra = self._recipients(lane, job) - 1
         lane.precharged, lane.marks = max(0, extra), None
         if extra <= 0:
             return
@@ -637,6 +642,15 @@ class Worker:
                 lane.debt += diff
         elif diff < 0 and marks is not None:
             await self._best_effort(self.pacer.refund(-diff, marks))
+
+    def _recipients(self, lane: _Lane, job: Reserved) -> int:
+        """Recipients ``job`` counts for in the group's rate limit and the provider's rate: a
+        mail job's envelope recipients, 1 for anything else and for a mail whose data is
+        invalid (it fails unsent). The message is built here, once, exactly as the handler
+        sends it (:func:`h.prepare_mail`, the same caps), and kept on the lane for the
+        handler (``JobContext.mail``) instead of being built again for the send."""
+        lane.mail = prepared_mail(job, self.limits)
+        return lane.mail.recipients if lane.mail is not None else 1
 
     async def _settle_charge(self, lane: _Lane) -> None:
         """Square the lane's precharge with the recipients its mail was sent to: give back
@@ -687,7 +701,7 @@ class Worker:
                     await self._hand_back(lane, jobs[i:], why)
                     return
                 if rated:
-                    lane.precharged = await self._precharge(job)
+                    lane.precharged = await self._precharge(lane, job)
             charged = lane.precharged > 0
             self.metrics.in_flight_group.inc()
             if self.health is not None:
@@ -898,6 +912,8 @@ class Worker:
     async def _process(
         self, lane: _Lane, job: Reserved, reserved_until: float, opts: JobOptions | None = None
     ) -> None:
+        # the message built to count this job's recipients (_recipients), for its handler
+        prepared, lane.mail = lane.mail, None
         payload = job.payload
         if payload is None:
             await self._fail(
@@ -960,6 +976,7 @@ class Worker:
             attempts=job.attempts,
             fence=fence,
             screen=screen,
+            mail=prepared if prepared is not None and prepared.uuid == job.uuid else None,
         )
         try:
             async with asyncio.timeout(timeout):
@@ -1290,14 +1307,19 @@ def _retry_state(attempt: int) -> RetryCallState:
     return state
 
 
-def _recipients(job: Reserved) -> int:
-    """Recipients a mail job counts for in the group's rate limit and the provider's rate (1
-    for anything else, and for a mail whose data is invalid: it fails unsent)."""
+def prepared_mail(job: Reserved, limits: MailLimits) -> h.PreparedMail | None:
+    """A :data:`h.SEND_MAIL` job's message, built exactly as its handler sends it with
+    ``limits`` (:func:`h.prepare_mail`); None for any other job."""
     payload = job.payload
     if not payload or payload.get("job") != h.SEND_MAIL:
-        return 1
-    data = payload.get("data")
-    return max(1, len(recipients_of(data))) if isinstance(data, dict) else 1
+        return None
+    return h.prepare_mail(payload, job.uuid, limits)
+
+
+def mail_limits(config: WorkerConfig) -> MailLimits:
+    """The caps on one job's mail from the settings (``MAIL_MAX_BYTES``,
+    ``MAIL_MAX_RECIPIENTS``)."""
+    return MailLimits(config.mail_max_bytes, config.mail_max_recipients)
 
 
 def _display(payload: dict[str, object]) -> str:
@@ -1409,9 +1431,7 @@ def build_worker(config: WorkerConfig) -> Worker:
     loopback = lb.Loopback(
         client, config.outcome_stream_key, config.suppression_set_key, config.outcome_stream_maxlen
     )
-    registry = h.default_registry(
-        pool, metrics, MailLimits(config.mail_max_bytes, config.mail_max_recipients)
-    )
+    registry = h.default_registry(pool, metrics, mail_limits(config))
     check_timeout = min(5.0, config.smtp_command_timeout)
     health = WorkerHealth(
         stall_after=config.stall_after,
