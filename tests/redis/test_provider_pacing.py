@@ -259,6 +259,74 @@ def test_recipients_not_jobs_are_counted(redis_url: str) -> None:
     assert 4.8 <= wait <= 5.0, wait
 
 
+def test_a_charge_counts_at_once_for_every_group_and_leaves_the_lease(redis_url: str) -> None:
+    """A mail's 4 extra recipients charged right after its permit (``charge``, the script's
+    ``peek`` mode): at 60/min, burst 1, another group's next permit comes 5 s later, not 1 s;
+    the charge takes no permit and keeps the lane's lease (concurrency 1: the other group is
+    refused for concurrency once the rate allows it)."""
+
+    async def body(make: Callable[..., ProviderPacer]) -> tuple[bool, float, float, str, str]:
+        config = _provider(perMinute=60, burst=1, concurrency=1)
+        a = make(config)
+        b = make(config.model_copy(update={"group": "ns/b"}))
+        first = await a.try_take("a1")
+        before = await b.try_take("b1")
+        await a.charge("a1", 4)
+        after = await b.try_take("b1")
+        # let the rate allow a permit (5 cells = 5 s would be long): move the TAT to now
+        await a.redis.delete(a.keys.tat)
+        leased = await b.try_take("b1")
+        return first.granted, before.wait, after.wait, after.why, leased.why
+
+    granted, before, after, why, leased = _run(redis_url, body)
+    assert granted
+    assert 0.8 <= before <= 1.0, before
+    assert 4.8 <= after <= 5.0, (after, why)
+    assert why == "provider"
+    assert leased == "concurrency"  # a1's lease held through the charge
+
+
+def test_a_refund_gives_back_only_cells_nobody_took_a_permit_behind(redis_url: str) -> None:
+    """``refund`` after a ``charge`` (recipients not sent to): exact when nothing was charged
+    since (the provider's and the group's TAT move back by the cells: the next permit waits
+    ~1 s for the mail's own cell, not 5 s), nothing once another lane took a permit behind the
+    charged cells (moving the TAT back would stack the next permit on top of that one)."""
+
+    async def body(make: Callable[..., ProviderPacer]) -> dict[str, Any]:
+        policy = RatePolicy(per_minute=60, burst=1)  # the group's own rate: a group level
+        a = make(_provider(perMinute=60, burst=1), policy)
+        b = make(_provider(perMinute=60, burst=1, group="ns/b"))
+        await a.try_take("a1")
+        marks = await a.charge("a1", 4)
+        exact = await a.refund(4, marks)
+        after_refund = await b.try_take("b1")
+        # again, with another group's permit behind the charge (burst 10: it is granted)
+        await a.redis.delete(a.keys.tat, a.keys.group("ns/a"))
+        wide = make(_provider(perMinute=60, burst=10), policy)
+        other = make(_provider(perMinute=60, burst=10, group="ns/b"))
+        await wide.try_take("a1")
+        marks = await wide.charge("a1", 4)
+        behind = await other.try_take("b1")
+        tat = await wide.redis.get(wide.keys.tat)
+        kept = await wide.refund(4, marks)
+        return {
+            "exact": exact,
+            "after_refund": (after_refund.granted, after_refund.wait),
+            "behind": behind.granted,
+            "kept": kept,
+            "tat_unchanged": tat == await wide.redis.get(wide.keys.tat),
+        }
+
+    out = _run(redis_url, body)
+    assert out["exact"] == (True, True), out
+    granted, wait = out["after_refund"]
+    assert not granted and 0.8 <= wait <= 1.0, out  # the mail's own cell, not 5 s
+    assert out["behind"], out
+    # the provider's TAT had b1's permit behind the charge: kept; the group's (only a's) not
+    assert out["kept"] == (False, True), out
+    assert out["tat_unchanged"], out
+
+
 def test_a_counted_rule_scales_every_group_then_recovers_additively(redis_url: str) -> None:
     """``count: 3`` matching replies within the window, from different groups' workers, fire
     ScaleRate(20%) for 1 s: every group's next permit sees the provider at 20 %; after the

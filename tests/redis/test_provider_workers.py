@@ -282,3 +282,52 @@ def test_an_idle_worker_keeps_no_demand_alive_and_a_job_brings_its_share_back(
     assert delivered("@idle.example") == 0, "sent with a share of 0"
     r.hset(keys.shares, "ns/idle", "600")  # the operator's next pass
     wait_for(lambda: delivered("@idle.example") == 1, 10, "the mail after the share came back")
+
+
+def test_multi_recipient_mails_of_two_groups_stay_within_the_provider_budget(
+    redis_url: str, smtp_sink: SmtpSink, workers: list[WorkerProcess]
+) -> None:
+    """Provider 1200/min (20/s), burst 20 (the default, ``ceil(perMinute / 60)``). Groups a
+    and b, one worker of 4 lanes each, mails of 10 recipients, a relay 0.4 s slow to answer
+    DATA: each mail is in flight while the other lanes (of both groups) ask for permits, so
+    they must already see its 9 extra recipients (charged right after the reserve, before the
+    send). Recipients at the relay (RCPT), counted from the first: GCRA lets at most
+    burst + rate x window through any window (ITU-T I.371), 40 in the first second and 120
+    in the first 5 s; + one mail (10) for the other process' permit granted between a permit
+    and its mail's charge (two round trips). With the extra recipients charged on the lane's
+    next permit call instead (after the send), every lane's mail in flight is uncounted: 80
+    at the start (8 lanes x 10, the burst allows 8 permits) and ~70 over the budget later."""
+    budget = {"perMinute": 1200}
+    for g in ("a", "b"):
+        mails = [[f"r{j}-{i}@{g}.example" for i in range(10)] for j in range(20)]
+        for rcpt in (r for to in mails for r in to):
+            smtp_sink.script(rcpt, data_delay=0.4)
+        sync_queue(redis_url, f"mail-{g}").push_many(mail_payload(to) for to in mails)
+        _start_group(
+            workers,
+            redis_url,
+            smtp_sink.port,
+            g,
+            1,
+            _provider_env(f"ns/{g}", **budget),
+            WORKER_CONCURRENCY="4",
+        )
+    wait_for(lambda: _arrivals(smtp_sink, 0, time.time() + 1) > 0, 30, "the first mail")
+    with smtp_sink.lock:
+        t0 = min(t for t, _ in smtp_sink.rcpt_log)
+    wait_for(lambda: time.time() >= t0 + 5.2, 30, "5 s of sending")
+    first_second = _arrivals(smtp_sink, t0, t0 + 1.0)
+    five_seconds = _arrivals(smtp_sink, t0, t0 + 5.0)
+    with smtp_sink.lock:
+        starts = [t for t, _ in smtp_sink.rcpt_log if t < t0 + 4.0]
+    busiest = max(_arrivals(smtp_sink, t, t + 1.0) for t in starts)  # any 1 s window
+    per_group = {g: _arrivals(smtp_sink, t0, t0 + 5.0, f"@{g}.example") for g in ("a", "b")}
+    print(
+        f"provider 20/s burst 20: {first_second} recipients in the first second, busiest "
+        f"second {busiest}, {five_seconds} in 5 s, per group {per_group}"
+    )
+    assert first_second <= 20 + 20 + 10, (first_second, busiest, five_seconds)
+    assert busiest <= 20 + 20 + 10, (first_second, busiest, five_seconds)
+    assert five_seconds <= 20 + 100 + 10, (first_second, five_seconds)
+    assert five_seconds >= 80, five_seconds  # the budget is used, not starved
+    assert all(n >= 10 for n in per_group.values()), per_group

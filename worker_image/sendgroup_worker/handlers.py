@@ -67,17 +67,54 @@ class HandlerResult:
 
 
 @dataclass(frozen=True, slots=True)
+class PreparedMail:
+    """A mail job's message built once, before its handler runs: the worker counts its
+    recipients for the rate limits (:attr:`recipients`) and :data:`SEND_MAIL`'s handler sends
+    it instead of building it again (~20 us for a short plain mail, ~0.5 ms for a
+    multipart one). ``uuid`` and ``limits``: what it was built for (the handler builds again
+    for anything else); ``mail``: the message, or None with ``error``: why the job's data
+    cannot make one (the job fails as ``InvalidMailData``)."""
+
+    uuid: str
+    limits: smtp.MailLimits
+    mail: smtp.OutgoingMail | None
+    error: smtp.InvalidMailData | None = None
+
+    @property
+    def recipients(self) -> int:
+        """Recipients the job counts for in a rate: the envelope's (to + cc + bcc, each
+        distinct address once, at most ``limits.max_recipients``); 1 when the data is invalid
+        (the job takes its permit and fails unsent)."""
+        return max(1, len(self.mail.recipients)) if self.mail is not None else 1
+
+
+def prepare_mail(
+    payload: Mapping[str, Any], uuid: str, limits: smtp.MailLimits = smtp.DEFAULT_LIMITS
+) -> PreparedMail:
+    """Build a :data:`SEND_MAIL` job's message from its ``payload["data"]`` exactly as its
+    handler sends it (:func:`smtp.build_message` with the job's uuid and ``limits``)."""
+    try:
+        mail = smtp.build_message(payload.get("data") or {}, uuid, limits)
+    except smtp.InvalidMailData as exc:
+        return PreparedMail(uuid, limits, None, exc)
+    return PreparedMail(uuid, limits, mail)
+
+
+@dataclass(frozen=True, slots=True)
 class JobContext:
     """What a handler gets: the decoded payload, its uuid and attempt number (1 = first),
     ``fence()``: False once the job must no longer cause side effects (reservation about to
     expire or gone), and ``screen``: the suppression check for this job (the worker passes its
-    lane's, on the lane's held Redis connection; None: no check, the set is off)."""
+    lane's, on the lane's held Redis connection; None: no check, the set is off); ``mail``:
+    the message the worker already built for a mail job (:func:`prepare_mail`; None: the
+    handler builds it)."""
 
     payload: Mapping[str, Any]
     uuid: str
     attempts: int
     fence: Callable[[], bool]
     screen: smtp.Screen | None = None
+    mail: PreparedMail | None = None
 
 
 HandlerFn = Callable[[JobContext], Awaitable[HandlerResult]]
@@ -127,10 +164,12 @@ def default_registry(
     registry = Registry()
 
     async def send_mail(job: JobContext) -> HandlerResult:
-        try:
-            mail = smtp.build_message(job.payload.get("data") or {}, job.uuid, limits)
-        except smtp.InvalidMailData as exc:
-            return HandlerResult(Outcome.PERMANENT, "InvalidMailData", str(exc))
+        prepared = job.mail
+        if prepared is None or prepared.uuid != job.uuid or prepared.limits != limits:
+            prepared = prepare_mail(job.payload, job.uuid, limits)
+        mail = prepared.mail
+        if mail is None:
+            return HandlerResult(Outcome.PERMANENT, "InvalidMailData", str(prepared.error))
         started = time.monotonic()
         result = await pool.send(mail, job.fence, job.screen)
         metrics.reply(result.reply_class.value, time.monotonic() - started)

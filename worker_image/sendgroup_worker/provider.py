@@ -7,8 +7,11 @@ the group's GCRA at ``min(group's share, group's own rate after warm-up)`` (the 
 by the operator: its split of the rate the scale rules in force leave, high groups first), the
 rules in force (suspension, the provider's scaled rate, concurrency cap) and a concurrency lease
 that expires by itself (a killed worker cannot keep one). Rates count recipients: a mail to n
-recipients takes one permit and charges n - 1 more as *debt* on the lane's next permit call (no
-extra round trip).
+recipients takes one permit and its n - 1 more are charged as *debt* right after its reserve,
+before it is sent (:meth:`ProviderPacer.charge`, one more round trip for a multi-recipient mail
+only), so the other lanes and groups see them while it is in flight; those it was not sent to
+(suppressed, a failed send) go back after it when nothing was charged since
+(:meth:`ProviderPacer.refund`).
 
 A reply from the provider that matches a pushback rule (codes and/or an RE2 pattern; RE2 runs
 in linear time, so no pattern can stall a worker) is counted in Redis across all workers of all
@@ -162,6 +165,16 @@ class ProviderKeys:
 
 
 @dataclass(frozen=True, slots=True)
+class ChargeMarks:
+    """The provider's and the group's GCRA values (``"<tat_us> <interval_us>"``, "" = none)
+    right after a :meth:`ProviderPacer.charge`: a :meth:`ProviderPacer.refund` gives cells back
+    at a level only while its value is still this one."""
+
+    provider: str
+    group: str
+
+
+@dataclass(frozen=True, slots=True)
 class Permit:
     """One permit call's answer: ``granted``; ``wait`` seconds before a retry may succeed;
     the provider's effective ``per_minute`` now (None = no rate) and ``concurrency`` (None =
@@ -220,10 +233,21 @@ class ProviderPacer:
             return 0.0, 0
         return max(rate, 1e-6), self.policy.burst_at(rate)
 
-    async def _call(self, lane: str, debt: int, mode: str, demand: bool = False) -> Permit:
+    async def _call(
+        self,
+        lane: str,
+        debt: int,
+        mode: str,
+        demand: bool = False,
+        refund: tuple[int, ChargeMarks] | None = None,
+    ) -> tuple[Permit, list[object]]:
+        """One permit script call; returns its answer and the reply's elements after the
+        fifth (``peek``: the levels' values after the charge; ``refund``: whether each level
+        gave the cells back)."""
         g_rate, g_burst = self._group_limits()
         c = self.config
-        granted, wait_us, rate_milli, cap, why = await self._permit(
+        n, marks = refund if refund is not None else (0, ChargeMarks("", ""))
+        reply = await self._permit(
             keys=[
                 self.keys.tat,
                 self.keys.group(c.group),
@@ -244,8 +268,12 @@ class ProviderPacer:
                 max(0, debt),
                 mode,
                 "1" if demand else "0",
+                n,
+                marks.provider,
+                marks.group,
             ],
         )
+        granted, wait_us, rate_milli, cap, why = reply[:5]
         why_text = why.decode() if isinstance(why, bytes) else str(why)
         permit = Permit(
             granted=int(granted) == 1,
@@ -255,7 +283,7 @@ class ProviderPacer:
             why=why_text,
         )
         self.last = permit
-        return permit
+        return permit, list(reply[5:])
 
     async def try_take(self, lane: str, debt: int = 0, demand: bool = True) -> Permit:
         """One permit and the lane's lease now, or a refusal with the time to wait.
@@ -263,7 +291,28 @@ class ProviderPacer:
         only such calls tell the operator that the group has work (the provider's ``demand``
         hash, :func:`sendgroup_operator.provider_plan.has_work`), so an idle lane's poll
         keeps no share alive."""
-        return await self._call(lane, debt, "take", demand)
+        permit, _ = await self._call(lane, debt, "take", demand)
+        return permit
+
+    async def charge(self, lane: str, debt: int) -> ChargeMarks:
+        """Charge ``debt`` cells (a mail's recipients beyond the one its permit counted) to
+        the provider's and the group's rates now, whether or not they are free: the next
+        permits of every lane and group wait for them. Takes no permit, leaves the lane's lease
+        (the script's ``peek`` mode). Returns the marks :meth:`refund` needs."""
+        _, rest = await self._call(lane, debt, "peek")
+        return ChargeMarks(_text(rest[0]), _text(rest[1]))
+
+    async def refund(self, cells: int, marks: ChargeMarks) -> tuple[bool, bool]:
+        """Give back ``cells`` of a :meth:`charge` (recipients charged, not sent to), at each
+        level (provider, group) only if nothing was charged to it since that charge (its
+        value still equals the mark); returns whether each level gave them back. Exact
+        where it refunds, nothing where it cannot be exact (see provider_permit.lua): a cell
+        someone took after the charge was placed behind the charged ones, and moving the
+        schedule back under it would let the sum pass rate x window + burst."""
+        if cells <= 0:
+            return False, False
+        _, rest = await self._call("", 0, "refund", refund=(cells, marks))
+        return int(_text(rest[0]) or 0) == 1, int(_text(rest[1]) or 0) == 1
 
     async def take(
         self,
@@ -272,6 +321,7 @@ class ProviderPacer:
         debt: int = 0,
         wait: float = 0.0,
         demand: bool = True,
+        hold: asyncio.Lock | None = None,
     ) -> bool:
         """Wait until a permit is granted (True), or ``stop`` is set (False).
 
@@ -282,7 +332,10 @@ class ProviderPacer:
         ``wait``: seconds the refusal that sent the lane here said to wait (slept before the
         first try, if the lane gets its turn at once). ``debt`` is charged once, on the first
         call. Sleeps at most :data:`MAX_WAIT_STEP` at a time, so a new share or rule reaches a
-        waiting lane within that."""
+        waiting lane within that. ``hold``: each try is made holding this lock (never a sleep),
+        and a grant returns with it still held: the caller releases it once the mail's extra
+        recipients are charged (:meth:`charge`), so no other lane of the process takes a
+        permit in between."""
         if not await self._wait_turn(stop):
             return False
         try:
@@ -295,9 +348,17 @@ class ProviderPacer:
                         await asyncio.wait_for(stop.wait(), min(pause, MAX_WAIT_STEP))
                     if stop.is_set():
                         break
-                permit = await self.try_take(lane, debt, demand)
+                if hold is not None:
+                    await hold.acquire()
+                granted = False
+                try:
+                    permit = await self.try_take(lane, debt, demand)
+                    granted = permit.granted
+                finally:
+                    if hold is not None and not granted:
+                        hold.release()
                 debt = 0
-                if permit.granted:
+                if granted:
                     return True
                 wait = max(permit.wait, 0.001)
             return False
@@ -369,6 +430,10 @@ class ProviderPacer:
             ],
         )
         return rule if int(fired) == 1 else None
+
+
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def recipients_count(recipients: Sequence[str]) -> int:

@@ -883,14 +883,6 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if type(exc).__name__ not in text else text
 
 
-def recipients_of(data: Mapping[str, Any]) -> Sequence[str]:
-    """Envelope recipients of a job's data (for logs and metrics); [] when it is invalid."""
-    try:
-        return build_message(data, "").recipients
-    except InvalidMailData:
-        return []
-
-
 __all__ = [
     "DEFAULT_LIMITS",
     "JOB_HEADER",

@@ -25,7 +25,11 @@ One asyncio process runs ``concurrency`` lanes. Each lane loops:
    lock it took its permits under, so no lane takes a slot that debt would have refused
    (:meth:`Worker._precharge`); the surplus (suppressed recipients, a failed send) goes back
    after the job. With a provider (``SENDGROUP_PROVIDER``) the batch is 1: its permits,
-   concurrency leases and recipient debt are per lane and per job;
+   concurrency leases and recipient debt are per lane and per job; the mail's extra
+   recipients are charged to the provider's budget right after the reserve, while the lane
+   still holds the process' grant lock it took its permit under
+   (:meth:`Worker._provider_reserve`), and what the send did not use goes back when nothing
+   was charged since;
 5. run each job: unknown handler / unreadable payload -> failed; past ``tries`` or
    ``retryUntil`` -> failed; ``begin_send`` (reservation still ours, uuid not already sent;
    with the suppression set on one server or Sentinel it rides in the same script as the
@@ -85,14 +89,14 @@ from sendgroup_worker.config import WorkerConfig
 from sendgroup_worker.health import WorkerHealth, redis_check, smtp_check
 from sendgroup_worker.jobopts import JobOptions
 from sendgroup_worker.metrics import WorkerMetrics
-from sendgroup_worker.provider import LEASE_MARGIN, ProviderConfig, ProviderPacer
+from sendgroup_worker.provider import LEASE_MARGIN, ChargeMarks, ProviderConfig, ProviderPacer
 from sendgroup_worker.queue.client import AsyncQueue
 from sendgroup_worker.queue.keys import QueueKeys
 from sendgroup_worker.queue.protocol import Ack, Reserved, ReserveResult
 from sendgroup_worker.ratelimit import RateLimiter, RatePolicy
 from sendgroup_worker.redisclient import TRANSIENT_ERRORS, AsyncClient, build_async, detect_sync
 from sendgroup_worker.redisurl import RedisTarget, parse
-from sendgroup_worker.smtp import MailLimits, SmtpPool, SmtpSettings, recipients_of
+from sendgroup_worker.smtp import MailLimits, SmtpPool, SmtpSettings
 
 log = logging.getLogger("sendgroup_worker.worker")
 
@@ -222,8 +226,8 @@ class _Lane:
     loopback: lb.Loopback
     #: acknowledgements of the lane's delivered jobs not yet written (at most one batch)
     acks: list[Ack] = field(default_factory=list)
-    #: recipients of the lane's last mail beyond the one its permit counted (provider pacing:
-    #: charged on the lane's next permit call)
+    #: recipients to charge to the provider on the lane's next permit call: a precharge
+    #: (:meth:`Worker._provider_precharge`) that Redis refused, charged late rather than never
     debt: int = 0
     #: whether the lane holds a provider concurrency lease (from its last granted permit)
     leased: bool = False
@@ -235,13 +239,20 @@ class _Lane:
     #: its share from its measured queue anyway).
     wants: bool = False
     #: recipients of the lane's current mail beyond the one its permit counted, charged to
-    #: the group's rate limit before the mail is sent (:meth:`Worker._precharge`; 0 with a
-    #: provider or no rate limit); the jobs of its batch after it go back (their slots were
-    #: taken before that debt, as separate reserves would not have)
+    #: the group's rate limit (:meth:`Worker._precharge`) or to the provider's budget
+    #: (:meth:`Worker._provider_precharge`) before the mail is sent (0 with no rate limit);
+    #: the jobs of its batch after it go back (their slots were taken before that debt, as
+    #: separate reserves would not have)
     precharged: int = 0
+    #: the provider's precharge, to give back what the send did not use (None: nothing to
+    #: give back, or the charge did not reach Redis)
+    marks: ChargeMarks | None = None
     #: recipients the lane's current mail was sent to (:meth:`Worker._settle`), to give back
     #: what the precharge counted and the send did not use
     sent: int = 0
+    #: the message of the lane's next mail job, built to count its recipients for a rate
+    #: (:meth:`Worker._recipients`), sent by its handler without building it again
+    mail: h.PreparedMail | None = None
     #: the lane took its share of ``WORKER_MAX_JOBS``: it reserves nothing more (the worker
     #: stops when the last of those jobs finished)
     done: bool = False
@@ -305,6 +316,12 @@ class Worker:
         #: recipients are charged (:meth:`_reserve`), so no other lane of this process takes
         #: a slot the rate limit would refuse once that debt is known
         self._rate_lock = asyncio.Lock()
+        #: provider pacing: held by a lane from its permit's grant until its mail's extra
+        #: recipients are charged (:meth:`_provider_reserve`: a few round trips, never while
+        #: waiting), so no other lane of this process takes a permit that debt would refuse
+        self._grant_lock = asyncio.Lock()
+        #: the caps the mail handler builds messages with (the same settings)
+        self.limits = mail_limits(config)
         self._blocker = False
 
     # --- control ---------------------------------------------------------------------------
@@ -470,14 +487,18 @@ class Worker:
         along); returns the jobs (none: paused, empty, stopping) and when their reservations
         end (unix seconds, Redis' clock)."""
         rated = self._rated
-        async with self._rate_lock if rated else contextlib.nullcontext():
-            got = await self._take_and_reserve(lane, want)
-            if got is None:
-                return [], 0.0
-            granted, now, acks, result = got
-            if rated and result.jobs and not result.paused:
-                # the first job's extra recipients, charged before another lane may take a slot
-                lane.precharged = await self._precharge(result.jobs[0])
+        if self.pacer is not None:
+            got = await self._provider_reserve(lane)
+        else:
+            async with self._rate_lock if rated else contextlib.nullcontext():
+                got = await self._take_and_reserve(lane, want)
+                if got is not None and rated and got[3].jobs and not got[3].paused:
+                    # the first job's extra recipients, charged before another lane may
+                    # take a slot
+                    lane.precharged = await self._precharge(lane, got[3].jobs[0])
+        if got is None:
+            return [], 0.0
+        granted, now, acks, result = got
         self.outage.ok()
         if result.lost_acks or result.refused_entries:
             self._acked(acks, result.lost_acks, result.refused_entries)
@@ -502,8 +523,6 @@ class Worker:
             await self._give_back(lane, granted - len(jobs))
         self.taken += len(jobs)
         lane.wants = True
-        if self.pacer is not None:
-            lane.debt = _recipients(jobs[0]) - 1
         await self._wake_one()
         return jobs, now + self.queue.retry_after
 
@@ -513,20 +532,37 @@ class Worker:
         mails' extra recipients are precharged (:meth:`_precharge`)."""
         return self.pacer is None and not self.limiter.unlimited
 
+    async def _provider_reserve(
+        self, lane: _Lane
+    ) -> tuple[int, float, list[Ack], ReserveResult] | None:
+        """With a provider: one permit, then reserve one job and charge its extra recipients
+        to the provider's budget (:meth:`_provider_precharge`), all while holding the
+        process' grant lock, taken when the permit was granted (:meth:`_provider_permit`),
+        so no other lane of this process takes a permit before that debt is charged. Same
+        answer as :meth:`_take_and_reserve`.
+
+        Another process' lane may still take a permit in the two round trips between this
+        grant and its charge (at most one per process: each holds its own grant lock)."""
+        if await self._paused_before_permit(lane):
+            return None
+        if await self._provider_permit(lane) == 0:
+            return None
+        try:  # the grant lock is held
+            got = await self._reserve_granted(lane, 1)
+            if got is not None and got[3].jobs and not got[3].paused:
+                await self._provider_precharge(lane, got[3].jobs[0])
+            return got
+        finally:
+            self._grant_lock.release()
+
     async def _take_and_reserve(
         self, lane: _Lane, want: int
     ) -> tuple[int, float, list[Ack], ReserveResult] | None:
-        """Take up to ``want`` permits, then reserve that many jobs (the lane's acks ride
-        along). Returns (permits granted, Redis' time of the reserve in unix seconds, the acks
-        written, the script's result), or None when no permit came (stopping, or the provider
-        refused)."""
-        if self.pacer is not None:
-            if await self._paused_before_permit(lane):
-                return None
-            granted = await self._provider_permit(lane)
-            if granted == 0:
-                return None
-        elif self.limiter.unlimited:
+        """Take up to ``want`` permits of the group's rate limit, then reserve that many jobs
+        (the lane's acks ride along). Returns (permits granted, Redis' time of the reserve in
+        unix seconds, the acks written, the script's result), or None when no permit came
+        (stopping)."""
+        if self.limiter.unlimited:
             granted = want
         else:
             granted, _ = await self.limiter.try_take(want, self.backpressure.run)
@@ -536,6 +572,13 @@ class Worker:
             self._publish_rate()
             if granted == 0:
                 return None
+        return await self._reserve_granted(lane, granted)
+
+    async def _reserve_granted(
+        self, lane: _Lane, granted: int
+    ) -> tuple[int, float, list[Ack], ReserveResult] | None:
+        """Reserve ``granted`` jobs with the permits taken (the lane's acks ride along); see
+        :meth:`_take_and_reserve`. None (the permits given back) when stopping."""
         if self.stopping.is_set():
             await self._give_back(lane, granted)
             return None
@@ -546,7 +589,7 @@ class Worker:
         lane.acks = []  # the script ran: acknowledged (lost or not)
         return granted, now, acks, result
 
-    async def _precharge(self, job: Reserved) -> int:
+    async def _precharge(self, lane: _Lane, job: Reserved) -> int:
         """Charge the group's rate limit for ``job``'s recipients beyond the one its permit
         counted, before it is sent (in debt: the next permits wait for them); returns how many
         were charged (0 for a job with one recipient or none readable, whose mail fails).
@@ -556,10 +599,58 @@ class Worker:
         would refuse (100 recipients in 5 mails went in 3.4 s at 10/s, burst 10, with the
         charge after the send). The surplus is given back once the mail is settled
         (:meth:`_settle_charge`: suppressed recipients, a failed send)."""
-        extra = _recipients(job) - 1
+        extra = self._recipients(lane, job) - 1
         if extra > 0:
             await self._best_effort(self.limiter.charge(extra, self.backpressure.run))
         return extra
+
+    async def _provider_precharge(self, lane: _Lane, job: Reserved) -> None:
+        """Charge the provider's budget (and the group's share) for ``job``'s recipients
+        beyond the one its permit counted, right after its reserve, before it is sent: one
+        round trip, for a multi-recipient mail only (the permit script's ``peek`` mode, which
+        takes no permit and leaves the lane's lease). A mail in flight (tens to hundreds of
+        ms) then counts in full for every lane and group that asks meanwhile; charged on the
+        lane's next permit call instead, the sum the provider saw passed its rate (100
+        recipients in the first second at 20/s, burst 20, two groups: test_provider_workers).
+        If Redis refuses the call the
+        recipients are charged on the lane's next permit call (``lane.debt``), as before."""
+        assert self.pacer is not None
+        extra = self._recipients(lane, job) - 1
+        lane.precharged, lane.marks = max(0, extra), None
+        if extra <= 0:
+            return
+        marks = await self._best_effort(self.pacer.charge(self.pacer.lane_id(lane.index), extra))
+        if marks is None:
+            lane.debt += extra
+        else:
+            lane.marks = marks
+
+    async def _settle_provider(self, lane: _Lane) -> None:
+        """Square the lane's provider precharge with the recipients its mail was sent to: a
+        shortfall is charged now; a surplus (suppressed recipients, a failed send) goes back
+        at each level where nothing was charged since the precharge (elsewhere it stays
+        charged: see :meth:`ProviderPacer.refund`). Then clears both."""
+        assert self.pacer is not None
+        diff = max(0, lane.sent - 1) - lane.precharged
+        marks = lane.marks
+        lane.precharged, lane.marks, lane.sent = 0, None, 0
+        if diff > 0:
+            charged = await self._best_effort(
+                self.pacer.charge(self.pacer.lane_id(lane.index), diff)
+            )
+            if charged is None:
+                lane.debt += diff
+        elif diff < 0 and marks is not None:
+            await self._best_effort(self.pacer.refund(-diff, marks))
+
+    def _recipients(self, lane: _Lane, job: Reserved) -> int:
+        """Recipients ``job`` counts for in the group's rate limit and the provider's rate: a
+        mail job's envelope recipients, 1 for anything else and for a mail whose data is
+        invalid (it fails unsent). The message is built here, once, exactly as the handler
+        sends it (:func:`h.prepare_mail`, the same caps), and kept on the lane for the
+        handler (``JobContext.mail``) instead of being built again for the send."""
+        lane.mail = prepared_mail(job, self.limits)
+        return lane.mail.recipients if lane.mail is not None else 1
 
     async def _settle_charge(self, lane: _Lane) -> None:
         """Square the lane's precharge with the recipients its mail was sent to: give back
@@ -610,7 +701,7 @@ class Worker:
                     await self._hand_back(lane, jobs[i:], why)
                     return
                 if rated:
-                    lane.precharged = await self._precharge(job)
+                    lane.precharged = await self._precharge(lane, job)
             charged = lane.precharged > 0
             self.metrics.in_flight_group.inc()
             if self.health is not None:
@@ -619,6 +710,8 @@ class Worker:
                 await self._process(lane, job, reserved_until, opts)
                 if rated:
                     await self._settle_charge(lane)
+                elif self.pacer is not None:
+                    await self._settle_provider(lane)
             except BaseException:
                 if i + 1 < len(jobs):
                     with contextlib.suppress(Exception):
@@ -697,12 +790,20 @@ class Worker:
 
     async def _provider_permit(self, lane: _Lane) -> int:
         """One permit from the provider's budget and the group's share (one round trip when
-        granted at once); 0 when the worker stopped while waiting."""
+        granted at once); 0 when the worker stopped while waiting. Granted (1), it returns
+        holding the process' grant lock (:meth:`_provider_reserve` releases it); each try is
+        made under that lock, every wait (for a permit, for work) outside it."""
         assert self.pacer is not None
         lane_id = self.pacer.lane_id(lane.index)
-        permit = await self.pacer.try_take(lane_id, lane.debt, demand=lane.wants)
+        await self._grant_lock.acquire()
+        try:
+            permit = await self.pacer.try_take(lane_id, lane.debt, demand=lane.wants)
+        except BaseException:
+            self._grant_lock.release()
+            raise
         lane.debt = 0
         if not permit.granted:
+            self._grant_lock.release()
             lane.leased = False  # a refused call drops the lane's lease
             await self._flush(lane)  # do not hold an acknowledgement while waiting
             if permit.why == "share" and not lane.wants:
@@ -713,7 +814,7 @@ class Worker:
             if permit.why.startswith("suspended:"):
                 log.debug("provider %s: %s", self.pacer.config.id, permit.why)
             if not await self.pacer.take(
-                lane_id, self.stopping, wait=permit.wait, demand=lane.wants
+                lane_id, self.stopping, wait=permit.wait, demand=lane.wants, hold=self._grant_lock
             ):
                 await self.pacer.release(lane_id)
                 return 0
@@ -811,6 +912,8 @@ class Worker:
     async def _process(
         self, lane: _Lane, job: Reserved, reserved_until: float, opts: JobOptions | None = None
     ) -> None:
+        # the message built to count this job's recipients (_recipients), for its handler
+        prepared, lane.mail = lane.mail, None
         payload = job.payload
         if payload is None:
             await self._fail(
@@ -873,6 +976,7 @@ class Worker:
             attempts=job.attempts,
             fence=fence,
             screen=screen,
+            mail=prepared if prepared is not None and prepared.uuid == job.uuid else None,
         )
         try:
             async with asyncio.timeout(timeout):
@@ -981,9 +1085,8 @@ class Worker:
         delivered mail's entry rides with its acknowledgement in the same script where the
         deployment allows it (:meth:`lb.Loopback.entry`)."""
         # the rate counts recipients: the job's first slot was taken before reserving, the
-        # others before its send (_precharge); the lane squares that with these after the
-        # job (_settle_charge). With a provider the pacer charges them (lane.debt) on the
-        # lane's next permit
+        # others before its send (_precharge, _provider_precharge); the lane squares that
+        # with these after the job (_settle_charge, _settle_provider)
         lane.sent = result.sent_to
         if result.outcome is h.Outcome.DONE:
             # acknowledged inside the lane's next reserve call (one round trip saved), or by
@@ -1204,14 +1307,19 @@ def _retry_state(attempt: int) -> RetryCallState:
     return state
 
 
-def _recipients(job: Reserved) -> int:
-    """Recipients a mail job counts for in the group's rate limit and the provider's rate (1
-    for anything else, and for a mail whose data is invalid: it fails unsent)."""
+def prepared_mail(job: Reserved, limits: MailLimits) -> h.PreparedMail | None:
+    """A :data:`h.SEND_MAIL` job's message, built exactly as its handler sends it with
+    ``limits`` (:func:`h.prepare_mail`); None for any other job."""
     payload = job.payload
     if not payload or payload.get("job") != h.SEND_MAIL:
-        return 1
-    data = payload.get("data")
-    return max(1, len(recipients_of(data))) if isinstance(data, dict) else 1
+        return None
+    return h.prepare_mail(payload, job.uuid, limits)
+
+
+def mail_limits(config: WorkerConfig) -> MailLimits:
+    """The caps on one job's mail from the settings (``MAIL_MAX_BYTES``,
+    ``MAIL_MAX_RECIPIENTS``)."""
+    return MailLimits(config.mail_max_bytes, config.mail_max_recipients)
 
 
 def _display(payload: dict[str, object]) -> str:
@@ -1323,9 +1431,7 @@ def build_worker(config: WorkerConfig) -> Worker:
     loopback = lb.Loopback(
         client, config.outcome_stream_key, config.suppression_set_key, config.outcome_stream_maxlen
     )
-    registry = h.default_registry(
-        pool, metrics, MailLimits(config.mail_max_bytes, config.mail_max_recipients)
-    )
+    registry = h.default_registry(pool, metrics, mail_limits(config))
     check_timeout = min(5.0, config.smtp_command_timeout)
     health = WorkerHealth(
         stall_after=config.stall_after,

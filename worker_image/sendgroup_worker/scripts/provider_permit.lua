@@ -27,13 +27,28 @@
 -- ARGV[9] debt: recipients of the lane's previous mail beyond the one its permit counted,
 --         charged to both TATs unconditionally (rates count recipients, not jobs)
 -- ARGV[10] mode: "take" (one permit + lease), "give" (return one permit, release the lease),
---          "release" (release the lease only), "peek" (state only)
+--          "release" (release the lease only), "peek" (state only: with a debt, the charge of
+--          a mail's extra recipients right after its reserve, before its send; the lease and
+--          the permits are left as they are), "refund" (give back ARGV[12] cells of an
+--          earlier peek's charge: see below)
 -- ARGV[11] "1": the calling lane has a sign of work (it sent a mail, or a job woke it), so a
 --          "take" records the group's demand; "0": an idle lane's poll (records nothing)
--- Returns {granted, wait_us, rate_milli, cap, why}: granted 1/0; when 0, microseconds until a
--- retry may succeed; the provider's effective perMinute now x 1000 (-1 = none); the effective
--- concurrency (-1 = none); why = "" or the limiting level: "suspended:<rule>",
--- "provider", "share", "concurrency".
+-- ARGV[12] "refund" only: cells to give back (recipients charged but not sent to)
+-- ARGV[13], ARGV[14] "refund" only: KEYS[1]'s and KEYS[2]'s value as the peek that charged
+--          them left it (its elements 6 and 7; "" = none)
+-- Returns {granted, wait_us, rate_milli, cap, why, p_tat, g_tat}: granted 1/0; when 0,
+-- microseconds until a retry may succeed; the provider's effective perMinute now x 1000 (-1 =
+-- none); the effective concurrency (-1 = none); why = "" or the limiting level:
+-- "suspended:<rule>", "provider", "share", "concurrency". "peek" also returns KEYS[1]'s and
+-- KEYS[2]'s value after its charge ("" = none); "refund" returns 1/0 there: whether that
+-- level gave the cells back.
+--
+-- A refund is exact only when nothing was charged to that level since the peek: the charged
+-- cells are then the last ones of its schedule, and the TAT moves back by them (not below
+-- now: the part already past was time nobody used). Once anyone took a cell after them, that
+-- cell's place was fixed behind them; moving the TAT back would put the next cell on top of
+-- it, and the sum sent over a window could pass rate x window + burst. So a level whose
+-- value changed since the peek keeps the charge (refunds nothing): the budget errs low.
 local t = redis.call('TIME')
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local now_ms = math.floor(now_us / 1000)
@@ -178,8 +193,30 @@ if g_limit == 0 and mode == 'take' then
   return {0, 1000000, rate_milli, cap_out, 'share'}
 end
 
+if mode == 'refund' then
+  local n = tonumber(ARGV[12])
+  local done = {0, 0}
+  for i = 1, 2 do
+    local expected = ARGV[12 + i]
+    local raw = redis.call('GET', KEYS[i])
+    if n > 0 and expected ~= '' and raw == expected then
+      local tat, was = string.match(raw, '^([0-9]+) ([0-9.]+)$')
+      if tat then
+        -- the cells' own interval (the value is unchanged, so is the rate they were charged at)
+        local interval = tonumber(was)
+        store(KEYS[i], math.max(now_us, tonumber(tat) - n * interval), interval)
+        done[i] = 1
+      end
+    end
+  end
+  return {0, 0, rate_milli, cap_out, '', done[1], done[2]}
+end
 if mode == 'release' or mode == 'peek' then
   if mode == 'release' and lane ~= '' then redis.call('ZREM', KEYS[3], lane) end
+  if mode == 'peek' then
+    return {0, 0, rate_milli, cap_out, '', redis.call('GET', KEYS[1]) or '',
+            redis.call('GET', KEYS[2]) or ''}
+  end
   return {0, 0, rate_milli, cap_out, ''}
 end
 if mode == 'give' then
