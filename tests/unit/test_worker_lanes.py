@@ -4,13 +4,22 @@ clocks, and the two settings as the worker reads them."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from sendgroup_contract import worker_settings as ws
 from sendgroup_worker.config import ConfigError, WorkerConfig
-from sendgroup_worker.lanes import START_LANES, LaneController, LaneMeter, Tuning, Window
+from sendgroup_worker.lanes import (
+    START_LANES,
+    WINDOW_JOBS,
+    LaneController,
+    LaneMeter,
+    Tuning,
+    Window,
+)
 
 
 def w(
@@ -51,20 +60,21 @@ def test_one_decision(lanes: int, ceiling: int, window: Window, expected: int, w
     assert why in decision.reason
 
 
-def test_pushback_stops_growth_for_the_calm_windows_then_growth_resumes() -> None:
-    c = LaneController(16, 32, Tuning(calm_windows=3))
+def test_pushback_stops_growth_for_the_calm_seconds_then_growth_resumes() -> None:
+    c = LaneController(16, 32, Tuning(calm_seconds=3.0))
     assert c.next(w(push=2)).lanes == 8
     slow_relay = w(cpu=0.1)  # would double the count
     for _ in range(3):
         d = c.next(slow_relay)
         assert (d.lanes, d.reason) == (8, "calm after pushback")
     assert c.next(slow_relay).lanes == 16
-    # another pushback during the calm restarts it
-    c = LaneController(16, 32, Tuning(calm_windows=3))
+    # another pushback during the calm restarts it; short windows count their seconds
+    c = LaneController(16, 32, Tuning(calm_seconds=3.0))
     c.next(w(push=1))
     c.next(slow_relay)
     assert c.next(w(push=1)).lanes == 4
-    assert [c.next(slow_relay).lanes for _ in range(4)] == [4, 4, 4, 8]
+    quick = w(wall=0.25, cpu=0.025, finished=100)
+    assert [c.next(quick).lanes for _ in range(13)] == [4] * 12 + [8]
 
 
 def test_a_slow_relay_is_followed_up_to_the_ceiling_in_doublings() -> None:
@@ -101,7 +111,7 @@ def test_the_count_stays_within_its_bounds(lanes: int, ceiling: int, history: li
     never grows the count, and the next windows of its calm do not either."""
     c = LaneController(lanes, ceiling)
     assert 1 <= c.lanes <= ceiling
-    calm = 0
+    calm = 0.0
     for window in history:
         before = c.lanes
         d = c.next(window)
@@ -111,10 +121,10 @@ def test_the_count_stays_within_its_bounds(lanes: int, ceiling: int, history: li
         assert d.reason
         if window.pushback:
             assert d.lanes == max(1, before // 2)
-            calm = c.tuning.calm_windows
-        elif calm:
+            calm = c.tuning.calm_seconds
+        elif calm > 0:
             assert d.lanes == before
-            calm -= 1
+            calm -= window.wall
         else:
             assert d.lanes >= before  # only a pushback shrinks
 
@@ -133,8 +143,8 @@ def test_growth_aims_at_the_target_utilisation(lanes: int, ceiling: int, util: f
     if util >= 0.85:
         assert d.lanes == start
     else:
-        want = -(-start * 0.8 // max(util, 1e-6))
-        assert d.lanes == max(start, min(int(want), 2 * start, ceiling))
+        want = math.ceil(start * 0.8 / max(util, 1e-6) - 1e-9)
+        assert d.lanes == max(start, min(want, 2 * start, ceiling))
 
 
 class FakeClocks:
@@ -160,6 +170,21 @@ def test_the_meter_splits_waits_between_windows() -> None:
     t.now = 102.0
     second = meter.take(finished=100)
     assert second == Window(wall=1.0, cpu=pytest.approx(0.1), finished=60, starved=0.5, pushback=0)
+
+
+def test_a_window_closes_after_enough_jobs_or_at_most_a_second() -> None:
+    t = FakeClocks()
+    meter = LaneMeter(clock=lambda: t.now, cpu=lambda: t.cpu)
+    t.now = 100.125
+    assert not meter.full(finished=1000)  # too short, whatever it saw
+    t.now = 100.25
+    assert not meter.full(finished=WINDOW_JOBS - 1)
+    assert meter.full(finished=WINDOW_JOBS)
+    meter.take(finished=WINDOW_JOBS)
+    t.now = 101.125
+    assert not meter.full(finished=WINDOW_JOBS + 3)  # a slow relay: a full second
+    t.now = 101.25
+    assert meter.full(finished=WINDOW_JOBS + 3)
 
 
 def _config(**env: str) -> WorkerConfig:

@@ -27,7 +27,7 @@ for work, for rate permits or provider leases, or paused/suspended: the queue, t
 limit or the provider bounds the throughput, not the lane count).
 
 On pushback (an SMTP 4xx, 421 included, a connection failure or a time-out) it halves the
-count (at least 1) and does not grow for :attr:`Tuning.calm_windows` windows: multiplicative
+count (at least 1) and does not grow for :attr:`Tuning.calm_seconds` seconds: multiplicative
 decrease, as mail transfer agents back off a destination that defers. Postfix's scheduler
 (since 2.5, ``SCHEDULER_README``, "concurrency feedback"; ``postfix.org/queuing.html``: "the
 concurrency slowly increases ... concurrency is decreased in the face of trouble", an analog
@@ -49,9 +49,17 @@ from typing import Final
 #: Lanes at start with auto: the former fixed default, so nothing changes until measured.
 START_LANES: Final = 4
 
-#: Seconds per measurement window (one decision per window). At ~1,000 mails/s a window holds
-#: ~1,000 mails; at the slowest relay worth tuning for (a mail per second per lane) still 4.
-WINDOW_SECONDS: Final = 1.0
+#: A window (one decision) closes once it lasted :data:`WINDOW_MIN` seconds and saw
+#: :data:`WINDOW_JOBS` jobs finish, or after :data:`WINDOW_MAX` seconds whatever it saw. 64
+#: jobs give the CPU time per job within a few per cent (process_time counts nanoseconds;
+#: a job costs ~0.7 ms); at ~700 mails/s (4 lanes, 1 ms link) a window is 0.2 s, so the
+#: count goes from 4 to 32 in ~0.6 s, within a short burst, not after it. A slow relay
+#: (under 64 jobs a second) gets 1 s windows.
+WINDOW_MIN: Final = 0.2
+WINDOW_MAX: Final = 1.0
+WINDOW_JOBS: Final = 64
+#: Seconds between two looks at whether the window is full (:meth:`LaneMeter.full`).
+WINDOW_POLL: Final = 0.05
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,8 +96,8 @@ class Tuning:
     cpu_hold: float = 0.85
     #: share of the lanes' time spent starved at or above which the count holds
     starved_hold: float = 0.2
-    #: windows without growth after a pushback
-    calm_windows: int = 3
+    #: seconds without growth after a pushback
+    calm_seconds: float = 3.0
     #: most growth per window, a factor
     max_growth: float = 2.0
 
@@ -103,8 +111,8 @@ class LaneController:
         self.ceiling = max(1, ceiling)
         self.lanes = min(max(1, lanes), self.ceiling)
         self.tuning = tuning or Tuning()
-        #: windows left without growth (after a pushback)
-        self.calm = 0
+        #: seconds left without growth (after a pushback)
+        self.calm = 0.0
 
     def next(self, w: Window) -> Decision:
         """The count for the next window from what the last one measured (also kept as
@@ -116,14 +124,14 @@ class LaneController:
     def _decide(self, w: Window) -> Decision:
         t, lanes = self.tuning, self.lanes
         if w.pushback > 0:
-            self.calm = t.calm_windows
+            self.calm = t.calm_seconds
             return Decision(
                 max(1, lanes // 2),
                 f"{w.pushback} temporary answer(s) from the relay (4xx/421/connection) in "
-                f"{w.wall:.2f}s: halve, no growth for {t.calm_windows} windows",
+                f"{w.wall:.2f}s: halve, no growth for {t.calm_seconds:g}s",
             )
         if self.calm > 0:
-            self.calm -= 1
+            self.calm -= w.wall
             return Decision(lanes, "calm after pushback")
         if w.wall <= 0 or w.finished == 0:
             return Decision(lanes, "nothing finished: nothing to measure")
@@ -141,7 +149,8 @@ class LaneController:
         )
         if util >= t.cpu_hold:
             return Decision(lanes, f"CPU busy: {measured}")
-        want = math.ceil(lanes * t.target_util / max(util, 1e-6))  # Little's law, see above
+        # Little's law (module docstring); less 1e-9: no lane more for a rounding error
+        want = math.ceil(lanes * t.target_util / max(util, 1e-6) - 1e-9)
         grown = min(want, math.floor(lanes * t.max_growth), self.ceiling)
         if grown <= lanes:
             why = "at the ceiling" if lanes >= self.ceiling else "at the CPU target"
@@ -192,6 +201,13 @@ class LaneMeter:
         """``with meter.starving(): await ...``: the lane is waiting for work, a permit, a
         lease, or out a pause/suspension; its time counts as starved."""
         return _Starving(self)
+
+    def full(self, finished: int) -> bool:
+        """Whether the window may close (see :data:`WINDOW_MIN`); ``finished`` as for
+        :meth:`take`."""
+        elapsed = self._clock() - self._start
+        jobs = finished - self._finished_start
+        return elapsed >= WINDOW_MAX or (elapsed >= WINDOW_MIN and jobs >= WINDOW_JOBS)
 
     def pushback(self) -> None:
         """Count one temporary answer from the relay (4xx, connection failure, time-out)."""

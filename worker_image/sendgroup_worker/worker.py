@@ -1,7 +1,7 @@
 """The mail worker: drains one send group's queue through the SMTP relay.
 
 One asyncio process runs ``WORKER_CONCURRENCY`` lanes, a fixed number, or with ``auto`` (the
-default) a number tuned once a second from what the process measured (:mod:`lanes`: Little's
+default) a number tuned every 0.2-1 s from what the process measured (:mod:`lanes`: Little's
 law on the CPU time and wall time per mail, halved on the relay's temporary answers, held when
 the lanes starve for work or permits; from 4 up to ``WORKER_CONCURRENCY_MAX``). New lanes start
 at once; a lane whose index is at or above the count leaves at the top of its loop through the
@@ -413,13 +413,16 @@ class Worker:
                 self._tasks[i] = asyncio.create_task(self._lane(i))
 
     async def _tune(self, controller: lanes.LaneController) -> None:
-        """``WORKER_CONCURRENCY=auto``: every :data:`lanes.WINDOW_SECONDS` seconds, close the
-        meter's window, ask the controller for the lane count, apply it (one INFO line per
-        change, with the reason and its numbers) and close idle SMTP connections beyond it."""
+        """``WORKER_CONCURRENCY=auto``: once the meter's window is full (:data:`lanes.WINDOW_MIN`
+        seconds and :data:`lanes.WINDOW_JOBS` jobs, or :data:`lanes.WINDOW_MAX` seconds), close
+        it, ask the controller for the lane count, apply it (one INFO line per change, with the
+        reason and its numbers) and close idle SMTP connections beyond it."""
         while not self.stopping.is_set():
-            await self._sleep(lanes.WINDOW_SECONDS)
+            await self._sleep(lanes.WINDOW_POLL)
             if self.stopping.is_set():
                 return
+            if not self.meter.full(self.finished):
+                continue
             window = self.meter.take(self.finished)
             decision = controller.next(window)
             if decision.lanes != self.target:
