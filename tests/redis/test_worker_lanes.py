@@ -11,6 +11,7 @@ whose replies the test can switch to ``451`` while the worker runs."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import re
@@ -24,9 +25,11 @@ from pathlib import Path
 
 import pytest
 
+from sendgroup_worker.smtp import OutgoingMail, ReplyClass, SmtpPool, SmtpSettings, build_message
 from tests.support.ports import free_port
 from tests.support.postfix_sink import PostfixSink
 from tests.support.smtp_sink import SmtpSink
+from tests.support.turn_relay import TurnRelay
 from tests.support.workers import (
     WorkerProcess,
     drained,
@@ -162,3 +165,38 @@ def test_a_relay_answering_451_shrinks_the_lanes_and_every_job_is_sent_once(
     stats = q.measure()
     assert (stats.delivered, stats.failed_total) == (3000, 0)
     print(changes)
+
+
+def test_the_pool_opens_connections_lazily_and_trim_closes_the_idle_ones_beyond_the_count(
+    smtp_sink: SmtpSink,
+) -> None:
+    """The SMTP pool is sized for WORKER_CONCURRENCY_MAX but opens a connection only for a send
+    that finds none idle; after the lanes shrink, ``trim`` closes the idle connections beyond
+    the count (the longest idle first) and the rest are reused, none opened."""
+    smtp_sink.mail_delay = 0.1  # eight sends at once need eight connections
+
+    def mail(i: int) -> OutgoingMail:
+        data = {"to": f"u{i}@trim.example", "from": "shop@sender.example", "subject": "s"}
+        return build_message({**data, "text": "hi"}, f"job-{i}")
+
+    async def go(port: int) -> tuple[int, int, int, int, bool, int]:
+        settings = SmtpSettings(host="127.0.0.1", port=port, timeout=5.0, helo_name="t")
+        pool = SmtpPool(settings, 32)
+        try:
+            before = relay.connections
+            sent = await asyncio.gather(*(pool.send(mail(i)) for i in range(8)))
+            assert {r.reply_class for r in sent} == {ReplyClass.OK}
+            opened, idle = relay.connections - before, pool.idle
+            oldest = list(pool._idle[:6])
+            closed = await pool.trim(2)
+            gone = not any(c.client.is_connected for c in oldest)
+            again = await asyncio.gather(*(pool.send(mail(i)) for i in range(8, 10)))
+            assert {r.reply_class for r in again} == {ReplyClass.OK}
+            return before, opened, idle, closed, gone, relay.connections - before
+        finally:
+            await pool.close()
+
+    with TurnRelay(smtp_sink.port) as relay:
+        before, opened, idle, closed, gone, total = asyncio.run(go(relay.port))
+    assert before == 0  # nothing opened before the first send
+    assert (opened, idle, closed, gone, total) == (8, 8, 6, True, 8)

@@ -423,14 +423,17 @@ class Worker:
                 return
             if not self.meter.full(self.finished):
                 continue
-            window = self.meter.take(self.finished)
-            decision = controller.next(window)
-            if decision.lanes != self.target:
-                log.info("lanes %d -> %d: %s", self.target, decision.lanes, decision.reason)
-                self._set_lanes(decision.lanes)
-            else:
-                log.debug("lanes %d: %s", self.target, decision.reason)
-            await self.pool.trim(self.target)
+            try:
+                window = self.meter.take(self.finished)
+                decision = controller.next(window)
+                if decision.lanes != self.target:
+                    log.info("lanes %d -> %d: %s", self.target, decision.lanes, decision.reason)
+                    self._set_lanes(decision.lanes)
+                else:
+                    log.debug("lanes %d: %s", self.target, decision.reason)
+                await self.pool.trim(self.target)
+            except Exception:  # the lanes go on at the count they have
+                log.exception("lane tuning failed; keeping %d lanes", self.target)
 
     # --- the lane --------------------------------------------------------------------------
     async def _lane(self, index: int) -> None:
