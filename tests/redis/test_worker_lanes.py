@@ -200,3 +200,35 @@ def test_the_pool_opens_connections_lazily_and_trim_closes_the_idle_ones_beyond_
         before, opened, idle, closed, gone, total = asyncio.run(go(relay.port))
     assert before == 0  # nothing opened before the first send
     assert (opened, idle, closed, gone, total) == (8, 8, 6, True, 8)
+
+
+def test_auto_holds_at_four_when_the_rate_limit_bounds_the_group(
+    redis_url: str, smtp_sink: SmtpSink
+) -> None:
+    """A slow relay (50 ms a mail) but a group rate of 20 mails/s: four lanes already send
+    what the rate allows, the lanes wait for permits (starved), so auto does not grow."""
+    queue = "lanes-rated"
+    q = sync_queue(redis_url, queue)
+    smtp_sink.mail_delay = 0.05
+    q.push_many([mail_payload(f"u{i}@rated.example") for i in range(200)])
+    worker = WorkerProcess(
+        worker_env(
+            redis_url,
+            queue,
+            smtp_sink.port,
+            WORKER_CONCURRENCY="auto",
+            RATE_PER_MINUTE="1200",
+            LOG_LEVEL="DEBUG",
+        ),
+        name=queue,
+    )
+    try:
+        wait_for(lambda: len(smtp_sink.snapshot()) >= 60, 10, "60 mails sent")
+        time.sleep(1.0)
+    finally:
+        codes = stop_all([worker])
+    log = worker.log()
+    assert codes == [0], log[-2000:]
+    assert lane_changes(log) == [], lane_changes(log)
+    held = re.findall(r"lanes 4: lanes starved (\d+)%", log)
+    assert held and all(int(p) >= 20 for p in held), held
