@@ -15,6 +15,7 @@ Kinds (what the text of the variable holds):
 * ``backoff``: Laravel's comma-joined seconds (``10,60,300``) or a JSON list;
 * ``time``: ISO 8601 or unix seconds (:func:`sendgroup_contract.timestamps.parse_time`);
 * ``patterns``: a JSON list of regexes or one regex per line;
+* ``lanes``: ``auto`` or a whole number (:func:`parse_lanes`);
 * ``provider``: the JSON of ``sendgroup_worker.provider.ProviderConfig`` (the group's provider,
   built by the operator from a SendProvider/ClusterSendProvider).
 
@@ -28,8 +29,34 @@ from dataclasses import dataclass
 from typing import Final, Literal
 
 Kind = Literal[
-    "str", "int", "float", "bool", "tls", "duration", "backoff", "time", "patterns", "provider"
+    "str",
+    "int",
+    "float",
+    "bool",
+    "tls",
+    "duration",
+    "backoff",
+    "time",
+    "patterns",
+    "provider",
+    "lanes",
 ]
+
+
+#: The ``lanes`` value that lets the worker tune its lane count (``WORKER_CONCURRENCY``).
+AUTO: Final = "auto"
+
+
+def parse_lanes(text: str) -> int | None:
+    """A ``lanes`` value: ``auto`` (any case, spaces around allowed) -> None, else the whole
+    number written (its range is the reader's to check). Raises ValueError naming the text."""
+    value = text.strip()
+    if value.lower() == AUTO:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"{text!r} is neither {AUTO!r} nor a whole number") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,9 +175,17 @@ RETRY_AFTER: Final = WorkerSetting(
 CONCURRENCY: Final = WorkerSetting(
     "concurrency",
     "WORKER_CONCURRENCY",
+    "lanes",
+    AUTO,
+    "lanes per process (sends in flight, one SMTP connection each): auto = start at 4 and "
+    "tune from the relay's answers, up to WORKER_CONCURRENCY_MAX; or a fixed number 1-256",
+)
+CONCURRENCY_MAX: Final = WorkerSetting(
+    "concurrency_max",
+    "WORKER_CONCURRENCY_MAX",
     "int",
-    "4",
-    "sends in flight per process (one SMTP connection each)",
+    "32",
+    "ceiling of WORKER_CONCURRENCY=auto, lanes (1-256)",
 )
 MAX_JOBS: Final = WorkerSetting(
     "max_jobs", "WORKER_MAX_JOBS", "int", "0", "exit 0 after this many jobs (0 = never)"
@@ -343,6 +378,7 @@ WORKER_SETTINGS: Final = (
     TIMEOUT,
     RETRY_AFTER,
     CONCURRENCY,
+    CONCURRENCY_MAX,
     MAX_JOBS,
     MAX_TIME,
     BLOCK_FOR,

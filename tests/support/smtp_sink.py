@@ -15,9 +15,11 @@ scripted per recipient.
 * ``pipelining=True`` adds PIPELINING (RFC 2920) to the EHLO reply (aiosmtpd reads one command
   line at a time from its stream, so a pipelined client is served in order);
   ``mail_reply`` (e.g. ``"451 4.3.0 later"``) refuses every MAIL FROM with that reply (the
-  RCPTs and DATA that follow then get aiosmtpd's ``503``); ``data_without_rcpt=True`` answers
-  ``354`` to a DATA with no accepted recipient, as a lax relay may, reads the content up to
-  the ``.`` line, records it in ``data_for_nobody`` and answers ``554`` (delivers nothing);
+  RCPTs and DATA that follow then get aiosmtpd's ``503``); ``mail_delay`` (seconds) holds
+  every MAIL FROM reply that long (a slow relay: one wait per mail, no CPU spent);
+  ``data_without_rcpt=True`` answers ``354`` to a DATA with no accepted recipient, as a lax
+  relay may, reads the content up to the ``.`` line, records it in ``data_for_nobody`` and
+  answers ``554`` (delivers nothing);
   ``data_reply`` refuses every DATA command with that reply (no 354); ``final_reply`` answers
   the end of every message with that reply instead of 250 (nothing recorded as received).
 """
@@ -87,6 +89,9 @@ class _Handler:
         with self.sink.lock:
             self.sink.mail_log.append(address)
             refusal = self.sink.mail_reply
+            delay = self.sink.mail_delay
+        if delay:
+            await asyncio.sleep(delay)
         if refusal is not None:
             return refusal
         envelope.mail_from = address
@@ -212,6 +217,8 @@ class SmtpSink:
         self.pipelining = pipelining
         #: the reply to every MAIL FROM instead of 250 (None: accepted)
         self.mail_reply: str | None = None
+        #: seconds every MAIL FROM reply is held (0: at once)
+        self.mail_delay = 0.0
         #: answer 354 to a DATA without an accepted recipient (then 554 after the content)
         self.data_without_rcpt = False
         #: the reply to every DATA command with recipients instead of 354 (None: 354)
@@ -306,6 +313,7 @@ class SmtpSink:
             self.rcpt_log.clear()
             self.messages = 0
             self.mail_reply = None
+            self.mail_delay = 0.0
             self.data_without_rcpt = False
             self.data_reply = None
             self.final_reply = None

@@ -28,7 +28,7 @@ from pydantic import BaseModel, Field, ValidationError, field_validator, model_v
 from sendgroup_contract import durations, timestamps
 from sendgroup_contract import worker_settings as ws
 from sendgroup_contract.tls import SmtpTls
-from sendgroup_worker import loopback, patterns, redisurl
+from sendgroup_worker import lanes, loopback, patterns, redisurl
 from sendgroup_worker.provider import ProviderConfig
 
 #: (variable, default shown to users, meaning), in documentation order: a view of the one
@@ -130,7 +130,10 @@ class WorkerConfig(BaseModel):
     backoff: list[float] = Field(default_factory=lambda: [10.0, 60.0, 300.0])
     timeout: float = Field(60.0, gt=0)
     retry_after: float = Field(90.0, gt=0)
-    concurrency: int = Field(4, ge=1, le=256)
+    #: lanes per process; None = auto (:mod:`sendgroup_worker.lanes` tunes the count, from
+    #: :data:`~sendgroup_worker.lanes.START_LANES` up to ``concurrency_max``)
+    concurrency: int | None = Field(None, ge=1, le=256)
+    concurrency_max: int = Field(32, ge=1, le=256)
     max_jobs: int = Field(0, ge=0)
     max_time: float = Field(0.0, ge=0)
     block_for: float = Field(5.0, gt=0)
@@ -177,6 +180,12 @@ class WorkerConfig(BaseModel):
         except redisurl.RedisUrlError as exc:
             raise ValueError(redisurl.redact(str(exc), value)) from None
 
+    @field_validator("concurrency", mode="before")
+    @classmethod
+    def _lanes_auto(cls, value: object) -> object:
+        # "auto" as written in WORKER_CONCURRENCY, also when the model is built directly
+        return ws.parse_lanes(value) if isinstance(value, str) else value
+
     @field_validator("backpressure_patterns")
     @classmethod
     def _patterns_compile(cls, value: list[str]) -> list[str]:
@@ -203,6 +212,30 @@ class WorkerConfig(BaseModel):
         if self.rate_per_minute is None:
             return None
         return self.rate_burst or max(1, math.ceil(self.rate_per_minute / 60))
+
+    @property
+    def auto_lanes(self) -> bool:
+        """Whether the lane count is tuned while running (``WORKER_CONCURRENCY=auto``)."""
+        return self.concurrency is None
+
+    @property
+    def max_lanes(self) -> int:
+        """Most lanes this process may run: the fixed ``WORKER_CONCURRENCY``; with auto,
+        ``WORKER_CONCURRENCY_MAX``, and never more than the provider's concurrency (its
+        SMTP transactions in flight across all its groups) when one is set."""
+        if self.concurrency is not None:
+            return self.concurrency
+        cap = self.provider.concurrency if self.provider is not None else None
+        return min(self.concurrency_max, cap or self.concurrency_max)
+
+    @property
+    def start_lanes(self) -> int:
+        """Lanes at start: the fixed count, or with auto
+        :data:`~sendgroup_worker.lanes.START_LANES` (the former fixed default) within
+        :attr:`max_lanes`."""
+        if self.concurrency is not None:
+            return self.concurrency
+        return min(lanes.START_LANES, self.max_lanes)
 
     @property
     def smtp_command_timeout(self) -> float:
@@ -314,6 +347,7 @@ _PARSERS: Final[dict[str, Callable[[str], object]]] = {
     "time": parse_time,
     "patterns": _parse_patterns,
     "provider": ProviderConfig.model_validate_json,
+    "lanes": ws.parse_lanes,
 }
 
 

@@ -18,6 +18,8 @@ one release, ``queue`` (the queue name, the worker's former group label; depreca
   outage (the condition ``QueueReachable`` and the operator's ``sendgroup_queue_reachable``
   mean the same); ``sendgroup_worker_redis_up`` is the same value under its deprecated name.
 * ``sendgroup_worker_jobs_in_flight``: jobs being handled now.
+* ``sendgroup_worker_lanes``: lanes this process runs now (``WORKER_CONCURRENCY``; with
+  ``auto``, the count the controller chose, see ``sendgroup_worker.lanes``).
 
 Every ``outcome`` and ``reply_class`` series exists from the start with value 0 (Prometheus'
 advice for labelled counters), so ``rate()`` and ratios over them are defined before the first
@@ -100,10 +102,17 @@ class WorkerMetrics:
         self.in_flight = Gauge(
             "sendgroup_worker_jobs_in_flight", "Jobs being handled now", g, registry=r
         )
+        self.lanes = Gauge(
+            "sendgroup_worker_lanes",
+            "Lanes (sends in flight at most) this process runs now",
+            g,
+            registry=r,
+        )
         # this group's series, looked up once: ``labels()`` costs ~5 us a call (a lock and a
         # dict lookup), and the job path touched four per job
         self.in_flight_group = self.in_flight.labels(*self.group)
         self.suspended_group = self.suspended.labels(*self.group)
+        self.lanes_group = self.lanes.labels(*self.group)
         self._send_seconds_group = self.send_seconds.labels(*self.group)
         self._jobs_by = {o: self.jobs.labels(*self.group, o) for o in OUTCOMES}
         self._replies_by = {c: self.replies.labels(*self.group, c) for c in REPLY_CLASSES}

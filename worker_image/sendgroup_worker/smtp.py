@@ -565,8 +565,9 @@ class SmtpPool:
     (MAIL, RCPT per recipient, then DATA; pipelined in one group when the relay's EHLO offers
     PIPELINING, RFC 2920) and returns it to the pool; a connection that failed
     is closed, not reused. A connection idle for more than :data:`IDLE_CHECK_AFTER` seconds is
-    checked with NOOP first (relays drop idle sessions). Never raises for SMTP or network
-    trouble: every outcome is a :class:`SendResult`.
+    checked with NOOP first (relays drop idle sessions). Connections open lazily (at most one
+    per concurrent :meth:`send`); :meth:`trim` closes idle ones beyond a count. Never raises
+    for SMTP or network trouble: every outcome is a :class:`SendResult`.
     """
 
     def __init__(self, settings: SmtpSettings, size: int) -> None:
@@ -801,6 +802,25 @@ class SmtpPool:
             {r: f"{c} {t}" for r, (c, t) in refused.items()},
             envelope.suppressed,
         ), True
+
+    @property
+    def idle(self) -> int:
+        """Connections open and not in use now."""
+        return len(self._idle)
+
+    async def trim(self, keep: int) -> int:
+        """QUIT idle connections beyond ``keep`` (best effort), the longest idle first: with
+        fewer lanes (``WORKER_CONCURRENCY=auto`` shrank) the connections of retired lanes
+        are closed, not kept until the relay drops them. A borrowed connection always goes
+        back to the end of the idle list, so the front holds the least recently used.
+        Returns how many were closed."""
+        extra = max(0, len(self._idle) - max(0, keep))
+        gone, self._idle = self._idle[:extra], self._idle[extra:]
+        for conn in gone:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(conn.client.quit(), 2)
+            await _close(conn)
+        return extra
 
     async def close(self) -> None:
         """QUIT every idle connection (best effort)."""

@@ -1,6 +1,12 @@
 """The mail worker: drains one send group's queue through the SMTP relay.
 
-One asyncio process runs ``concurrency`` lanes. Each lane loops:
+One asyncio process runs ``WORKER_CONCURRENCY`` lanes, a fixed number, or with ``auto`` (the
+default) a number tuned every 0.2-1 s from what the process measured (:mod:`lanes`: Little's
+law on the CPU time and wall time per mail, halved on the relay's temporary answers, held when
+the lanes starve for work or permits; from 4 up to ``WORKER_CONCURRENCY_MAX``). New lanes start
+at once; a lane whose index is at or above the count leaves at the top of its loop through the
+same path as a stop (its acknowledgements flushed, its provider lease released), and the SMTP
+pool closes the idle connections beyond the count. Each lane loops:
 
 1. wait while the group is suspended by backpressure (:mod:`backpressure`);
 2. take slots from the group's shared rate limit (:mod:`ratelimit`) *before* reserving, so
@@ -69,7 +75,7 @@ import contextlib
 import logging
 import signal
 import time
-from collections.abc import Awaitable, Callable, Collection, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Final, TypeVar
 
@@ -81,7 +87,7 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
-from sendgroup_worker import entry, laravel, redisclient, smtp
+from sendgroup_worker import entry, lanes, laravel, redisclient, smtp
 from sendgroup_worker import handlers as h
 from sendgroup_worker import loopback as lb
 from sendgroup_worker.backpressure import Backpressure
@@ -323,6 +329,12 @@ class Worker:
         #: the caps the mail handler builds messages with (the same settings)
         self.limits = mail_limits(config)
         self._blocker = False
+        #: the window counters of the lane count's controller (kept with fixed lanes too)
+        self.meter = lanes.LaneMeter()
+        #: lanes wanted now: a lane whose index is >= this leaves at the top of its loop
+        self.target = 0
+        #: running lane tasks by index
+        self._tasks: dict[int, asyncio.Task[None]] = {}
 
     # --- control ---------------------------------------------------------------------------
     def stop(self, reason: str) -> None:
@@ -353,12 +365,16 @@ class Worker:
             self.health.start(self.config.health_port, self.config.health_host)
         self._publish_rate()
         log.info(
-            "worker started: queue=%s key=%s (key prefix %r) concurrency=%d tries=%d "
+            "worker started: queue=%s key=%s (key prefix %r) concurrency=%s tries=%d "
             "timeout=%gs retry_after=%gs rate=%s/min handlers=%s",
             self.config.queue,
             QueueKeys(self.config.queue, prefix=self.config.key_prefix).ready,
             self.config.key_prefix,
-            self.config.concurrency,
+            (
+                f"auto ({self.config.start_lanes} to {self.config.max_lanes})"
+                if self.config.auto_lanes
+                else str(self.config.concurrency)
+            ),
             self.config.tries,
             self.config.timeout,
             self.config.retry_after,
@@ -370,18 +386,71 @@ class Worker:
         timer = None
         if self.config.max_time > 0:
             timer = loop.call_later(self.config.max_time, self.stop, "max time reached")
-        lanes = [asyncio.create_task(self._lane(i)) for i in range(self.config.concurrency)]
+        self._set_lanes(self.config.start_lanes)
+        tuner = None
+        if self.config.auto_lanes:
+            controller = lanes.LaneController(self.target, self.config.max_lanes)
+            tuner = asyncio.create_task(self._tune(controller))
         try:
-            await asyncio.gather(*lanes)
+            await self._run_lanes()
         finally:
             if timer is not None:
                 timer.cancel()
+            if tuner is not None:
+                tuner.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await tuner
             await self.pool.close()
             for client in (self.client, self.blocking):  # standalone, cluster or sentinel
                 with contextlib.suppress(Exception):
                     await redisclient.aclose(client)
         log.info("worker stopped (%s) after %d jobs", self.stop_reason, self.finished)
         return 0
+
+    async def _run_lanes(self) -> None:
+        """Wait until every lane ended (stop, ``WORKER_MAX_JOBS``), including lanes the tuner
+        starts meanwhile; a lane's unexpected exception propagates, as with ``gather``."""
+        while self._tasks:
+            done, _ = await asyncio.wait(
+                list(self._tasks.values()), return_when=asyncio.FIRST_COMPLETED
+            )
+            self._tasks = {i: t for i, t in self._tasks.items() if not t.done()}
+            for task in done:
+                task.result()
+
+    def _set_lanes(self, n: int) -> None:
+        """Run ``n`` lanes: start the missing ones of indexes ``0 .. n-1`` (a lane still
+        finishing its batch after a shrink simply stays); lanes at ``n`` and above leave at
+        the top of their loop."""
+        self.target = n
+        self.metrics.lanes_group.set(n)
+        for i in range(n):
+            task = self._tasks.get(i)
+            if task is None or task.done():
+                self._tasks[i] = asyncio.create_task(self._lane(i))
+
+    async def _tune(self, controller: lanes.LaneController) -> None:
+        """``WORKER_CONCURRENCY=auto``: once the meter's window is full (:data:`lanes.WINDOW_MIN`
+        seconds and :data:`lanes.WINDOW_JOBS` jobs, or :data:`lanes.WINDOW_MAX` seconds), close
+        it, ask the controller for the lane count, apply it (one INFO line per change, with the
+        reason and its numbers) and close idle SMTP connections beyond it."""
+        while not self.stopping.is_set():
+            await self._sleep(lanes.WINDOW_POLL)
+            if self.stopping.is_set():
+                return
+            if not self.meter.full(self.finished):
+                continue
+            try:
+                window = self.meter.take(self.finished)
+                decision = controller.next(window)
+                if decision.lanes != self.target:
+                    log.info("lanes %d -> %d: %s", self.target, decision.lanes, decision.reason)
+                    self._set_lanes(decision.lanes)
+                else:
+                    log.debug("lanes %d: %s", self.target, decision.reason)
+                await self.pool.trim(self.target)
+            except Exception:  # the lanes go on at the count they have
+                log.exception("lane tuning failed; keeping %d lanes", self.target)
 
     # --- the lane --------------------------------------------------------------------------
     async def _lane(self, index: int) -> None:
@@ -398,7 +467,7 @@ class Worker:
     async def _lane_loop(self, lane: _Lane, delay: Callable[[RetryCallState], float]) -> None:
         index = lane.index
         failures = 0
-        while not self.stopping.is_set() and not lane.done:
+        while not self.stopping.is_set() and not lane.done and index < self.target:
             try:
                 await self._step(lane)
                 failures = 0
@@ -490,7 +559,7 @@ class Worker:
         if self.pacer is not None:
             got = await self._provider_reserve(lane)
         else:
-            async with self._rate_lock if rated else contextlib.nullcontext():
+            async with self._rate_turn() if rated else contextlib.nullcontext():
                 got = await self._take_and_reserve(lane, want)
                 if got is not None and rated and got[3].jobs and not got[3].paused:
                     # the first job's extra recipients, charged before another lane may
@@ -510,14 +579,16 @@ class Worker:
             self._paused = True
             await self._give_back(lane, granted)
             self._log_pause(True)
-            await self._sleep(PAUSED_POLL)
+            with self.meter.starving():
+                await self._sleep(PAUSED_POLL)
             return [], 0.0
         self._paused = False
         self._log_pause(False)
         jobs = result.jobs
         if not jobs:
             await self._give_back(lane, granted)
-            lane.wants = await self._wait_for_work()
+            with self.meter.starving():
+                lane.wants = await self._wait_for_work()
             return [], 0.0
         if len(jobs) < granted:  # the queue had fewer: the unused permits go back
             await self._give_back(lane, granted - len(jobs))
@@ -525,6 +596,17 @@ class Worker:
         lane.wants = True
         await self._wake_one()
         return jobs, now + self.queue.retry_after
+
+    @contextlib.asynccontextmanager
+    async def _rate_turn(self) -> AsyncIterator[None]:
+        """Hold the process' rate lock (see :meth:`_reserve`); waiting for it counts as
+        starved (another lane is waiting for the rate limit)."""
+        with self.meter.starving():
+            await self._rate_lock.acquire()
+        try:
+            yield
+        finally:
+            self._rate_lock.release()
 
     @property
     def _rated(self) -> bool:
@@ -568,7 +650,8 @@ class Worker:
             granted, _ = await self.limiter.try_take(want, self.backpressure.run)
             if granted == 0:
                 await self._flush(lane)  # do not hold an acknowledgement while waiting
-                granted = await self.limiter.take(want, self.stopping, self.backpressure.run)
+                with self.meter.starving():
+                    granted = await self.limiter.take(want, self.stopping, self.backpressure.run)
             self._publish_rate()
             if granted == 0:
                 return None
@@ -785,7 +868,8 @@ class Worker:
             await self.pacer.release(self.pacer.lane_id(lane.index), lane.debt)
             lane.debt = 0
             lane.leased = False
-        await self._sleep(PAUSED_POLL)
+        with self.meter.starving():
+            await self._sleep(PAUSED_POLL)
         return True
 
     async def _provider_permit(self, lane: _Lane) -> int:
@@ -809,13 +893,20 @@ class Worker:
             if permit.why == "share" and not lane.wants:
                 # no share, and no sign of work: wait for work, not for a permit (a poll for
                 # a permit with no work to send would keep no share alive: see try_take)
-                lane.wants = await self._wait_for_work()
+                with self.meter.starving():
+                    lane.wants = await self._wait_for_work()
                 return 0
             if permit.why.startswith("suspended:"):
                 log.debug("provider %s: %s", self.pacer.config.id, permit.why)
-            if not await self.pacer.take(
-                lane_id, self.stopping, wait=permit.wait, demand=lane.wants, hold=self._grant_lock
-            ):
+            with self.meter.starving():
+                took = await self.pacer.take(
+                    lane_id,
+                    self.stopping,
+                    wait=permit.wait,
+                    demand=lane.wants,
+                    hold=self._grant_lock,
+                )
+            if not took:
                 await self.pacer.release(lane_id)
                 return 0
         lane.leased = True
@@ -847,7 +938,8 @@ class Worker:
             await self.pacer.release(self.pacer.lane_id(lane.index), lane.debt)
             lane.debt = 0
             lane.leased = False
-        await self._sleep(min(remaining, 5.0))
+        with self.meter.starving():
+            await self._sleep(min(remaining, 5.0))
         return True
 
     async def _wake_one(self) -> None:
@@ -1121,6 +1213,7 @@ class Worker:
             return
         # temporary: 4xx, connection trouble, timeout (the provider's), or a handler that raised
         if result.from_provider:
+            self.meter.pushback()  # the lane count halves (WORKER_CONCURRENCY=auto)
             suspended = await self._best_effort(
                 self.backpressure.record_temporary(result.reply_text)
             )
@@ -1373,8 +1466,9 @@ _STOP_SIGNALS: Final = (signal.SIGTERM, signal.SIGINT)
 def build_worker(config: WorkerConfig) -> Worker:
     """Wire a :class:`Worker` from ``config``: Redis clients (one for commands, one for the
     blocking wait; standalone, cluster or Sentinel from the URL), queue client, SMTP pool
-    (``concurrency`` connections), handlers, metrics, rate limiter and backpressure. Opens no
-    connection, except the ``INFO cluster`` probe of a plain ``redis://`` URL."""
+    (at most one connection per lane, for the most lanes it may run), handlers, metrics, rate
+    limiter and backpressure. Opens no connection, except the ``INFO cluster`` probe of a plain
+    ``redis://`` URL."""
     target = parse(config.redis_url)
     kind = _deployment_kind(target)
     client = build_async(target, kind, socket_timeout=10, socket_connect_timeout=5)
@@ -1408,7 +1502,7 @@ def build_worker(config: WorkerConfig) -> Worker:
             ca_file=config.smtp_ca_file,
             pipelining=config.smtp_pipelining,
         ),
-        size=config.concurrency,
+        size=config.max_lanes,
     )
     limiter = RateLimiter(
         client,
