@@ -21,10 +21,20 @@ lanes busy and the process used ``cpu`` CPU seconds (``time.process_time``):
 toward ``L*`` at most :attr:`Tuning.max_growth` times the current count per window, never past
 the ceiling (``WORKER_CONCURRENCY_MAX``, and the provider's concurrency when one is set).
 
+``u`` is taken of the CPU the process may use: one core, or less under a CPU limit (the
+container's cgroup quota, ``cores``), so a pod limited to half a core is busy at 0.5 CPU
+seconds per second and does not grow toward a CPU it will never get.
+
 It holds instead of growing when more lanes cannot help: the CPU is already busy
 (``u >= cpu_hold``), or the lanes spent a noticeable share of their time starved (waiting
 for work, for rate permits or provider leases, or paused/suspended: the queue, the rate
 limit or the provider bounds the throughput, not the lane count).
+
+Every growth is checked by the window after it: when the jobs/s did not rise by
+:attr:`Tuning.min_gain`, the count goes back and does not grow for
+:attr:`Tuning.plateau_seconds` (something else than our CPU bounds the rate: the relay's own
+capacity, the network, a busy node). Without that check a relay that slows down as it gets
+busier (wall time per mail up, our CPU share down) would draw the count to the ceiling.
 
 On pushback (an SMTP 4xx, 421 included, a connection failure or a time-out) it halves the
 count (at least 1) and does not grow for :attr:`Tuning.calm_seconds` seconds: multiplicative
@@ -104,19 +114,32 @@ class Tuning:
     calm_seconds: float = 3.0
     #: most growth per window, a factor
     max_growth: float = 2.0
+    #: jobs/s after a growth must be at least this times the jobs/s before it
+    min_gain: float = 1.05
+    #: seconds without growth after a growth that brought no gain (then it probes again)
+    plateau_seconds: float = 30.0
 
 
 class LaneController:
     """The lane count, one decision per window (:meth:`next`). ``lanes``: the current count
-    (1 <= lanes); ``ceiling``: the most it may reach (>= 1); the count always stays within
-    ``[1, ceiling]`` and grows at most ``max_growth`` times per window."""
+    (1 <= lanes); ``ceiling``: the most it may reach (>= 1); ``cores``: the CPU the process
+    may use, in cores (at most 1: one Python process; less under a cgroup CPU limit). The
+    count always stays within ``[1, ceiling]`` and grows at most ``max_growth`` times per
+    window."""
 
-    def __init__(self, lanes: int, ceiling: int, tuning: Tuning | None = None) -> None:
+    def __init__(
+        self, lanes: int, ceiling: int, tuning: Tuning | None = None, cores: float = 1.0
+    ) -> None:
         self.ceiling = max(1, ceiling)
         self.lanes = min(max(1, lanes), self.ceiling)
         self.tuning = tuning or Tuning()
+        self.cores = min(1.0, cores) if cores > 0 else 1.0
         #: seconds left without growth (after a pushback)
         self.calm = 0.0
+        #: seconds left without growth (after a growth that brought no gain)
+        self.plateau = 0.0
+        #: the last decision grew the count: (the count before, its jobs/s)
+        self._grew_from: tuple[int, float] | None = None
 
     def next(self, w: Window) -> Decision:
         """The count for the next window from what the last one measured (also kept as
@@ -127,6 +150,7 @@ class LaneController:
 
     def _decide(self, w: Window) -> Decision:
         t, lanes = self.tuning, self.lanes
+        grew_from, self._grew_from = self._grew_from, None
         if w.pushback > 0:
             self.calm = t.calm_seconds
             return Decision(
@@ -146,11 +170,23 @@ class LaneController:
                 f"lanes starved {starved:.0%} of the time (queue, rate limit or provider "
                 "bound): more lanes cannot help",
             )
-        util = w.cpu / w.wall
+        rate = w.finished / w.wall
+        if grew_from is not None and rate < grew_from[1] * t.min_gain:
+            self.plateau = t.plateau_seconds
+            return Decision(
+                grew_from[0],
+                f"{lanes} lanes sent {rate:.0f} jobs/s, {grew_from[0]} sent {grew_from[1]:.0f}: "
+                f"no gain, back to {grew_from[0]}, no growth for {t.plateau_seconds:g}s",
+            )
+        util = w.cpu / w.wall / self.cores
         measured = (
-            f"{w.finished / w.wall:.0f} jobs/s, CPU {util:.0%}, "
-            f"{1000 * w.cpu / w.finished:.2f} ms CPU/job"
+            f"{rate:.0f} jobs/s, CPU {util:.0%}"
+            + (f" of {self.cores:g} core" if self.cores < 1 else "")
+            + f", {1000 * w.cpu / w.finished:.2f} ms CPU/job"
         )
+        if self.plateau > 0:
+            self.plateau -= w.wall
+            return Decision(lanes, f"plateau (the last growth brought no gain): {measured}")
         if util >= t.cpu_hold:
             return Decision(lanes, f"CPU busy: {measured}")
         # Little's law (module docstring); less 1e-9: no lane more for a rounding error
@@ -159,6 +195,7 @@ class LaneController:
         if grown <= lanes:
             why = "at the ceiling" if lanes >= self.ceiling else "at the CPU target"
             return Decision(lanes, f"{why}: {measured}")
+        self._grew_from = (lanes, rate)
         return Decision(
             grown, f"{measured}: Little's law wants {want} lanes for {t.target_util:.0%} CPU"
         )

@@ -87,7 +87,7 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
-from sendgroup_worker import entry, lanes, laravel, redisclient, smtp
+from sendgroup_worker import cgroup, entry, lanes, laravel, redisclient, smtp
 from sendgroup_worker import handlers as h
 from sendgroup_worker import loopback as lb
 from sendgroup_worker.backpressure import Backpressure
@@ -389,7 +389,9 @@ class Worker:
         self._set_lanes(self.config.start_lanes)
         tuner = None
         if self.config.auto_lanes:
-            controller = lanes.LaneController(self.target, self.config.max_lanes)
+            controller = lanes.LaneController(
+                self.target, self.config.max_lanes, cores=cgroup.cpu_limit() or 1.0
+            )
             tuner = asyncio.create_task(self._tune(controller))
         try:
             await self._run_lanes()

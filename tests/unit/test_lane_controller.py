@@ -5,12 +5,14 @@ clocks, and the two settings as the worker reads them."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from sendgroup_contract import worker_settings as ws
+from sendgroup_worker import cgroup
 from sendgroup_worker.config import ConfigError, WorkerConfig
 from sendgroup_worker.lanes import (
     START_LANES,
@@ -242,3 +244,47 @@ def test_bad_lane_settings_name_their_variable(env: dict[str, str]) -> None:
     (name,) = env
     with pytest.raises(ConfigError, match=name):
         _config(**env)
+
+
+def test_a_growth_without_gain_is_taken_back_and_growth_waits_for_the_plateau() -> None:
+    """A relay that takes ~500 jobs/s however many lanes send to it (its own capacity): our
+    CPU stays low, so Little's law asks for more lanes; the window after the growth shows
+    no gain, the count goes back and does not grow again for the plateau's seconds."""
+    c = LaneController(4, 32, Tuning(plateau_seconds=3.0))
+    capped = w(cpu=0.2, finished=500)
+    assert c.next(capped).lanes == 8  # growth
+    d = c.next(capped)  # 8 lanes: still 500 jobs/s
+    assert d.lanes == 4 and "no gain, back to 4" in d.reason
+    assert [c.next(capped).lanes for _ in range(4)] == [4, 4, 4, 8]  # 3 s, then a new probe
+    # a growth that pays is kept and followed
+    c = LaneController(4, 32)
+    assert c.next(w(cpu=0.2, finished=500)).lanes == 8
+    assert c.next(w(cpu=0.4, finished=1000)).lanes == 16
+
+
+def test_a_cpu_limit_below_a_core_is_the_ceiling_of_utilisation() -> None:
+    """0.45 CPU seconds per second: busy for a pod limited to half a core, idle for a core."""
+    window = w(cpu=0.45, finished=500)
+    assert LaneController(4, 32, cores=0.5).next(window).lanes == 4
+    assert "of 0.5 core" in LaneController(4, 32, cores=0.5).next(window).reason
+    assert LaneController(4, 32).next(window).lanes == 8
+    assert LaneController(4, 32, cores=4.0).cores == 1.0  # one process: one core at most
+
+
+@pytest.mark.parametrize(
+    ("files", "cores"),
+    [
+        ({"cpu.max": "50000 100000\n"}, 0.5),
+        ({"cpu.max": "max 100000\n"}, None),
+        ({"cpu.max": "150000 100000\n"}, 1.5),
+        ({"cpu/cpu.cfs_quota_us": "25000\n", "cpu/cpu.cfs_period_us": "100000\n"}, 0.25),
+        ({"cpu,cpuacct/cpu.cfs_quota_us": "-1\n", "cpu,cpuacct/cpu.cfs_period_us": "100000"}, None),
+        ({"cpu.max": "garbage\n"}, None),
+        ({}, None),
+    ],
+)
+def test_the_cgroup_cpu_limit(tmp_path: Path, files: dict[str, str], cores: float | None) -> None:
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert cgroup.cpu_limit(tmp_path) == cores
