@@ -188,6 +188,13 @@ class QueueKeys:
         return self._sub("ratelimit")
 
     @property
+    def ratelimit_ledger(self) -> str:
+        """Hash: what the group's rate limit took since its epoch (``e``: created at, ``a``:
+        microseconds of schedule added, ``l``: latest take), for safe give-backs
+        (``sendgroup_worker/scripts/gcra.lua``)."""
+        return self._sub("ratelimit:ledger")
+
+    @property
     def backpressure(self) -> str:
         """Hash: run of temporary failures and the group's suspension deadline."""
         return self._sub("backpressure")
@@ -268,6 +275,7 @@ class QueueKeys:
             self.stats,
             self.sent,
             self.ratelimit,
+            self.ratelimit_ledger,
             self.backpressure,
             self.restored,
             self.purge_requested,

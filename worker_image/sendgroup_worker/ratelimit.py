@@ -29,7 +29,7 @@ import math
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib import resources
-from typing import Final
+from typing import Final, NamedTuple
 
 from sendgroup_worker.redisclient import AsyncClient, AsyncScript
 
@@ -81,17 +81,50 @@ class RatePolicy:
         return base
 
 
+@dataclass(frozen=True, slots=True)
+class RateMark:
+    """Where a take or a charge left the group's schedule, so its unused cells can be given
+    back exactly as far as is safe (``scripts/gcra.lua``'s refund): the ledger's ``epoch``
+    (microseconds of Redis' clock when it was created), ``added`` (microseconds of schedule
+    added since then, this call's included) and the call's emission interval (microseconds
+    per message)."""
+
+    epoch: str
+    added: int
+    emission_us: int
+
+
+class Grant(NamedTuple):
+    """A take's answer: ``granted`` messages (0 = none free), ``wait`` seconds until one is
+    when none was, and the take's :class:`RateMark` (None: nothing was taken, or no limit)."""
+
+    granted: int
+    wait: float
+    mark: RateMark | None
+
+
+def _mark(reply: list[object], emission_us: int) -> RateMark | None:
+    epoch = reply[2]
+    if isinstance(epoch, bytes):
+        epoch = epoch.decode()
+    if not epoch:
+        return None
+    return RateMark(str(epoch), int(str(reply[3])), emission_us)
+
+
 class RateLimiter:
-    """Takes message slots from the group's GCRA state in Redis (key ``QueueKeys.ratelimit``).
+    """Takes message slots from the group's GCRA state in Redis (key ``QueueKeys.ratelimit``,
+    its ledger ``QueueKeys.ratelimit_ledger`` for safe give-backs).
 
     ``now`` and ``slowdown_run`` are read through the callables given, so the warm-up and the
     backpressure slow-down apply to every call. Redis errors propagate (the worker's outage
     handling retries).
     """
 
-    def __init__(self, redis: AsyncClient, key: str, policy: RatePolicy) -> None:
+    def __init__(self, redis: AsyncClient, key: str, policy: RatePolicy, ledger: str) -> None:
         self.redis = redis
         self.key = key
+        self.ledger = ledger
         self.policy = policy
         self._script = AsyncScript(redis, load_script("gcra.lua"))
         self.current_per_minute: float | None = policy.allowed_per_minute(datetime.now(UTC))
@@ -110,42 +143,51 @@ class RateLimiter:
         tolerance_us = (self.policy.burst_at(rate) - 1) * emission_us
         return emission_us, tolerance_us
 
-    async def try_take(self, n: int, slowdown_run: int = 0) -> tuple[int, float]:
-        """Take up to ``n`` (>= 1) slots now. Returns (granted, seconds to wait when 0)."""
+    async def _call(self, params: tuple[int, int], *args: object) -> list[object]:
+        reply = await self._script(keys=[self.key, self.ledger], args=[*params, *args])
+        return list(reply)
+
+    async def try_take(self, n: int, slowdown_run: int = 0) -> Grant:
+        """Take up to ``n`` (>= 1) slots now: see :class:`Grant`."""
         params = self._params(slowdown_run)
         if params is None:
-            return n, 0.0
-        granted, wait_us = await self._script(keys=[self.key], args=[*params, n])
-        return int(granted), int(wait_us) / 1e6
+            return Grant(n, 0.0, None)
+        reply = await self._call(params, n, "take")
+        return Grant(int(str(reply[0])), int(str(reply[1])) / 1e6, _mark(reply, params[0]))
 
-    async def take(self, n: int, stop: asyncio.Event, slowdown: int | None = None) -> int:
-        """Wait until at least one slot is free, take up to ``n``; returns how many (0 only
-        when ``stop`` was set while waiting). Sleeps in steps of at most
+    async def take(self, n: int, stop: asyncio.Event, slowdown: int | None = None) -> Grant:
+        """Wait until at least one slot is free, take up to ``n``; ``granted`` is 0 only
+        when ``stop`` was set while waiting. Sleeps in steps of at most
         :data:`MAX_WAIT_STEP` seconds; a slot is taken by Redis, so N processes share it."""
         while not stop.is_set():
-            granted, wait = await self.try_take(n, slowdown or 0)
-            if granted:
-                return granted
+            grant = await self.try_take(n, slowdown or 0)
+            if grant.granted:
+                return grant
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), min(max(wait, 0.001), MAX_WAIT_STEP))
-        return 0
+                await asyncio.wait_for(stop.wait(), min(max(grant.wait, 0.001), MAX_WAIT_STEP))
+        return Grant(0, 0.0, None)
 
-    async def give_back(self, n: int, slowdown_run: int = 0) -> None:
-        """Return ``n`` unused slots (taken for jobs that were not there)."""
-        if n <= 0:
-            return
-        params = self._params(slowdown_run)
+    async def give_back(self, n: int, mark: RateMark | None) -> int:
+        """Give back ``n`` unused slots of the take or charge that returned ``mark`` (jobs
+        that were not there, a batch handed back, recipients a mail did not go to). Returns
+        how many went back: all of them when nothing was taken since that call, fewer (or
+        none) when later takes were placed behind them and giving all back could let the
+        sum pass the rate (the proof is in ``scripts/gcra.lua``): the limit errs low."""
+        if n <= 0 or mark is None:
+            return 0
+        params = self._params(0)
         if params is None:
-            return
-        await self._script(keys=[self.key], args=[*params, -n])
+            return 0
+        reply = await self._call(params, n, "refund", mark.epoch, mark.added, mark.emission_us)
+        return int(str(reply[0]))
 
-    async def charge(self, n: int, slowdown_run: int = 0) -> None:
+    async def charge(self, n: int, slowdown_run: int = 0) -> RateMark | None:
         """Take ``n`` more slots whether or not they are free (the theoretical arrival time
         moves ``n`` emission intervals on): a mail to ``n + 1`` recipients costs ``n + 1``
-        slots, the later jobs wait for the debt."""
+        slots, the later jobs wait for the debt. Returns the charge's mark (None: no limit)."""
         if n <= 0:
-            return
+            return None
         params = self._params(slowdown_run)
         if params is None:
-            return
-        await self._script(keys=[self.key], args=[*params, n, "charge"])
+            return None
+        return _mark(await self._call(params, n, "charge"), params[0])

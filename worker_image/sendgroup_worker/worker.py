@@ -99,7 +99,7 @@ from sendgroup_worker.provider import LEASE_MARGIN, ChargeMarks, ProviderConfig,
 from sendgroup_worker.queue.client import AsyncQueue
 from sendgroup_worker.queue.keys import QueueKeys
 from sendgroup_worker.queue.protocol import Ack, Reserved, ReserveResult
-from sendgroup_worker.ratelimit import RateLimiter, RatePolicy
+from sendgroup_worker.ratelimit import RateLimiter, RateMark, RatePolicy
 from sendgroup_worker.redisclient import TRANSIENT_ERRORS, AsyncClient, build_async, detect_sync
 from sendgroup_worker.redisurl import RedisTarget, parse
 from sendgroup_worker.smtp import MailLimits, SmtpPool, SmtpSettings
@@ -253,6 +253,10 @@ class _Lane:
     #: the provider's precharge, to give back what the send did not use (None: nothing to
     #: give back, or the charge did not reach Redis)
     marks: ChargeMarks | None = None
+    #: the group's rate limit: the mark of the lane's last take (its unused permits go back
+    #: against it) and of its current mail's precharge (the recipients it did not use)
+    rate_mark: RateMark | None = None
+    charge_mark: RateMark | None = None
     #: recipients the lane's current mail was sent to (:meth:`Worker._settle`), to give back
     #: what the precharge counted and the send did not use
     sent: int = 0
@@ -649,12 +653,13 @@ class Worker:
         if self.limiter.unlimited:
             granted = want
         else:
-            granted, _ = await self.limiter.try_take(want, self.backpressure.run)
-            if granted == 0:
+            grant = await self.limiter.try_take(want, self.backpressure.run)
+            if grant.granted == 0:
                 await self._flush(lane)  # do not hold an acknowledgement while waiting
                 with self.meter.starving():
-                    granted = await self.limiter.take(want, self.stopping, self.backpressure.run)
+                    grant = await self.limiter.take(want, self.stopping, self.backpressure.run)
             self._publish_rate()
+            granted, lane.rate_mark = grant.granted, grant.mark
             if granted == 0:
                 return None
         return await self._reserve_granted(lane, granted)
@@ -685,8 +690,11 @@ class Worker:
         charge after the send). The surplus is given back once the mail is settled
         (:meth:`_settle_charge`: suppressed recipients, a failed send)."""
         extra = self._recipients(lane, job) - 1
+        lane.charge_mark = None
         if extra > 0:
-            await self._best_effort(self.limiter.charge(extra, self.backpressure.run))
+            lane.charge_mark = await self._best_effort(
+                self.limiter.charge(extra, self.backpressure.run)
+            )
         return extra
 
     async def _provider_precharge(self, lane: _Lane, job: Reserved) -> None:
@@ -741,11 +749,12 @@ class Worker:
         """Square the lane's precharge with the recipients its mail was sent to: give back
         the surplus, charge a shortfall; then clear both."""
         diff = max(0, lane.sent - 1) - lane.precharged
+        mark, lane.charge_mark = lane.charge_mark, None
         lane.precharged = lane.sent = 0
         if diff > 0:
             await self._best_effort(self.limiter.charge(diff, self.backpressure.run))
         elif diff < 0:
-            await self._best_effort(self.limiter.give_back(-diff, self.backpressure.run))
+            await self._best_effort(self.limiter.give_back(-diff, mark))
 
     async def _run_batch(self, lane: _Lane, jobs: list[Reserved], reserved_until: float) -> None:
         """Run the reserved ``jobs`` one after the other.
@@ -922,7 +931,7 @@ class Worker:
             await self.pacer.give_back(self.pacer.lane_id(lane.index))
             lane.leased = False
         elif not self.limiter.unlimited:
-            await self.limiter.give_back(granted, self.backpressure.run)
+            await self.limiter.give_back(granted, lane.rate_mark)
 
     async def _wait_if_suspended(self, lane: _Lane) -> bool:
         remaining = await self.backpressure.suspended_for()
@@ -1509,7 +1518,8 @@ def build_worker(config: WorkerConfig) -> Worker:
     limiter = RateLimiter(
         client,
         keys.ratelimit,
-        RatePolicy(
+        ledger=keys.ratelimit_ledger,
+        policy=RatePolicy(
             per_minute=config.rate_per_minute,
             burst=config.burst,
             warmup_start_per_hour=config.warmup_start_per_hour,
