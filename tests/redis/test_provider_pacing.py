@@ -327,6 +327,43 @@ def test_a_refund_gives_back_only_cells_nobody_took_a_permit_behind(redis_url: s
     assert out["tat_unchanged"], out
 
 
+def test_an_unused_permit_goes_back_only_where_nobody_took_one_behind_it(redis_url: str) -> None:
+    """``give_back`` (the reserve found no job for the permit): the cell goes back when
+    nothing was taken since, so another group's permit follows at once (burst 1); once another
+    group's lane took a permit after it, in a slot whose time had come (the schedule had fallen
+    behind now), the provider keeps the cell: moving the schedule back would let a third
+    permit go in the same interval as that one."""
+
+    async def body(make: Callable[..., ProviderPacer]) -> dict[str, Any]:
+        a = make(_provider(perMinute=600, burst=1))  # one permit per 100 ms, one at once
+        b = make(_provider(perMinute=600, burst=1, group="ns/b"))
+        c = make(_provider(perMinute=600, burst=1, group="ns/c"))
+        await a.try_take("a1")
+        exact = await a.give_back("a1")
+        right_after = await b.try_take("b1")
+        await b.redis.delete(b.keys.tat)
+        await a.try_take("a1")
+        await asyncio.sleep(0.15)  # a's slot has passed: b's permit is placed at now
+        behind = await b.try_take("b1")
+        kept = await a.give_back("a1")
+        third = await c.try_take("c1")
+        return {
+            "exact": exact,
+            "right_after": right_after.granted,
+            "behind": behind.granted,
+            "kept": kept,
+            "third": (third.granted, third.wait),
+        }
+
+    out = _run(redis_url, body)
+    assert out["exact"] == (True, False), out  # no group rate here: only the provider level
+    assert out["right_after"], out
+    assert out["behind"], out
+    assert out["kept"] == (False, False), out
+    granted, wait = out["third"]
+    assert not granted and 0.05 <= wait <= 0.1, out
+
+
 def test_a_counted_rule_scales_every_group_then_recovers_additively(redis_url: str) -> None:
     """``count: 3`` matching replies within the window, from different groups' workers, fire
     ScaleRate(20%) for 1 s: every group's next permit sees the provider at 20 %; after the

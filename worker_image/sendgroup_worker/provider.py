@@ -220,6 +220,8 @@ class ProviderPacer:
         self._owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         #: what the last permit call said
         self.last: Permit | None = None
+        #: each lane's last granted permit: the levels' values it left, for :meth:`give_back`
+        self._granted: dict[str, ChargeMarks] = {}
         #: held by the one lane of this process that polls the budget after a refusal
         self._turn = asyncio.Lock()
 
@@ -291,7 +293,11 @@ class ProviderPacer:
         only such calls tell the operator that the group has work (the provider's ``demand``
         hash, :func:`sendgroup_operator.provider_plan.has_work`), so an idle lane's poll
         keeps no share alive."""
-        permit, _ = await self._call(lane, debt, "take", demand)
+        permit, rest = await self._call(lane, debt, "take", demand)
+        if permit.granted and len(rest) >= 2:
+            self._granted[lane] = ChargeMarks(_text(rest[0]), _text(rest[1]))
+        else:
+            self._granted.pop(lane, None)
         return permit
 
     async def charge(self, lane: str, debt: int) -> ChargeMarks:
@@ -387,9 +393,13 @@ class ProviderPacer:
             return False
         return True
 
-    async def give_back(self, lane: str, debt: int = 0) -> None:
-        """Return an unused permit (no job was there) and release the lane's lease."""
-        await self._call(lane, debt, "give")
+    async def give_back(self, lane: str, debt: int = 0) -> tuple[bool, bool]:
+        """Return the lane's last permit, unused (no job was there), and release its lease.
+        Like :meth:`refund`, a level takes the cell back only if nothing was taken from it
+        since that permit; returns whether each level (provider, group) did."""
+        marks = self._granted.pop(lane, ChargeMarks("", ""))
+        _, rest = await self._call(lane, debt, "give", refund=(1, marks))
+        return int(_text(rest[0]) or 0) == 1, int(_text(rest[1]) or 0) == 1
 
     async def release(self, lane: str, debt: int = 0) -> None:
         """Release the lane's lease (the lane waits or stops); charges ``debt``."""

@@ -26,7 +26,8 @@
 -- ARGV[8] lease lifetime (ms): a killed worker's lease is gone after this
 -- ARGV[9] debt: recipients of the lane's previous mail beyond the one its permit counted,
 --         charged to both TATs unconditionally (rates count recipients, not jobs)
--- ARGV[10] mode: "take" (one permit + lease), "give" (return one permit, release the lease),
+-- ARGV[10] mode: "take" (one permit + lease), "give" (return the permit of the lane's last
+--          "take", release the lease: see below),
 --          "release" (release the lease only), "peek" (state only: with a debt, the charge of
 --          a mail's extra recipients right after its reserve, before its send; the lease and
 --          the permits are left as they are), "refund" (give back ARGV[12] cells of an
@@ -34,21 +35,24 @@
 -- ARGV[11] "1": the calling lane has a sign of work (it sent a mail, or a job woke it), so a
 --          "take" records the group's demand; "0": an idle lane's poll (records nothing)
 -- ARGV[12] "refund" only: cells to give back (recipients charged but not sent to)
--- ARGV[13], ARGV[14] "refund" only: KEYS[1]'s and KEYS[2]'s value as the peek that charged
---          them left it (its elements 6 and 7; "" = none)
+-- ARGV[13], ARGV[14] "refund" and "give" only: KEYS[1]'s and KEYS[2]'s value as the peek
+--          that charged them, or the take that granted the permit, left it (its elements 6 and
+--          7; "" = none)
 -- Returns {granted, wait_us, rate_milli, cap, why, p_tat, g_tat}: granted 1/0; when 0,
 -- microseconds until a retry may succeed; the provider's effective perMinute now x 1000 (-1 =
 -- none); the effective concurrency (-1 = none); why = "" or the limiting level:
 -- "suspended:<rule>", "provider", "share", "concurrency". "peek" also returns KEYS[1]'s and
--- KEYS[2]'s value after its charge ("" = none); "refund" returns 1/0 there: whether that
--- level gave the cells back.
+-- KEYS[2]'s value after its charge ("" = none), a granted "take" after its permit; "refund"
+-- and "give" return 1/0 there: whether that level gave the cells back.
 --
 -- A refund is exact only when nothing was charged to that level since the peek: the charged
 -- cells are then the last ones of its schedule, and the TAT moves back by them (not below
 -- now: the part already past was time nobody used). Once anyone took a cell after them, that
 -- cell's place was fixed behind them; moving the TAT back would put the next cell on top of
 -- it, and the sum sent over a window could pass rate x window + burst. So a level whose
--- value changed since the peek keeps the charge (refunds nothing): the budget errs low.
+-- value changed since the peek keeps the charge (refunds nothing): the budget errs low. A
+-- "give" (the reserve found no job for the permit) is a refund of that one cell against the
+-- take's values, so it follows the same rule.
 local t = redis.call('TIME')
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local now_ms = math.floor(now_us / 1000)
@@ -193,8 +197,12 @@ if g_limit == 0 and mode == 'take' then
   return {0, 1000000, rate_milli, cap_out, 'share'}
 end
 
-if mode == 'refund' then
+if mode == 'refund' or mode == 'give' then
   local n = tonumber(ARGV[12])
+  if mode == 'give' then
+    n = 1
+    if lane ~= '' then redis.call('ZREM', KEYS[3], lane) end
+  end
   local done = {0, 0}
   for i = 1, 2 do
     local expected = ARGV[12 + i]
@@ -217,11 +225,6 @@ if mode == 'release' or mode == 'peek' then
     return {0, 0, rate_milli, cap_out, '', redis.call('GET', KEYS[1]) or '',
             redis.call('GET', KEYS[2]) or ''}
   end
-  return {0, 0, rate_milli, cap_out, ''}
-end
-if mode == 'give' then
-  for _, l in ipairs(levels) do store(l[1], tat_of(l[1], l[2], l[3]) - l[2], l[2]) end
-  if lane ~= '' then redis.call('ZREM', KEYS[3], lane) end
   return {0, 0, rate_milli, cap_out, ''}
 end
 
@@ -269,5 +272,9 @@ if lane ~= '' then
     redis.call('PEXPIRE', KEYS[3], lease_ms + 1000)
   end
 end
-for i, l in ipairs(levels) do store(l[1], tats[i] + l[2], l[2]) end
-return {1, 0, rate_milli, cap_out, ''}
+local after = {[KEYS[1]] = '', [KEYS[2]] = ''}
+for i, l in ipairs(levels) do
+  store(l[1], tats[i] + l[2], l[2])
+  after[l[1]] = string.format('%.0f %.3f', tats[i] + l[2], l[2])
+end
+return {1, 0, rate_milli, cap_out, '', after[KEYS[1]], after[KEYS[2]]}
