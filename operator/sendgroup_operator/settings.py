@@ -131,6 +131,14 @@ PROCESS_ENV: Final[tuple[tuple[str, str, str, str], ...]] = (
         "false",
         "true: no kopf peering (one instance, no KopfPeering object needed)",
     ),
+    (
+        "SENDGROUP_TRACEMALLOC",
+        "",
+        "",
+        "a path: trace allocations (tracemalloc, SENDGROUP_TRACEMALLOC_FRAMES frames, default "
+        "10; 0: figures only) and write a heap snapshot to PATH.K.snap and PATH.K.json on each "
+        "SIGUSR2 (memtrace.py); a measuring tool, about twice the memory",
+    ),
 )
 
 
