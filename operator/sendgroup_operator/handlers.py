@@ -240,35 +240,43 @@ async def reaper(
     ``reaperInterval``. A failed pass is logged and counted; the loop keeps running until kopf
     stops it (the group is being deleted, or the operator exits)."""
     rt: reconcile.Runtime = memo.runtime
-    meta = body["metadata"]
-    key = f"{meta['namespace']}/{meta['name']}"
+    namespace, name, uid = _names(body)
+    key = f"{namespace}/{name}"
     shard = rt.shard
     if shard is None:
         await _reap(body, memo, logger, stopped, kwargs)
         return
-    shard.groups[key] = meta["uid"]
+    shard.groups[key] = uid
     shard.count()
     owner = False
     try:
         while not stopped:
             changed = shard.changed()  # before the check: a change in between is not lost
-            if shard.may_act(meta["uid"]):
+            if shard.may_act(uid):
                 if not owner:
                     logger.debug("shard: this replica (%s) acts on this group", shard.identity)
                 owner = True
                 await _reap(body, memo, logger, stopped, kwargs)
                 continue
             if owner:  # handed over: drop what this replica held for the group
-                logger.debug(
-                    "shard: handed over to %s", shard.owner(meta["uid"]) or "(no live member)"
-                )
+                logger.debug("shard: handed over to %s", shard.owner(uid) or "(no live member)")
                 rt.forget(key)
-                metrics.remove(meta["namespace"], meta["name"])
+                metrics.remove(namespace, name)
             owner = False
             await _sleep(stopped, None, None, changed)
     finally:
         shard.groups.pop(key, None)
         shard.count()
+
+
+def _names(body: kopf.Body) -> tuple[str, str, str]:
+    """A daemon's group: (namespace, name, uid), plain strings. A daemon lives as long as
+    its group and kopf replaces the raw body under ``body`` with every event; a daemon that
+    kept ``body["metadata"]`` (the raw dict of the body it started with, managedFields
+    included) held that first body's metadata for good, a second copy beside kopf's current
+    one (issue 15). Here the dict is only read."""
+    meta = body["metadata"]
+    return str(meta["namespace"]), str(meta["name"]), str(meta["uid"])
 
 
 async def _reap(
@@ -281,12 +289,12 @@ async def _reap(
     """The reaper's passes, until stopped, or (sharded) until this replica may no longer act
     on the group (checked before every pass)."""
     rt: reconcile.Runtime = memo.runtime
-    meta = body["metadata"]
+    namespace, name, uid = _names(body)
+    key = f"{namespace}/{name}"
     shard = rt.shard
     while not stopped:
-        if shard is not None and not shard.may_act(meta["uid"]):
+        if shard is not None and not shard.may_act(uid):
             return
-        key = f"{meta['namespace']}/{meta['name']}"
         wakeup = rt.wakeup(key)
         changed = None if shard is None else shard.changed()
         handed = rt.handed(key)
@@ -301,7 +309,7 @@ async def _reap(
             if result is not None:
                 _events(result, body)
                 if result.write_status:
-                    await write_status(rt, meta["namespace"], meta["name"], result.status)
+                    await write_status(rt, namespace, name, result.status)
                 delay = _next_delay(rt, result)
         except Exception as exc:  # never let one failure stop the reaper
             logger.warning("reaper pass failed: %s: %s", type(exc).__name__, exc)
