@@ -18,7 +18,7 @@ import os
 import click
 import kopf
 
-from sendgroup_operator import memtrace
+from sendgroup_operator import memtrace, slimbodies
 from sendgroup_operator.settings import Settings
 
 _ENV_HELP = """\b
@@ -68,6 +68,9 @@ def main() -> None:
         lambda record: not record.getMessage().startswith(quiet)
     )
     from sendgroup_operator import handlers, provider_handlers  # noqa: F401  (registers them)
+
+    if os.environ.get("SENDGROUP_SLIM_BODIES", "true").lower() not in ("0", "false", "no"):
+        slimbodies.install()  # kopf keeps bodies without managedFields, strings shared
 
     host = os.environ.get("SENDGROUP_LISTEN_HOST", "0.0.0.0")
     port = int(os.environ.get("SENDGROUP_HEALTH_PORT", "8081"))

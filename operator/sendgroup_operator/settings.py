@@ -132,6 +132,13 @@ PROCESS_ENV: Final[tuple[tuple[str, str, str, str], ...]] = (
         "true: no kopf peering (one instance, no KopfPeering object needed)",
     ),
     (
+        "SENDGROUP_SLIM_BODIES",
+        "",
+        "true",
+        "false: kopf keeps every watched body as the API server sent it; true: without "
+        "metadata.managedFields and with its keys and short strings shared (slimbodies.py)",
+    ),
+    (
         "SENDGROUP_TRACEMALLOC",
         "",
         "",
