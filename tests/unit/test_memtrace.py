@@ -40,7 +40,7 @@ def _allocate(n: int) -> list[dict[str, str]]:
 def test_sigusr2_writes_a_snapshot_and_figures(restore: None, tmp_path: Path) -> None:
     path = tmp_path / "heap"
     assert memtrace.install(str(path)) is True
-    assert tracemalloc.is_tracing()
+    assert memtrace.begin() is True
     kept = _allocate(20_000)
     os.kill(os.getpid(), signal.SIGUSR2)  # the handler runs before the next bytecode
     figures = json.loads((tmp_path / "heap.1.json").read_text())
@@ -61,7 +61,7 @@ def test_figures_only_without_frames(restore: None, tmp_path: Path) -> None:
         pytest.skip("tracemalloc already on (PYTHONTRACEMALLOC)")
     path = tmp_path / "heap"
     memtrace.install(str(path), frames=0)
-    assert not tracemalloc.is_tracing()
+    assert memtrace.begin() is False
     os.kill(os.getpid(), signal.SIGUSR2)
     figures = json.loads((tmp_path / "heap.1.json").read_text())
     assert figures["pymalloc"]["arenas allocated current"] > 0
