@@ -146,3 +146,42 @@ def test_the_sleep_ends_on_wakeup_and_on_its_delay() -> None:
     woken, slept = asyncio.run(scenario())
     assert 0.09 <= woken < 0.5
     assert 0.19 <= slept < 0.6
+
+
+class _Plan:
+    """A plan as the reaper reads it (resting: next pass in 60 s), watchable by weakref."""
+
+    events: tuple[Any, ...] = ()
+    write_status = False
+    status = None
+    idle_wait = 60.0
+    requeue_after = None
+
+
+def test_a_resting_daemon_holds_no_plan_while_it_sleeps(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The plan of a pass (its status copy: ~8-10 KB per group) is gone once the daemon
+    sleeps; it was a local of the daemon's loop, held for the whole sleep."""
+    plans: list[weakref.ref[_Plan]] = []
+
+    async def one_pass(*args: Any, **kwargs: Any) -> _Plan:
+        plan = _Plan()
+        plans.append(weakref.ref(plan))
+        return plan
+
+    monkeypatch.setattr(handlers, "_compute", one_pass)
+
+    async def scenario() -> bool:
+        setter, stopped = _kopf_stopped()
+        body = kopf.Body(_raw("1"))
+        log = type("Log", (), {"info": print, "debug": print, "warning": print})()
+        task = asyncio.create_task(
+            handlers.reaper(body=body, memo=_memo(), logger=log, stopped=stopped)
+        )
+        await asyncio.sleep(0.1)
+        gc.collect()
+        alive = len(plans) == 1 and plans[0]() is not None
+        setter.set()
+        await asyncio.wait_for(task, 1)
+        return alive
+
+    assert not asyncio.run(scenario())
