@@ -58,7 +58,7 @@ async def on_startup(
 async def on_cleanup(memo: Any, logger: startup.Logger, **_: Any) -> None:
     """Leave the shard set (sharding: the others take our groups at once), close the Redis
     pools."""
-    for name in ("orphan_task", "shard_task", "gc_task"):
+    for name in ("orphan_task", "shard_task", "gc_task", "trim_task"):
         task = getattr(memo, name, None)
         if task is not None:
             task.cancel()

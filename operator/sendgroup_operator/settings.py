@@ -132,6 +132,13 @@ PROCESS_ENV: Final[tuple[tuple[str, str, str, str], ...]] = (
         "true: no kopf peering (one instance, no KopfPeering object needed)",
     ),
     (
+        "SENDGROUP_MALLOC_TRIM",
+        "",
+        "true",
+        "true: every 30 s the C heap's free pages go back to the system (glibc malloc_trim; "
+        "gcfreeze.py); false: they stay in the process",
+    ),
+    (
         "SENDGROUP_SLIM_BODIES",
         "",
         "true",

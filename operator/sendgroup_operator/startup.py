@@ -210,6 +210,8 @@ async def start(settings: kopf.OperatorSettings, memo: Any, logger: Logger) -> N
         memo.shard_task = asyncio.create_task(_poll_after(shard, logger))
     memo.orphan_task = asyncio.create_task(reconcile.orphan_loop(memo.runtime, logger))
     memo.gc_task = asyncio.create_task(gcfreeze.freeze_loop(logger=logger))
+    if os.environ.get("SENDGROUP_MALLOC_TRIM", "true").lower() not in ("0", "false", "no"):
+        memo.trim_task = asyncio.create_task(gcfreeze.trim_loop())
 
 
 async def _poll_after(shard: shardmember.Shard, logger: Logger) -> None:
