@@ -1,7 +1,9 @@
 """``bench/scale [N] [--namespaces K] [--rest SECONDS] [--pushes P] [--clusterwide] [--providers]
 [--env NAME=VALUE ...]``: one operator, N SendGroups (default 1,000) on the local control plane
 (no node: worker pods stay Pending), issue 15. ``--env``: an operator setting (recorded in the
-report), e.g. ``SENDGROUP_WORKER_LIMIT=100``. ``--clusterwide``: the operator watches every
+report), e.g. ``SENDGROUP_WORKER_LIMIT=100``; ``--env SENDGROUP_TRACEMALLOC=PATH``: the operator
+dumps its heap at the end of the rest window (``PATH.1.snap`` / ``.json``, read by
+``python -m bench.memsites``). ``--clusterwide``: the operator watches every
 namespace (``*``: one watch per resource) instead of the K namespaces by name (one watch per
 resource per namespace). ``--providers``: the chart's default ClusterSendProviders exist too (as
 a chart install has them) and every group's ``spec.host`` is one of their domains, round-robin
@@ -477,6 +479,13 @@ def run(
             / window,
         }
         print(json.dumps(out["rest"]), file=sys.stderr)
+        if trace := (operator_env or {}).get("SENDGROUP_TRACEMALLOC"):
+            out["memtrace"] = _memtrace(op, trace)
+            # one whole body of each kind as the API server holds it at rest (managedFields
+            # included), to size what a copy of it costs in the operator
+            out["sample_bodies"] = {}
+            for key, item in later.items():
+                out["sample_bodies"].setdefault(kinds[key], item)
 
         from kubernetes import client
         from kubernetes.client.exceptions import ApiException
@@ -547,6 +556,27 @@ def run(
         other_redis.cleanup()
         stop_cluster(state)
     return out
+
+
+def _memtrace(op: OperatorProcess, path: str, timeout: float = 600) -> dict[str, Any]:
+    """The operator's heap at the end of the rest window: SIGUSR2 makes it write
+    ``path.1.snap`` and ``path.1.json`` (``sendgroup_operator.memtrace``); returns the JSON's
+    figures (the snapshot is read offline by ``python -m bench.memsites``)."""
+    import os
+    import signal
+
+    assert op.proc is not None
+    done = Path(f"{path}.1.json")
+    done.unlink(missing_ok=True)
+    os.kill(op.proc.pid, signal.SIGUSR2)
+    t = time.monotonic()
+    while not done.exists():
+        if time.monotonic() - t > timeout or not op.running():
+            raise RuntimeError(f"no heap dump in {path} after {time.monotonic() - t:.0f} s")
+        time.sleep(1)
+    figures: dict[str, Any] = json.loads(done.read_text())
+    print(f"heap dump after {time.monotonic() - t:.0f} s: {done}", file=sys.stderr)
+    return {"path": path, **figures}
 
 
 def kopf_handled(item: dict[str, Any]) -> bool:

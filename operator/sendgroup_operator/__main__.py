@@ -18,6 +18,7 @@ import os
 import click
 import kopf
 
+from sendgroup_operator import memtrace, slimbodies
 from sendgroup_operator.settings import Settings
 
 _ENV_HELP = """\b
@@ -46,6 +47,11 @@ def main() -> None:
     Raises SettingsError (exit 1 with its message) when a setting is malformed.
     """
     settings = Settings.from_env()
+    # heap snapshots on SIGUSR2 (issue 15's measurement): nothing unless the path is set
+    memtrace.install(
+        os.environ.get("SENDGROUP_TRACEMALLOC", ""),
+        int(os.environ.get("SENDGROUP_TRACEMALLOC_FRAMES", "10")),
+    )
     logging.basicConfig(
         level=os.environ.get("SENDGROUP_LOG_LEVEL", "INFO"),
         format="%(asctime)s %(levelname)s %(name)s %(message)s",
@@ -62,6 +68,9 @@ def main() -> None:
         lambda record: not record.getMessage().startswith(quiet)
     )
     from sendgroup_operator import handlers, provider_handlers  # noqa: F401  (registers them)
+
+    if os.environ.get("SENDGROUP_SLIM_BODIES", "true").lower() not in ("0", "false", "no"):
+        slimbodies.install()  # kopf keeps bodies without managedFields, strings shared
 
     host = os.environ.get("SENDGROUP_LISTEN_HOST", "0.0.0.0")
     port = int(os.environ.get("SENDGROUP_HEALTH_PORT", "8081"))

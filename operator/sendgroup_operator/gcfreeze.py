@@ -19,15 +19,20 @@ an hour).
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import ctypes.util
 import gc
 import logging
 import time
+from collections.abc import Callable
 from typing import Any, Final
 
 #: Seconds between two collect-and-freeze rounds.
 INTERVAL: Final = 120.0
 #: Every this many rounds, unfreeze everything before collecting (30 x 120 s: hourly).
 THAW_EVERY: Final = 30
+#: Seconds between two :func:`trim` calls (:func:`trim_loop`).
+TRIM_INTERVAL: Final = 30.0
 
 log = logging.getLogger(__name__)
 
@@ -56,3 +61,37 @@ async def freeze_loop(
         rounds += 1
         frozen, took = freeze_round(thaw=rounds % thaw_every == 0)
         logger.debug("gc: %d objects frozen (round %d, %.3f s)", frozen, rounds, took)
+
+
+def _malloc_trim() -> Callable[[int], int] | None:
+    """glibc's ``malloc_trim`` (``man 3 malloc_trim``), or None without glibc."""
+    try:
+        fn = ctypes.CDLL(ctypes.util.find_library("c")).malloc_trim
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_size_t]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+_TRIM = _malloc_trim()
+
+
+def trim() -> bool:
+    """Give the C heap's free pages back to the system (glibc ``malloc_trim(0)``: every
+    arena, free pages inside the heap too, not only its top); False when nothing was
+    released or there is no glibc.
+
+    Why (issue 15): what CPython allocates above 512 bytes (dict tables of the bodies, the
+    JSON text of LIST responses and watch events, pydantic's buffers) comes from glibc's
+    malloc, and what a start-up frees there stays in the process. Measured at rest after a
+    cold start, 1,000 groups (bench/scale, memtrace figures): glibc held 75 MiB of heap, of
+    which 44 MiB free, in a 249 MiB RSS. Pages in use are not touched."""
+    return _TRIM is not None and _TRIM(0) == 1
+
+
+async def trim_loop(interval: float = TRIM_INTERVAL) -> None:
+    """:func:`trim` every ``interval`` seconds, until cancelled (a few ms each)."""
+    while True:
+        await asyncio.sleep(interval)
+        trim()

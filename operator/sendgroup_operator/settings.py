@@ -131,6 +131,28 @@ PROCESS_ENV: Final[tuple[tuple[str, str, str, str], ...]] = (
         "false",
         "true: no kopf peering (one instance, no KopfPeering object needed)",
     ),
+    (
+        "SENDGROUP_MALLOC_TRIM",
+        "",
+        "true",
+        "true: every 30 s the C heap's free pages go back to the system (glibc malloc_trim; "
+        "gcfreeze.py); false: they stay in the process",
+    ),
+    (
+        "SENDGROUP_SLIM_BODIES",
+        "",
+        "true",
+        "false: kopf keeps every watched body as the API server sent it; true: without "
+        "metadata.managedFields and with its keys and short strings shared (slimbodies.py)",
+    ),
+    (
+        "SENDGROUP_TRACEMALLOC",
+        "",
+        "",
+        "a path: trace allocations (tracemalloc, SENDGROUP_TRACEMALLOC_FRAMES frames, default "
+        "10; 0: figures only) and write a heap snapshot to PATH.K.snap and PATH.K.json on each "
+        "SIGUSR2 (memtrace.py); a measuring tool, about twice the memory",
+    ),
 )
 
 

@@ -17,7 +17,7 @@ import kopf
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
-from sendgroup_operator import gcfreeze, metrics, models, reconcile, shardmember
+from sendgroup_operator import gcfreeze, memtrace, metrics, models, reconcile, shardmember
 from sendgroup_operator.kube import Kube
 from sendgroup_operator.queueio import RedisQueues
 from sendgroup_operator.reconcile import Runtime
@@ -187,6 +187,7 @@ async def start(settings: kopf.OperatorSettings, memo: Any, logger: Logger) -> N
     # the observer's cluster clients: redis-py's node-object notice after a failover is DEBUG
     quiet_cluster_node_notices(asyncio.get_running_loop())
     kube = Kube(load_kube_config())
+    memtrace.begin()  # SENDGROUP_TRACEMALLOC: trace from here (nothing when unset)
     memo.runtime = Runtime(settings=ours, kube=kube, queues=RedisQueues(ours.key_prefix))
     metrics.serve(ours.metrics_port, os.environ.get("SENDGROUP_LISTEN_HOST", "0.0.0.0"))
     await preflight(kube, ours, logger)
@@ -209,6 +210,8 @@ async def start(settings: kopf.OperatorSettings, memo: Any, logger: Logger) -> N
         memo.shard_task = asyncio.create_task(_poll_after(shard, logger))
     memo.orphan_task = asyncio.create_task(reconcile.orphan_loop(memo.runtime, logger))
     memo.gc_task = asyncio.create_task(gcfreeze.freeze_loop(logger=logger))
+    if os.environ.get("SENDGROUP_MALLOC_TRIM", "true").lower() not in ("0", "false", "no"):
+        memo.trim_task = asyncio.create_task(gcfreeze.trim_loop())
 
 
 async def _poll_after(shard: shardmember.Shard, logger: Logger) -> None:
