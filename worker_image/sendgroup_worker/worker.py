@@ -1,9 +1,10 @@
 """The mail worker: drains one send group's queue through the SMTP relay.
 
 One asyncio process runs ``WORKER_CONCURRENCY`` lanes, a fixed number, or with ``auto`` (the
-default) a number tuned every 0.2-1 s from what the process measured (:mod:`lanes`: Little's
-law on the CPU time and wall time per mail, halved on the relay's temporary answers, held when
-the lanes starve for work or permits; from 4 up to ``WORKER_CONCURRENCY_MAX``). New lanes start
+default) a number tuned every 0.05-1 s from what the process measured (:mod:`lanes`: doubled
+while the CPU has room or the last doubling raised the jobs/s, taken back when it did not,
+halved on the relay's temporary answers, held when the lanes starve for work or permits; from
+4 up to ``WORKER_CONCURRENCY_MAX``). New lanes start
 at once; a lane whose index is at or above the count leaves at the top of its loop through the
 same path as a stop (its acknowledgements flushed, its provider lease released), and the SMTP
 pool closes the idle connections beyond the count. Each lane loops:
@@ -386,6 +387,7 @@ class Worker:
         timer = None
         if self.config.max_time > 0:
             timer = loop.call_later(self.config.max_time, self.stop, "max time reached")
+        self.meter.take(self.finished)  # the first window starts with the lanes
         self._set_lanes(self.config.start_lanes)
         tuner = None
         if self.config.auto_lanes:
@@ -432,15 +434,16 @@ class Worker:
                 self._tasks[i] = asyncio.create_task(self._lane(i))
 
     async def _tune(self, controller: lanes.LaneController) -> None:
-        """``WORKER_CONCURRENCY=auto``: once the meter's window is full (:data:`lanes.WINDOW_MIN`
-        seconds and :data:`lanes.WINDOW_JOBS` jobs, or :data:`lanes.WINDOW_MAX` seconds), close
+        """``WORKER_CONCURRENCY=auto``: once the meter's window is full
+        (:attr:`lanes.LaneController.window_min` seconds, 0.05 while the count climbs, else
+        0.2, and :data:`lanes.WINDOW_JOBS` jobs, or :data:`lanes.WINDOW_MAX` seconds), close
         it, ask the controller for the lane count, apply it (one INFO line per change, with the
         reason and its numbers) and close idle SMTP connections beyond it."""
         while not self.stopping.is_set():
-            await self._sleep(lanes.WINDOW_POLL)
+            await self._sleep(controller.poll)
             if self.stopping.is_set():
                 return
-            if not self.meter.full(self.finished):
+            if not self.meter.full(self.finished, controller.window_min):
                 continue
             try:
                 window = self.meter.take(self.finished)
