@@ -15,6 +15,7 @@ from sendgroup_contract import worker_settings as ws
 from sendgroup_worker import cgroup
 from sendgroup_worker.config import ConfigError, WorkerConfig
 from sendgroup_worker.lanes import (
+    CLIMB_JOBS,
     CLIMB_MIN,
     CLIMB_POLL,
     START_LANES,
@@ -212,17 +213,23 @@ def test_a_first_growth_needs_cpu_room(lanes: int, ceiling: int, util: float) ->
 
 
 def test_windows_are_short_while_the_count_climbs() -> None:
-    """The first window and each one after a growth may close after 0.05 s (64 jobs); after
-    a hold, a step back or a pushback after 0.2 s."""
+    """The first window and each one after a growth may close after 0.02 s and 32 jobs (two
+    a lane from 16 lanes on); after a hold, a step back or a pushback after 0.2 s and 64."""
     c = LaneController(START_LANES, 32)
-    assert (c.window_min, c.poll) == (CLIMB_MIN, CLIMB_POLL)
-    c.next(w(cpu=0.2))  # grows
-    assert c.window_min == CLIMB_MIN
-    c.next(w(cpu=0.9, finished=400))  # no gain: back
-    assert (c.window_min, c.poll) == (WINDOW_MIN, WINDOW_POLL)
+    assert (c.climbing, c.window_min, c.window_jobs, c.poll) == (
+        True, CLIMB_MIN, CLIMB_JOBS, CLIMB_POLL
+    )  # fmt: skip
+    c.next(w(cpu=0.2))  # 8
+    c.next(w(cpu=0.3, finished=800))  # paid: 16
+    c.next(w(cpu=0.5, finished=1200))  # paid: 32
+    assert (c.lanes, c.climbing, c.window_min, c.window_jobs) == (32, True, CLIMB_MIN, 64)
+    c.next(w(cpu=0.5, finished=1200))  # no gain: back to 16
+    assert (c.lanes, c.climbing, c.window_min, c.window_jobs, c.poll) == (
+        16, False, WINDOW_MIN, WINDOW_JOBS, WINDOW_POLL
+    )  # fmt: skip
     busy = LaneController(START_LANES, 32)
     busy.next(w(cpu=0.95))
-    assert busy.window_min == WINDOW_MIN
+    assert (busy.climbing, busy.window_min) == (False, WINDOW_MIN)
 
 
 class FakeClocks:
@@ -264,10 +271,24 @@ def test_a_window_closes_after_enough_jobs_or_at_most_a_second() -> None:
     t.now = 101.25
     assert meter.full(finished=WINDOW_JOBS + 3)
     meter.take(finished=WINDOW_JOBS + 3)
-    t.now = 101.3125  # while climbing: 0.05 s and 64 jobs
-    assert meter.full(finished=2 * WINDOW_JOBS + 3, least=CLIMB_MIN)
-    assert not meter.full(finished=2 * WINDOW_JOBS + 2, least=CLIMB_MIN)
-    assert not meter.full(finished=2 * WINDOW_JOBS + 3)
+    t.now = 101.28125  # while climbing: 0.02 s and 32 jobs (4 lanes)
+    assert meter.age() == pytest.approx(0.03125)
+    assert meter.full(finished=WINDOW_JOBS + 35, least=CLIMB_MIN, jobs=CLIMB_JOBS)
+    assert not meter.full(finished=WINDOW_JOBS + 34, least=CLIMB_MIN, jobs=CLIMB_JOBS)
+    assert not meter.full(finished=WINDOW_JOBS + 35)
+
+
+def test_the_meter_counts_the_lanes_that_have_not_finished_a_job() -> None:
+    meter = LaneMeter()
+    for i in range(4):
+        meter.lane_started(i)
+    assert meter.cold == 4
+    meter.lane_warm(0)
+    meter.lane_warm(0)  # its second job
+    meter.lane_warm(3)  # ended before its first
+    assert meter.cold == 2
+    meter.lane_started(0)  # started again after a shrink
+    assert meter.cold == 3
 
 
 def _config(**env: str) -> WorkerConfig:

@@ -431,25 +431,41 @@ class Worker:
         for i in range(n):
             task = self._tasks.get(i)
             if task is None or task.done():
+                self.meter.lane_started(i)
                 self._tasks[i] = asyncio.create_task(self._lane(i))
 
     async def _tune(self, controller: lanes.LaneController) -> None:
-        """``WORKER_CONCURRENCY=auto``: once the meter's window is full
-        (:attr:`lanes.LaneController.window_min` seconds, 0.05 while the count climbs, else
-        0.2, and :data:`lanes.WINDOW_JOBS` jobs, or :data:`lanes.WINDOW_MAX` seconds), close
-        it, ask the controller for the lane count, apply it (one INFO line per change, with the
-        reason and its numbers) and close idle SMTP connections beyond it."""
+        """``WORKER_CONCURRENCY=auto``: once the meter's window is full (the controller's
+        :attr:`~lanes.LaneController.window_min` seconds and
+        :attr:`~lanes.LaneController.window_jobs` jobs, or :data:`lanes.WINDOW_MAX` seconds),
+        close it, ask the controller for the lane count, apply it (one INFO line per change,
+        with the reason and its numbers) and close idle SMTP connections beyond it. At start
+        and after a growth the window begins once every new lane finished its first job
+        (:attr:`lanes.LaneMeter.cold`; at most :data:`lanes.WINDOW_MAX` seconds): their warm-up
+        is left out of the window that judges the count, unless it saw pushback."""
+        warming = True
         while not self.stopping.is_set():
             await self._sleep(controller.poll)
             if self.stopping.is_set():
                 return
-            if not self.meter.full(self.finished, controller.window_min):
-                continue
             try:
-                window = self.meter.take(self.finished)
+                if warming and self.meter.cold and self.meter.age() < lanes.WINDOW_MAX:
+                    continue
+                if warming and not self.meter.cold:
+                    warming = False
+                    window = self.meter.take(self.finished)
+                    if window.pushback == 0:
+                        log.debug("lanes %d: warm after %.3fs", self.target, window.wall)
+                        continue
+                elif self.meter.full(self.finished, controller.window_min, controller.window_jobs):
+                    warming = False
+                    window = self.meter.take(self.finished)
+                else:
+                    continue
                 decision = controller.next(window)
                 if decision.lanes != self.target:
                     log.info("lanes %d -> %d: %s", self.target, decision.lanes, decision.reason)
+                    warming = decision.lanes > self.target
                     self._set_lanes(decision.lanes)
                 else:
                     log.debug("lanes %d: %s", self.target, decision.reason)
@@ -465,6 +481,7 @@ class Worker:
         try:
             await self._lane_loop(lane, delay)
         finally:
+            self.meter.lane_warm(index)
             if held is not self.client:
                 with contextlib.suppress(Exception):
                     await redisclient.aclose(held)  # the connection goes back to the pool
@@ -809,6 +826,7 @@ class Worker:
                 if self.health is not None:
                     self.health.job_finished(lane.index)
                 self.metrics.in_flight_group.dec()
+                self.meter.lane_warm(lane.index)
                 self.finished += 1
                 if self.config.max_jobs and self.finished >= self.config.max_jobs:
                     self.stop("max jobs reached")
