@@ -73,7 +73,7 @@ wall / cores``):
 Windows: one closes after :data:`WINDOW_JOBS` jobs and :data:`WINDOW_MIN` seconds, or at
 :data:`WINDOW_MAX` seconds; while the count is climbing (the first window, and each window
 that judges a growth) after ``max(CLIMB_JOBS, 2 x lanes)`` jobs and :data:`CLIMB_MIN`
-seconds, so a burst reaches its count within its first ~0.15 s (a 1,000-mail drain behind a
+seconds, so a burst reaches its count within its first ~0.1 s (a 1,000-mail drain behind a
 1 ms link lasts 0.45-0.7 s). A window that judges a growth starts once every new lane
 finished its first job (:attr:`LaneMeter.cold`, the worker's tuner): a new lane's SMTP
 connection costs ~3 round trips and ~1 ms of CPU, and 16 of them in a 50 ms window made 32
@@ -88,7 +88,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, Literal
 
 #: Lanes at start with auto: the former fixed default, so nothing changes until measured.
 START_LANES: Final = 4
@@ -104,11 +104,14 @@ WINDOW_MAX: Final = 1.0
 WINDOW_JOBS: Final = 64
 #: While the count climbs (the first window, and each one that judges a growth) a window may
 #: close after :data:`CLIMB_MIN` seconds and ``max(CLIMB_JOBS, 2 x lanes)`` jobs: at ~900
-#: mails/s (4 lanes, 1 ms link) 32 jobs take 35 ms, so 4 -> 8 -> 16 -> 32 lanes within ~0.15 s
-#: of the first mail instead of 0.6 s (a 1,000-mail drain there lasts 0.45-0.7 s). Two jobs
-#: a lane keep the lanes' jobs in progress at the ends (the error) under ~5 % of the count.
-CLIMB_MIN: Final = 0.02
-CLIMB_JOBS: Final = 32
+#: mails/s (4 lanes, 1 ms link) 16 jobs take 18 ms, so 4 -> 8 -> 16 -> 32 lanes within ~0.1 s
+#: of the first mail instead of 0.6 s (a 1,000-mail drain there lasts 0.45-0.7 s). The jobs
+#: of the lanes in progress at either end are the error (sd ~ sqrt(lanes / 6) jobs): ~5 % at
+#: 16 jobs from 4 lanes and at two jobs a lane, against the 25-70 % a paying doubling gains
+#: there; a relay at its own capacity passes a doubling's 5 % check by chance ~1 in 4 times,
+#: so three chance passes in a row would draw the count to 32 (~1.5 % of the probes).
+CLIMB_MIN: Final = 0.01
+CLIMB_JOBS: Final = 16
 #: Seconds between two looks at whether the window is full (:meth:`LaneMeter.full`); while
 #: climbing :data:`CLIMB_POLL`, so a short window does not overrun by a long poll.
 WINDOW_POLL: Final = 0.05
@@ -371,3 +374,28 @@ class LaneMeter:
     def _end(self, token: int) -> None:
         since = self._waiting.pop(token)
         self._starved += max(0.0, self._clock() - max(since, self._start))
+
+
+#: What the tuner does at one look (:func:`step`).
+Step = Literal["wait", "warm", "judge"]
+
+
+def step(meter: LaneMeter, controller: LaneController, finished: int, warming: bool) -> Step:
+    """What the tuner does at one look (every :attr:`LaneController.poll` seconds).
+    ``warming``: the lanes were just started (at start, or by a growth) and the tuner has
+    not yet waited out their warm-up; ``finished`` as for :meth:`LaneMeter.take`.
+
+    ``"wait"``: look again later: while warming, some lane has not finished a job yet
+    (:attr:`LaneMeter.cold`) and the window is younger than :data:`WINDOW_MAX`; else the
+    window is not full. ``"warm"``: every new lane finished a job: close the window and leave
+    it out (unless it saw pushback); the window that judges the count starts now.
+    ``"judge"``: the window is full (:meth:`LaneMeter.full` with the controller's
+    :attr:`~LaneController.window_min` and :attr:`~LaneController.window_jobs`): close it and
+    hand it to :meth:`LaneController.next`."""
+    if warming and meter.cold:
+        return "judge" if meter.age() >= WINDOW_MAX else "wait"
+    if warming:
+        return "warm"
+    if meter.full(finished, controller.window_min, controller.window_jobs):
+        return "judge"
+    return "wait"

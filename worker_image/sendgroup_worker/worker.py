@@ -441,26 +441,21 @@ class Worker:
         close it, ask the controller for the lane count, apply it (one INFO line per change,
         with the reason and its numbers) and close idle SMTP connections beyond it. At start
         and after a growth the window begins once every new lane finished its first job
-        (:attr:`lanes.LaneMeter.cold`; at most :data:`lanes.WINDOW_MAX` seconds): their warm-up
-        is left out of the window that judges the count, unless it saw pushback."""
+        (:func:`lanes.step`; at most :data:`lanes.WINDOW_MAX` seconds): their warm-up is left
+        out of the window that judges the count, unless it saw pushback."""
         warming = True
         while not self.stopping.is_set():
             await self._sleep(controller.poll)
             if self.stopping.is_set():
                 return
             try:
-                if warming and self.meter.cold and self.meter.age() < lanes.WINDOW_MAX:
+                look = lanes.step(self.meter, controller, self.finished, warming)
+                if look == "wait":
                     continue
-                if warming and not self.meter.cold:
-                    warming = False
-                    window = self.meter.take(self.finished)
-                    if window.pushback == 0:
-                        log.debug("lanes %d: warm after %.3fs", self.target, window.wall)
-                        continue
-                elif self.meter.full(self.finished, controller.window_min, controller.window_jobs):
-                    warming = False
-                    window = self.meter.take(self.finished)
-                else:
+                warming = False
+                window = self.meter.take(self.finished)
+                if look == "warm" and window.pushback == 0:
+                    log.debug("lanes %d: warm after %.3fs", self.target, window.wall)
                     continue
                 decision = controller.next(window)
                 if decision.lanes != self.target:
