@@ -1,12 +1,15 @@
 """Scenario 2's drains, our worker only: ``WORKER_CONCURRENCY=auto`` (the default since issue
-19) beside fixed 4 and 16 lanes, on loopback and on the +1 ms link (``bench.smtplink``), with
-the scenario's settings (``bench.scenarios.worker.ours_env``, its payloads, its ``measure``:
-mails/s from the first to the last stamp, CPU ms per mail of the worker process).
+19) beside fixed 4, 8, 16 and 32 lanes, on loopback and on the +1 ms link (``bench.smtplink``),
+with the scenario's settings (``bench.scenarios.worker.ours_env``, its payloads, its
+``measure``: mails/s from the first to the last stamp, CPU ms per mail of the worker process).
 
-``python -m bench.lanes_round [--rounds 3] [--mails-link 1000] [--mails-loopback 2000]``, as
-root (the link is a network namespace), under ``flock /tmp/bench.lock``. The worker runs this
-checkout's code (``PYTHONPATH`` to its source folders), not an installed copy. Prints one line
-per drain (with the lane changes an auto worker logged) and the medians.
+``python -m bench.lanes_round [--rounds 3] [--mails-link 1000] [--mails-loopback 2000]
+[--lanes auto,4,8,16,32] [--base DIR]``, as root (the link is a network namespace), under
+``flock /tmp/bench.lock``. The worker runs this checkout's code (``PYTHONPATH`` to its source
+folders), not an installed copy; ``--base DIR`` adds a row ``base-auto``: ``auto`` with the
+code of another checkout (e.g. ``git archive main | tar -x -C DIR``), in the same rounds, so a
+change to the controller is compared under the same load. Prints one line per drain (with the
+lane changes an auto worker logged) and the medians, each row's rounds in brackets.
 """
 
 from __future__ import annotations
@@ -23,20 +26,29 @@ from bench.scenarios import worker as w
 from tests.support.redis_server import RedisServer
 
 ROOT = Path(__file__).resolve().parents[1]
-SOURCES = ":".join(str(ROOT / d) for d in ("contract", "worker_image", "operator", "."))
-LANES = ("auto", "4", "16")
+LANES = "auto,4,8,16,32"
+#: the row that runs ``auto`` with ``--base``'s code
+BASE = "base-auto"
 
 
-def drain(setup: w.Setup, lanes: str, mails: int, target: tuple[str, int]) -> tuple[db.Drain, str]:
-    """One measured drain of ``mails`` mails by one worker with ``WORKER_CONCURRENCY=lanes``;
-    the drain and the worker's lane changes."""
+def sources(root: Path) -> str:
+    """``PYTHONPATH`` for a worker running the code of the checkout at ``root``."""
+    return ":".join(str(root / d) for d in ("contract", "worker_image", "operator", "."))
+
+
+def drain(
+    setup: w.Setup, lanes: str, mails: int, target: tuple[str, int], code: Path = ROOT
+) -> tuple[db.Drain, str]:
+    """One measured drain of ``mails`` mails by one worker with ``WORKER_CONCURRENCY=lanes``
+    running the code of the checkout at ``code``; the drain and the worker's lane changes."""
     client = setup.server.client()
     try:
         client.flushall()
         w.enqueue("ours", setup, mails)
         env = w.ours_env(setup.server.url, 4, target[0], target[1])
-        env.update(WORKER_CONCURRENCY=lanes, LOG_LEVEL="INFO", PYTHONPATH=SOURCES)
-        log = setup.logs / f"ours-{lanes}-{target[1]}.log"
+        env.update(WORKER_CONCURRENCY=lanes, LOG_LEVEL="INFO", PYTHONPATH=sources(code))
+        tag = lanes if code == ROOT else f"{lanes}-{code.name}"
+        log = setup.logs / f"ours-{tag}-{target[1]}.log"
         worker = db.StampedWorker(w.worker_argv("ours", setup, 4, "smtp"), env, log)
         try:
             result = db.measure(worker, mails, client, setup.server.port, timeout=120, cap=10.0)
@@ -54,7 +66,12 @@ def main() -> None:
     ap.add_argument("--mails-link", type=int, default=1000)
     ap.add_argument("--mails-loopback", type=int, default=2000)
     ap.add_argument("--logs", type=Path, default=Path("/tmp/lanes-round-logs"))
+    ap.add_argument("--lanes", default=LANES, help="WORKER_CONCURRENCY values, comma-separated")
+    ap.add_argument("--base", type=Path, help=f"a checkout whose auto runs as row {BASE}")
     args = ap.parse_args()
+    rows = [(v.strip(), ROOT) for v in args.lanes.split(",") if v.strip()]
+    if args.base is not None:
+        rows.insert(1, ("auto", args.base.resolve()))
     args.logs.mkdir(parents=True, exist_ok=True)
     server = RedisServer().start()
     targets = smtplink.start(log=print)
@@ -69,11 +86,12 @@ def main() -> None:
         }
         for rnd in range(args.rounds):
             for link, (target, mails) in links.items():
-                for lanes in LANES:
-                    d, changes = drain(setup, lanes, mails, target)
-                    got.setdefault((link, lanes), []).append(d)
+                for lanes, code in rows:
+                    d, changes = drain(setup, lanes, mails, target, code)
+                    row = lanes if code == ROOT else BASE
+                    got.setdefault((link, row), []).append(d)
                     print(
-                        f"round {rnd + 1}, {link}, WORKER_CONCURRENCY={lanes}: "
+                        f"round {rnd + 1}, {link}, WORKER_CONCURRENCY={row}: "
                         f"{d.rate:,.0f} mails/s, {d.cpu_per_1000:.3f} CPU ms/mail"
                         + (f"; lanes {changes}" if changes else ""),
                         flush=True,
@@ -86,7 +104,7 @@ def main() -> None:
         rate = statistics.median(d.rate for d in drains)
         cpu = statistics.median(d.cpu_per_1000 for d in drains)
         spread = ", ".join(f"{d.rate:,.0f}" for d in drains)
-        print(f"{link:11} {lanes:>4}: {rate:7,.0f} mails/s ({spread}), {cpu:.3f} CPU ms/mail")
+        print(f"{link:11} {lanes:>9}: {rate:7,.0f} mails/s ({spread}), {cpu:.3f} CPU ms/mail")
 
 
 if __name__ == "__main__":

@@ -6,44 +6,78 @@ number of mails in flight. The right count depends on the relay: on loopback a m
 link a mail waits several round trips, and 4 lanes leave the CPU idle (bench/README rows 1-2:
 713 mails/s at 4 lanes, level with Dramatiq at 16).
 
-The formula, Little's law (J. D. C. Little, "A Proof for the Queuing Formula L = lambda W",
+Why lanes help, Little's law (J. D. C. Little, "A Proof for the Queuing Formula L = lambda W",
 Operations Research 9(3), 1961): a process with ``L`` mails in flight, each taking ``W``
 seconds of wall time, sends ``lam = L / W`` mails/s. One Python process (one core under the
-GIL) spends ``c`` CPU seconds per mail, so it sends at most ``1 / c`` mails/s; to run its CPU
-at a target utilisation ``rho`` it needs ``lam = rho / c``, that is ``L = rho · W / c`` lanes.
-Measured over one window of ``wall`` seconds in which ``finished`` mails ended with ``lanes``
-lanes busy and the process used ``cpu`` CPU seconds (``time.process_time``):
-``W = lanes · wall / finished`` (lane-seconds per mail) and ``c = cpu / finished``, so
+GIL) spends ``c`` CPU seconds per mail, so it sends at most ``1 / c`` mails/s; its CPU
+utilisation is ``u = lam · c`` (CPU seconds per wall second, measured as ``cpu / wall`` over
+a window). While ``u`` is well under 1, more mails in flight send more (``W`` barely grows);
+once it nears 1 they only queue for the CPU. Little's law would size the count in one step,
+``L* = L · rho / u`` for a target utilisation ``rho``, if ``c`` did not depend on ``L``; it
+does: more lanes do more work per event-loop turn, and the CPU per mail falls (scenario 2,
++1 ms link: 0.77 ms at 4 lanes, 0.61-0.69 at 16), so ``L*`` measured at 4 lanes undershoots.
+The first controller followed ``L*`` (at most x2 a window) and stopped at 6-7 lanes in a
+1,000-mail drain: 1,076 mails/s where fixed 16 lanes sent 1,543 (bench/lanes_round.py).
 
-    L* = rho · (lanes · wall / finished) / (cpu / finished) = lanes · rho / u,   u = cpu / wall
-
-(``u``: the process' CPU utilisation, CPU seconds per wall second). The controller moves
-toward ``L*`` at most :attr:`Tuning.max_growth` times the current count per window, never past
-the ceiling (``WORKER_CONCURRENCY_MAX``, and the provider's concurrency when one is set).
+So the count climbs on measured throughput instead, as TCP's slow start climbs on delivered
+segments (RFC 5681 3.1: the window doubles each round trip until loss) and Postfix's
+scheduler raises a destination's concurrency while deliveries succeed (since 2.5,
+``SCHEDULER_README``, "concurrency feedback"): it doubles while the CPU has room (``u <
+cpu_hold``), and keeps doubling while the last doubling paid (the jobs/s rose by
+:attr:`Tuning.min_gain`), whatever ``u`` says, because the payoff is the direct measure and
+``u`` is not (a busy CPU still gains when the CPU per mail falls). A doubling that did not
+pay goes back and the count does not grow for :attr:`Tuning.plateau_seconds` (something else
+than the lane count bounds the rate: the CPU, the relay's own capacity, the network, a busy
+node; a relay that slows down as it gets busier would otherwise draw the count to the
+ceiling). Never past the ceiling (``WORKER_CONCURRENCY_MAX``, and the provider's
+concurrency when one is set).
 
 ``u`` is taken of the CPU the process may use: one core, or less under a CPU limit (the
 container's cgroup quota, ``cores``), so a pod limited to half a core is busy at 0.5 CPU
-seconds per second and does not grow toward a CPU it will never get.
+seconds per second and does not start climbing toward a CPU it will never get.
 
-It holds instead of growing when more lanes cannot help: the CPU is already busy
-(``u >= cpu_hold``), or the lanes spent a noticeable share of their time starved (waiting
-for work, for rate permits or provider leases, or paused/suspended: the queue, the rate
-limit or the provider bounds the throughput, not the lane count).
-
-Every growth is checked by the window after it: when the jobs/s did not rise by
-:attr:`Tuning.min_gain`, the count goes back and does not grow for
-:attr:`Tuning.plateau_seconds` (something else than our CPU bounds the rate: the relay's own
-capacity, the network, a busy node). Without that check a relay that slows down as it gets
-busier (wall time per mail up, our CPU share down) would draw the count to the ceiling.
+It holds instead of growing when more lanes cannot help: the lanes spent a noticeable share
+of their time starved (waiting for work, for rate permits or provider leases, or
+paused/suspended: the queue, the rate limit or the provider bounds the throughput, not the
+lane count), or the CPU is busy and no growth is paying.
 
 On pushback (an SMTP 4xx, 421 included, a connection failure or a time-out) it halves the
 count (at least 1) and does not grow for :attr:`Tuning.calm_seconds` seconds: multiplicative
 decrease, as mail transfer agents back off a destination that defers. Postfix's scheduler
-(since 2.5, ``SCHEDULER_README``, "concurrency feedback"; ``postfix.org/queuing.html``: "the
-concurrency slowly increases ... concurrency is decreased in the face of trouble", an analog
-of TCP's congestion control) and KumoMTA's listener, which answers ``421 4.3.2`` to
-connections over its ``max_connections``, are the models: a relay that defers is saying it
-has too many of ours.
+(``postfix.org/queuing.html``: "the concurrency slowly increases ... concurrency is
+decreased in the face of trouble", an analog of TCP's congestion control) and KumoMTA's
+listener, which answers ``421 4.3.2`` to connections over its ``max_connections``, are the
+models: a relay that defers is saying it has too many of ours.
+
+The decision per window (:meth:`LaneController.next`; the first rule that applies; ``rate``
+= ``finished / wall`` jobs/s, ``starved`` = ``starved / (lanes · wall)``, ``u`` = ``cpu /
+wall / cores``):
+
+=====  ==========================================================  =========================
+ rule  when                                                        next count
+=====  ==========================================================  =========================
+ 1     ``pushback > 0``                                             ``max(1, lanes // 2)``,
+                                                                    calm for ``calm_seconds``
+ 2     calm (seconds left after a pushback)                         ``lanes``
+ 3     nothing finished (``wall == 0`` or ``finished == 0``)        ``lanes``
+ 4     ``starved >= starved_hold`` (0.2)                            ``lanes``
+ 5     the last decision grew from ``n`` at ``r`` jobs/s and        ``n``, plateau for
+       ``rate < r · min_gain`` (1.05)                               ``plateau_seconds`` (30)
+ 6     plateau (seconds left)                                       ``lanes``
+ 7     ``lanes == ceiling``                                         ``lanes``
+ 8     the last decision grew (and rule 5 did not apply: it paid)   ``min(2 · lanes, ceiling)``
+ 9     ``u >= cpu_hold`` (0.85)                                     ``lanes``
+ 10    otherwise (the CPU has room)                                 ``min(2 · lanes, ceiling)``
+=====  ==========================================================  =========================
+
+Windows: one closes after :data:`WINDOW_JOBS` jobs and :data:`WINDOW_MIN` seconds, or at
+:data:`WINDOW_MAX` seconds; while the count is climbing (the first window, and each window
+that judges a growth) after ``max(CLIMB_JOBS, 2 x lanes)`` jobs and :data:`CLIMB_MIN`
+seconds, so a burst reaches its count within its first ~0.1 s (a 1,000-mail drain behind a
+1 ms link lasts 0.45-0.7 s). A window that judges a growth starts once every new lane
+finished its first job (:attr:`LaneMeter.cold`, the worker's tuner): a new lane's SMTP
+connection costs ~3 round trips and ~1 ms of CPU, and 16 of them in a 50 ms window made 32
+lanes look slower than 16 (bench/lanes_round.py, 2026-12-04).
 
 Nothing here does I/O or reads a clock except :class:`LaneMeter`, whose clocks are injected.
 """
@@ -54,7 +88,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, Literal
 
 #: Lanes at start with auto: the former fixed default, so nothing changes until measured.
 START_LANES: Final = 4
@@ -62,14 +96,26 @@ START_LANES: Final = 4
 #: A window (one decision) closes once it lasted :data:`WINDOW_MIN` seconds and saw
 #: :data:`WINDOW_JOBS` jobs finish, or after :data:`WINDOW_MAX` seconds whatever it saw. 64
 #: jobs give the CPU time per job within a few per cent (process_time counts nanoseconds;
-#: a job costs ~0.7 ms); at ~700 mails/s (4 lanes, 1 ms link) a window is 0.2 s, so the
-#: count goes from 4 to 32 in ~0.6 s, within a short burst, not after it. A slow relay
-#: (under 64 jobs a second) gets 1 s windows.
+#: a job costs ~0.7 ms) and the jobs/s within ~2 % (a lane's job in progress at either end
+#: is the error: sd ~ sqrt(lanes / 6) jobs). A slow relay (under 64 jobs a second) gets 1 s
+#: windows.
 WINDOW_MIN: Final = 0.2
 WINDOW_MAX: Final = 1.0
 WINDOW_JOBS: Final = 64
-#: Seconds between two looks at whether the window is full (:meth:`LaneMeter.full`).
+#: While the count climbs (the first window, and each one that judges a growth) a window may
+#: close after :data:`CLIMB_MIN` seconds and ``max(CLIMB_JOBS, 2 x lanes)`` jobs: at ~900
+#: mails/s (4 lanes, 1 ms link) 16 jobs take 18 ms, so 4 -> 8 -> 16 -> 32 lanes within ~0.1 s
+#: of the first mail instead of 0.6 s (a 1,000-mail drain there lasts 0.45-0.7 s). The jobs
+#: of the lanes in progress at either end are the error (sd ~ sqrt(lanes / 6) jobs): ~5 % at
+#: 16 jobs from 4 lanes and at two jobs a lane, against the 25-70 % a paying doubling gains
+#: there; a relay at its own capacity passes a doubling's 5 % check by chance ~1 in 4 times,
+#: so three chance passes in a row would draw the count to 32 (~1.5 % of the probes).
+CLIMB_MIN: Final = 0.01
+CLIMB_JOBS: Final = 16
+#: Seconds between two looks at whether the window is full (:meth:`LaneMeter.full`); while
+#: climbing :data:`CLIMB_POLL`, so a short window does not overrun by a long poll.
 WINDOW_POLL: Final = 0.05
+CLIMB_POLL: Final = 0.005
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,19 +146,13 @@ class Decision:
 class Tuning:
     """The controller's constants (fractions are of 1; see the module docstring)."""
 
-    #: rho, the CPU utilisation growth aims for: above :attr:`cpu_hold`, so the count
-    #: settles between the two. The CPU per mail falls as lanes are added (more work per
-    #: event-loop turn: scenario 2, +1 ms link, 0.77 ms at 4 lanes, 0.61-0.69 at 16), so
-    #: Little's law with the last window's CPU per mail undershoots; with rho = 0.8 auto
-    #: stopped at 7 lanes, 877 mails/s, where 16 lanes sent 1,394 (bench/lanes_round.py)
-    target_util: float = 0.9
-    #: CPU utilisation at or above which the count holds
+    #: CPU utilisation at or above which the count holds unless the last growth paid
     cpu_hold: float = 0.85
     #: share of the lanes' time spent starved at or above which the count holds
     starved_hold: float = 0.2
     #: seconds without growth after a pushback
     calm_seconds: float = 3.0
-    #: most growth per window, a factor
+    #: growth per window, a factor (the count at least + 1)
     max_growth: float = 2.0
     #: jobs/s after a growth must be at least this times the jobs/s before it
     min_gain: float = 1.05
@@ -121,11 +161,12 @@ class Tuning:
 
 
 class LaneController:
-    """The lane count, one decision per window (:meth:`next`). ``lanes``: the current count
-    (1 <= lanes); ``ceiling``: the most it may reach (>= 1); ``cores``: the CPU the process
-    may use, in cores (at most 1: one Python process; less under a cgroup CPU limit). The
-    count always stays within ``[1, ceiling]`` and grows at most ``max_growth`` times per
-    window."""
+    """The lane count, one decision per window (:meth:`next`, the module docstring's table).
+    ``lanes``: the current count (1 <= lanes); ``ceiling``: the most it may reach (>= 1);
+    ``cores``: the CPU the process may use, in cores (at most 1: one Python process; less
+    under a cgroup CPU limit). The count always stays within ``[1, ceiling]``, grows at most
+    ``max_growth`` times per window, and shrinks only on pushback (halved) or back to the
+    count before a growth that brought no gain."""
 
     def __init__(
         self, lanes: int, ceiling: int, tuning: Tuning | None = None, cores: float = 1.0
@@ -140,65 +181,95 @@ class LaneController:
         self.plateau = 0.0
         #: the last decision grew the count: (the count before, its jobs/s)
         self._grew_from: tuple[int, float] | None = None
+        #: the next window judges a climb (the first window, or one after a growth)
+        self._climbing = True
+
+    @property
+    def climbing(self) -> bool:
+        """Whether the next window judges a climb: before the first decision, and after a
+        growth (:meth:`window_min`, :meth:`window_jobs`)."""
+        return self._climbing
+
+    @property
+    def window_min(self) -> float:
+        """Seconds the next window lasts at least: :data:`CLIMB_MIN` while the count climbs,
+        else :data:`WINDOW_MIN`."""
+        return CLIMB_MIN if self._climbing else WINDOW_MIN
+
+    @property
+    def window_jobs(self) -> int:
+        """Jobs the next window sees at least (unless it lasts :data:`WINDOW_MAX`):
+        ``max(CLIMB_JOBS, 2 x lanes)`` while the count climbs, else :data:`WINDOW_JOBS`."""
+        return max(CLIMB_JOBS, 2 * self.lanes) if self._climbing else WINDOW_JOBS
+
+    @property
+    def poll(self) -> float:
+        """Seconds between two looks at whether the window is full."""
+        return CLIMB_POLL if self._climbing else WINDOW_POLL
 
     def next(self, w: Window) -> Decision:
         """The count for the next window from what the last one measured (also kept as
         :attr:`lanes`)."""
         decision = self._decide(w)
-        self.lanes = min(max(1, decision.lanes), self.ceiling)
+        lanes = min(max(1, decision.lanes), self.ceiling)
+        self._climbing = lanes > self.lanes
+        self.lanes = lanes
         return Decision(self.lanes, decision.reason)
 
     def _decide(self, w: Window) -> Decision:
         t, lanes = self.tuning, self.lanes
         grew_from, self._grew_from = self._grew_from, None
-        if w.pushback > 0:
+        if w.pushback > 0:  # rule 1
             self.calm = t.calm_seconds
             return Decision(
                 max(1, lanes // 2),
                 f"{w.pushback} temporary answer(s) from the relay (4xx/421/connection) in "
                 f"{w.wall:.2f}s: halve, no growth for {t.calm_seconds:g}s",
             )
-        if self.calm > 0:
+        if self.calm > 0:  # rule 2
             self.calm -= w.wall
             return Decision(lanes, "calm after pushback")
-        if w.wall <= 0 or w.finished == 0:
+        if w.wall <= 0 or w.finished == 0:  # rule 3
             return Decision(lanes, "nothing finished: nothing to measure")
         starved = w.starved / (lanes * w.wall)
-        if starved >= t.starved_hold:
+        if starved >= t.starved_hold:  # rule 4
             return Decision(
                 lanes,
                 f"lanes starved {starved:.0%} of the time (queue, rate limit or provider "
                 "bound): more lanes cannot help",
             )
         rate = w.finished / w.wall
-        if grew_from is not None and rate < grew_from[1] * t.min_gain:
-            self.plateau = t.plateau_seconds
-            return Decision(
-                grew_from[0],
-                f"{lanes} lanes sent {rate:.0f} jobs/s, {grew_from[0]} sent {grew_from[1]:.0f}: "
-                f"no gain, back to {grew_from[0]}, no growth for {t.plateau_seconds:g}s",
-            )
         util = w.cpu / w.wall / self.cores
         measured = (
             f"{rate:.0f} jobs/s, CPU {util:.0%}"
             + (f" of {self.cores:g} core" if self.cores < 1 else "")
             + f", {1000 * w.cpu / w.finished:.2f} ms CPU/job"
         )
-        if self.plateau > 0:
+        if grew_from is not None and rate < grew_from[1] * t.min_gain:  # rule 5
+            self.plateau = t.plateau_seconds
+            return Decision(
+                grew_from[0],
+                f"{lanes} lanes sent {rate:.0f} jobs/s, {grew_from[0]} sent {grew_from[1]:.0f}: "
+                f"no gain, back to {grew_from[0]}, no growth for {t.plateau_seconds:g}s",
+            )
+        if self.plateau > 0:  # rule 6
             self.plateau -= w.wall
             return Decision(lanes, f"plateau (the last growth brought no gain): {measured}")
-        if util >= t.cpu_hold:
+        if lanes >= self.ceiling:  # rule 7
+            return Decision(lanes, f"at the ceiling: {measured}")
+        grown = min(max(lanes + 1, math.floor(lanes * t.max_growth)), self.ceiling)
+        if grew_from is not None:  # rule 8: the growth paid
+            self._grew_from = (lanes, rate)
+            gain = rate / grew_from[1] - 1 if grew_from[1] > 0 else math.inf
+            return Decision(
+                grown,
+                f"{measured}; {grew_from[0]} lanes sent {grew_from[1]:.0f} jobs/s: the growth "
+                f"paid (+{gain:.0%}), grow again",
+            )
+        if util >= t.cpu_hold:  # rule 9
             return Decision(lanes, f"CPU busy: {measured}")
-        # Little's law (module docstring); less 1e-9: no lane more for a rounding error
-        want = math.ceil(lanes * t.target_util / max(util, 1e-6) - 1e-9)
-        grown = min(want, math.floor(lanes * t.max_growth), self.ceiling)
-        if grown <= lanes:
-            why = "at the ceiling" if lanes >= self.ceiling else "at the CPU target"
-            return Decision(lanes, f"{why}: {measured}")
-        self._grew_from = (lanes, rate)
-        return Decision(
-            grown, f"{measured}: Little's law wants {want} lanes for {t.target_util:.0%} CPU"
-        )
+        self._grew_from = (lanes, rate)  # rule 10
+        return Decision(grown, f"{measured}: the CPU has room, grow")
 
 
 class _Starving:
@@ -237,18 +308,43 @@ class LaneMeter:
         #: waits in progress: token -> when they began (monotonic seconds)
         self._waiting: dict[int, float] = {}
         self._tokens = 0
+        #: indexes of the lanes that have not finished a job since they started
+        self._cold: set[int] = set()
 
     def starving(self) -> _Starving:
         """``with meter.starving(): await ...``: the lane is waiting for work, a permit, a
         lease, or out a pause/suspension; its time counts as starved."""
         return _Starving(self)
 
-    def full(self, finished: int) -> bool:
-        """Whether the window may close (see :data:`WINDOW_MIN`); ``finished`` as for
-        :meth:`take`."""
-        elapsed = self._clock() - self._start
-        jobs = finished - self._finished_start
-        return elapsed >= WINDOW_MAX or (elapsed >= WINDOW_MIN and jobs >= WINDOW_JOBS)
+    def full(self, finished: int, least: float = WINDOW_MIN, jobs: int = WINDOW_JOBS) -> bool:
+        """Whether the window may close: it lasted ``least`` seconds and saw ``jobs`` jobs
+        finish (:data:`WINDOW_MIN`, :data:`WINDOW_JOBS`, or the controller's
+        :attr:`LaneController.window_min`, :attr:`LaneController.window_jobs`), or it lasted
+        :data:`WINDOW_MAX` seconds; ``finished`` as for :meth:`take`."""
+        elapsed = self.age()
+        seen = finished - self._finished_start
+        return elapsed >= WINDOW_MAX or (elapsed >= least and seen >= jobs)
+
+    def age(self) -> float:
+        """Seconds since the window began."""
+        return self._clock() - self._start
+
+    def lane_started(self, index: int) -> None:
+        """Lane ``index`` started: it is cold (:attr:`cold`) until it finishes a job or ends
+        (:meth:`lane_warm`)."""
+        self._cold.add(index)
+
+    def lane_warm(self, index: int) -> None:
+        """Lane ``index`` finished a job, or ended."""
+        self._cold.discard(index)
+
+    @property
+    def cold(self) -> int:
+        """Lanes started that have not finished a job yet: while any is, the window measures
+        their warm-up (a Redis connection, a reserve, an SMTP connection: TCP, greeting and
+        EHLO, ~3 round trips and ~1 ms of CPU each), not the count's throughput; the tuner
+        waits it out before the window that judges a growth."""
+        return len(self._cold)
 
     def pushback(self) -> None:
         """Count one temporary answer from the relay (4xx, connection failure, time-out)."""
@@ -278,3 +374,28 @@ class LaneMeter:
     def _end(self, token: int) -> None:
         since = self._waiting.pop(token)
         self._starved += max(0.0, self._clock() - max(since, self._start))
+
+
+#: What the tuner does at one look (:func:`step`).
+Step = Literal["wait", "warm", "judge"]
+
+
+def step(meter: LaneMeter, controller: LaneController, finished: int, warming: bool) -> Step:
+    """What the tuner does at one look (every :attr:`LaneController.poll` seconds).
+    ``warming``: the lanes were just started (at start, or by a growth) and the tuner has
+    not yet waited out their warm-up; ``finished`` as for :meth:`LaneMeter.take`.
+
+    ``"wait"``: look again later: while warming, some lane has not finished a job yet
+    (:attr:`LaneMeter.cold`) and the window is younger than :data:`WINDOW_MAX`; else the
+    window is not full. ``"warm"``: every new lane finished a job: close the window and leave
+    it out (unless it saw pushback); the window that judges the count starts now.
+    ``"judge"``: the window is full (:meth:`LaneMeter.full` with the controller's
+    :attr:`~LaneController.window_min` and :attr:`~LaneController.window_jobs`): close it and
+    hand it to :meth:`LaneController.next`."""
+    if warming and meter.cold:
+        return "judge" if meter.age() >= WINDOW_MAX else "wait"
+    if warming:
+        return "warm"
+    if meter.full(finished, controller.window_min, controller.window_jobs):
+        return "judge"
+    return "wait"

@@ -1,9 +1,10 @@
 """The mail worker: drains one send group's queue through the SMTP relay.
 
 One asyncio process runs ``WORKER_CONCURRENCY`` lanes, a fixed number, or with ``auto`` (the
-default) a number tuned every 0.2-1 s from what the process measured (:mod:`lanes`: Little's
-law on the CPU time and wall time per mail, halved on the relay's temporary answers, held when
-the lanes starve for work or permits; from 4 up to ``WORKER_CONCURRENCY_MAX``). New lanes start
+default) a number tuned every 0.05-1 s from what the process measured (:mod:`lanes`: doubled
+while the CPU has room or the last doubling raised the jobs/s, taken back when it did not,
+halved on the relay's temporary answers, held when the lanes starve for work or permits; from
+4 up to ``WORKER_CONCURRENCY_MAX``). New lanes start
 at once; a lane whose index is at or above the count leaves at the top of its loop through the
 same path as a stop (its acknowledgements flushed, its provider lease released), and the SMTP
 pool closes the idle connections beyond the count. Each lane loops:
@@ -390,6 +391,7 @@ class Worker:
         timer = None
         if self.config.max_time > 0:
             timer = loop.call_later(self.config.max_time, self.stop, "max time reached")
+        self.meter.take(self.finished)  # the first window starts with the lanes
         self._set_lanes(self.config.start_lanes)
         tuner = None
         if self.config.auto_lanes:
@@ -433,24 +435,36 @@ class Worker:
         for i in range(n):
             task = self._tasks.get(i)
             if task is None or task.done():
+                self.meter.lane_started(i)
                 self._tasks[i] = asyncio.create_task(self._lane(i))
 
     async def _tune(self, controller: lanes.LaneController) -> None:
-        """``WORKER_CONCURRENCY=auto``: once the meter's window is full (:data:`lanes.WINDOW_MIN`
-        seconds and :data:`lanes.WINDOW_JOBS` jobs, or :data:`lanes.WINDOW_MAX` seconds), close
-        it, ask the controller for the lane count, apply it (one INFO line per change, with the
-        reason and its numbers) and close idle SMTP connections beyond it."""
+        """``WORKER_CONCURRENCY=auto``: once the meter's window is full (the controller's
+        :attr:`~lanes.LaneController.window_min` seconds and
+        :attr:`~lanes.LaneController.window_jobs` jobs, or :data:`lanes.WINDOW_MAX` seconds),
+        close it, ask the controller for the lane count, apply it (one INFO line per change,
+        with the reason and its numbers) and close idle SMTP connections beyond it. At start
+        and after a growth the window begins once every new lane finished its first job
+        (:func:`lanes.step`; at most :data:`lanes.WINDOW_MAX` seconds): their warm-up is left
+        out of the window that judges the count, unless it saw pushback."""
+        warming = True
         while not self.stopping.is_set():
-            await self._sleep(lanes.WINDOW_POLL)
+            await self._sleep(controller.poll)
             if self.stopping.is_set():
                 return
-            if not self.meter.full(self.finished):
-                continue
             try:
+                look = lanes.step(self.meter, controller, self.finished, warming)
+                if look == "wait":
+                    continue
+                warming = False
                 window = self.meter.take(self.finished)
+                if look == "warm" and window.pushback == 0:
+                    log.debug("lanes %d: warm after %.3fs", self.target, window.wall)
+                    continue
                 decision = controller.next(window)
                 if decision.lanes != self.target:
                     log.info("lanes %d -> %d: %s", self.target, decision.lanes, decision.reason)
+                    warming = decision.lanes > self.target
                     self._set_lanes(decision.lanes)
                 else:
                     log.debug("lanes %d: %s", self.target, decision.reason)
@@ -466,6 +480,7 @@ class Worker:
         try:
             await self._lane_loop(lane, delay)
         finally:
+            self.meter.lane_warm(index)
             if held is not self.client:
                 with contextlib.suppress(Exception):
                     await redisclient.aclose(held)  # the connection goes back to the pool
@@ -815,6 +830,7 @@ class Worker:
                 if self.health is not None:
                     self.health.job_finished(lane.index)
                 self.metrics.in_flight_group.dec()
+                self.meter.lane_warm(lane.index)
                 self.finished += 1
                 if self.config.max_jobs and self.finished >= self.config.max_jobs:
                     self.stop("max jobs reached")
