@@ -21,7 +21,6 @@ to each one when loaded. Semantics follow Laravel 11's ``Illuminate/Queue/LuaScr
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import re
@@ -139,9 +138,6 @@ class Reserved:
     * ``uuid``: the payload's ``uuid``; ``attempts``: reservations so far, this one included.
     * ``invalid``: why the payload cannot be run (the failed record's message, exception
       ``InvalidPayload``), or "" for a usable job; ``payload`` is None whenever it is set.
-    * ``until``: the reservation's score in ``:reserved`` (unix seconds, the reserve call's
-      now + retry_after, the same double the script wrote), or None when unknown; with it an
-      :class:`Ack` names the reservation by score and digest instead of its bytes.
     """
 
     raw: bytes
@@ -150,7 +146,6 @@ class Reserved:
     uuid: str
     attempts: int
     invalid: str = ""
-    until: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,40 +177,17 @@ class Ack:
     ``delivered=True`` also records the idempotency marker and counts a delivery (use it when
     the mail went out); ``False`` just removes the reservation (e.g. ``already_sent``).
     ``entry``: a stream entry written in the same script (see :class:`StreamEntry`).
-    ``until``: the reservation's score (:attr:`Reserved.until`); with it the script is sent
-    :meth:`ref` instead of the reserved bytes (see :func:`ack_args`).
     """
 
     reserved: bytes
     uuid: str
     delivered: bool = True
     entry: StreamEntry | None = None
-    until: float | None = None
 
     @classmethod
     def of(cls, job: Reserved, delivered: bool = True, entry: StreamEntry | None = None) -> Ack:
         """The acknowledgement of ``job``."""
-        return cls(job.reserved, job.uuid, delivered, entry, job.until)
-
-    def ref(self) -> str:
-        """``"<score>:<sha1 hex of the reserved bytes>"``: names the reservation exactly
-        (``sg_by_ref`` in ``scripts/_lib.lua``) in ~60 bytes instead of the payload's ~1.5 KB.
-        ValueError without :attr:`until`."""
-        if self.until is None:
-            raise ValueError("an acknowledgement by reference needs the reservation's score")
-        return f"{_num(self.until)}:{hashlib.sha1(self.reserved).hexdigest()}"
-
-
-def ack_args(ack: Ack) -> list[bytes | str]:
-    """The ARGV items of one acknowledgement for ``sg_ack`` (``scripts/_lib.lua``): flag,
-    member, uuid, entry field count, entry fields. With :attr:`Ack.until` the member is sent
-    by reference (flag ``r1``/``r0``, :meth:`Ack.ref`), else as its bytes (``1``/``0``)."""
-    fields = ack.entry.fields if ack.entry is not None else ()
-    member: bytes | str = ack.reserved
-    flag = "1" if ack.delivered else "0"
-    if ack.until is not None:
-        member, flag = ack.ref(), "r" + flag
-    return [flag, member, ack.uuid, str(len(fields)), *fields]
+        return cls(job.reserved, job.uuid, delivered, entry)
 
 
 @dataclass(frozen=True, slots=True)
@@ -401,17 +373,7 @@ def parse_failed_record(data: bytes, record_id: str = "") -> FailedJob:
     )
 
 
-def _raw_from(spec: Any, reserved: bytes) -> bytes:
-    """The popped bytes from the reserve reply's ``raw`` item: the bytes themselves, or
-    ``[start, length, old]`` (``reserve.lua``): ``reserved`` with its ``length`` bytes from
-    ``start`` (1-based), the new ``attempts`` value, put back to ``old``."""
-    if isinstance(spec, list):
-        start, length, old = _as_int(spec[0]) - 1, _as_int(spec[1]), _as_bytes(spec[2])
-        return reserved[:start] + old + reserved[start + length :]
-    return _as_bytes(spec)
-
-
-def _reserved_from(raw: bytes, reserved: bytes, until: float | None = None) -> Reserved:
+def _reserved_from(raw: bytes, reserved: bytes) -> Reserved:
     payload, invalid = decode_job(reserved)
     uuid = ""
     attempts = 0
@@ -429,29 +391,22 @@ def _reserved_from(raw: bytes, reserved: bytes, until: float | None = None) -> R
         match = _UUID.search(reserved)
         uuid = match.group(1).decode("utf-8", "replace") if match else ""
     return Reserved(
-        raw=raw,
-        reserved=reserved,
-        payload=payload,
-        uuid=uuid,
-        attempts=attempts,
-        invalid=invalid,
-        until=until,
+        raw=raw, reserved=reserved, payload=payload, uuid=uuid, attempts=attempts, invalid=invalid
     )
 
 
 _UUID: Final = re.compile(rb'"uuid"\s*:\s*"([^"\\]{1,200})"')
 
 
-def parse_reserve_reply(reply: Any, until: float | None = None) -> ReserveResult:
-    """Turn the reply of ``reserve.lua`` into a :class:`ReserveResult`; ``until``: the
-    reservations' score (see :attr:`Reserved.until`)."""
+def parse_reserve_reply(reply: Any) -> ReserveResult:
+    """Turn the reply of ``reserve.lua`` into a :class:`ReserveResult`."""
     lost = [_as_int(i) - 1 for i in reply[0]]
     migrated, invalid, paused, refused = (_as_int(v) for v in reply[1])
     items = reply[2:]
-    jobs = []
-    for i in range(0, len(items), 2):
-        reserved = _as_bytes(items[i + 1])
-        jobs.append(_reserved_from(_raw_from(items[i], reserved), reserved, until))
+    jobs = [
+        _reserved_from(_as_bytes(items[i]), _as_bytes(items[i + 1]))
+        for i in range(0, len(items), 2)
+    ]
     return ReserveResult(
         jobs=jobs,
         lost_acks=lost,
@@ -490,12 +445,8 @@ def reserve_call(
         raise ValueError(f"count must be >= 0, got {count}")
     stream = _one_stream(a.entry for a in ack)
     t = now_seconds(now)
-    now_text = _num(t)
-    # the score the script gives the jobs it reserves: the same double Lua computes from the
-    # same texts (tonumber(now) + tonumber(retry_after)); an Ack names a reservation by it
-    until = float(now_text) + float(settings.retry_after)
     args: list[bytes | str | int | float] = [
-        now_text,
+        _num(t),
         str(settings.retry_after),
         str(count),
         str(settings.migrate_limit),
@@ -506,7 +457,8 @@ def reserve_call(
         str(stream[1]) if stream else "0",
     ]
     for a in ack:
-        args += ack_args(a)
+        fields = a.entry.fields if a.entry is not None else ()
+        args += ["1" if a.delivered else "0", a.reserved, a.uuid, str(len(fields)), *fields]
     queue_keys = (
         keys.ready,
         keys.delayed,
@@ -522,7 +474,7 @@ def reserve_call(
         "reserve",
         (*queue_keys, stream[0]) if stream else queue_keys,
         tuple(args),
-        lambda reply: parse_reserve_reply(reply, until),
+        parse_reserve_reply,
     )
 
 
@@ -740,7 +692,8 @@ def ack_begin_call(
         str(len(ack)),
     ]
     for a in ack:
-        args += ack_args(a)
+        fields = a.entry.fields if a.entry is not None else ()
+        args += ["1" if a.delivered else "0", a.reserved, a.uuid, str(len(fields)), *fields]
     call_keys: tuple[str, ...] = (keys.reserved, keys.sent, keys.stats)
     if suppressed is not None:
         call_keys += (suppressed,)

@@ -67,9 +67,7 @@ local function sg_number_text(n)
 end
 
 -- `payload` with the value of its top-level "attempts" set to number `n`, every other byte
--- unchanged. On the two fast paths also returns where the new value starts (1-based), its
--- length and the old value's text, so that `payload` = result[1 .. start - 1] .. old ..
--- result[start + length ..] (reserve.lua answers with that instead of the whole payload). Each textual occurrence of the key "attempts" followed by ':' and a scalar is a
+-- unchanged. Each textual occurrence of the key "attempts" followed by ':' and a scalar is a
 -- candidate; the first whose replacement decodes to a top-level attempts == n wins (a nested
 -- "attempts" in data leaves the top level unchanged, so it is never taken). This costs one
 -- cjson.decode per candidate instead of a scan of the whole text in Lua.
@@ -84,8 +82,7 @@ local function sg_set_attempts(payload, n)
   local _, _, v1, v2 = string.find(payload,
     '[{,]%s*"attempts"%s*:%s*()%-?%d[%d.eE+-]*()%s*}%s*$', math.max(1, #payload - 63))
   if v1 then
-    return string.sub(payload, 1, v1 - 1) .. text .. string.sub(payload, v2), v1, #text,
-      string.sub(payload, v1, v2 - 1)
+    return string.sub(payload, 1, v1 - 1) .. text .. string.sub(payload, v2)
   end
   -- Second fast path: the literal "attempts" occurs once and the text has no \u escape. The
   -- caller decoded a top-level attempts; without escapes its key can only be written
@@ -100,8 +97,7 @@ local function sg_set_attempts(payload, n)
         e = sg_string_end(payload, colon + 1)
       end
       if e then
-        return string.sub(payload, 1, colon) .. text .. string.sub(payload, e + 1), colon + 1,
-          #text, string.sub(payload, colon + 1, e)
+        return string.sub(payload, 1, colon) .. text .. string.sub(payload, e + 1)
       end
     end
   end
@@ -237,38 +233,10 @@ local function sg_add_entry(key, maxlen, argv, first, n)
   return 0
 end
 
--- The member of sorted set `reserved` that an acknowledgement names by reference: `ref` is
--- "<score>:<sha1 hex>", the reservation's exact score (as the reserve call wrote it, text
--- that parses to the same double) and the SHA-1 of the member's bytes. Only members with
--- exactly that score are candidates (one ZRANGEBYSCORE per score and call, cached in
--- `cache`); each candidate is hashed at most once per call. Returns the member, or nil when
--- no member at that score has that digest (the reservation is gone: lost). Exact: the
--- member found is byte for byte the one the worker was given (SHA-1 identifies it), so a
--- ZREM of it is the ZREM of the reserved bytes, without sending them back (~1.5 KB a job).
-local function sg_by_ref(reserved, cache, ref)
-  local score, digest = string.match(ref, '^([^:]+):(%x+)$')
-  if not score then return nil end
-  local c = cache[score]
-  if not c then
-    c = {list = redis.call('ZRANGEBYSCORE', reserved, score, score), pos = 0, by = {}}
-    cache[score] = c
-  end
-  local member = c.by[digest]
-  while not member and c.pos < #c.list do
-    c.pos = c.pos + 1
-    local candidate = c.list[c.pos]
-    local d = redis.sha1hex(candidate)
-    c.by[d] = candidate
-    if d == digest then member = candidate end
-  end
-  return member
-end
-
 -- Acknowledge a lane's finished jobs (the rules of done.lua), each after its stream entry (if
--- any): n_acks acks from argv[base + 1] on, each: delivered ("1"/"0": the next item is the
--- reserved bytes; "r1"/"r0": the next item is a reference "<score>:<sha1 hex>" to them, see
--- sg_by_ref), that item, uuid, n (entry field+value count, 0: none), then the entry's n
--- field/value texts, written to stream_key with MAXLEN ~ maxlen. The delivered ones' `sent` markers go in one ZADD per
+-- any): n_acks acks from argv[base + 1] on, each: delivered ("1"/"0"), reserved bytes, uuid,
+-- n (entry field+value count, 0: none), then the entry's n field/value texts, written to
+-- stream_key with MAXLEN ~ maxlen. The delivered ones' `sent` markers go in one ZADD per
 -- SG_CHUNK and count once per uuid (only a new marker counts: ZADD answers how many members
 -- were new). Used by reserve.lua and ack_begin.lua.
 -- Returns lost (1-based indexes of acks whose reservation was gone), refused (entries the
@@ -278,17 +246,13 @@ local function sg_ack(reserved, sent, stats, stream_key, maxlen, argv, base, n_a
   local lost = {}
   local refused = 0
   local uuids = {}
-  local cache = {}
   for a = 1, n_acks do
-    local flag = argv[base + 1]
-    local delivered = flag == '1' or flag == 'r1'
+    local delivered = argv[base + 1] == '1'
     local n_fields = tonumber(argv[base + 4])
     if n_fields > 0 then
       refused = refused + sg_add_entry(stream_key, maxlen, argv, base + 5, n_fields)
     end
-    local member = argv[base + 2]
-    if flag == 'r1' or flag == 'r0' then member = sg_by_ref(reserved, cache, member) end
-    if not member or redis.call('ZREM', reserved, member) == 0 then lost[#lost + 1] = a end
+    if redis.call('ZREM', reserved, argv[base + 2]) == 0 then lost[#lost + 1] = a end
     if delivered then
       uuids[#uuids + 1] = now
       uuids[#uuids + 1] = argv[base + 3]

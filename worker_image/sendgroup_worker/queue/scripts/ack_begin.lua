@@ -6,8 +6,7 @@
 --       stream of the acks' entries when ARGV[5] ~= '0' (its index: #KEYS)
 -- ARGV: 1 reserved bytes, 2 uuid (the job to begin), 3 now, 4 sent_ttl, 5 the stream's
 --       MAXLEN ~ cap (0: no entries), 6 screen ('1': check the recipients), 7 n_acks, then per
---       ack: delivered ("1"/"0"; "r1"/"r0": by reference), reserved bytes (by reference:
---       "<score>:<sha1 hex>", see sg_by_ref), uuid, n (entry field+value count), the n
+--       ack: delivered ("1"/"0"), reserved bytes, uuid, n (entry field+value count), the n
 --       texts; then the recipients (lower-cased) when screening
 -- Reply: {lost_ack_indexes (1-based), refused_entries, answer}; answer as begin_send.lua's:
 --        "lost", "already_sent", "ok" (no screen) or one 0/1 per recipient.

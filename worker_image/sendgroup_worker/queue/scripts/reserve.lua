@@ -4,13 +4,10 @@
 --       10 (only when an ack carries one) the stream of the acks' entries
 -- ARGV: 1 now, 2 retry_after, 3 count, 4 migrate_limit, 5 failed_max_count, 6 failed_max_age,
 --       7 sent_ttl, 8 n_acks, 9 the stream's MAXLEN ~ cap (0: no entries), then per ack:
---       delivered ("1"/"0"; "r1"/"r0": by reference), reserved bytes (by reference:
---       "<score>:<sha1 hex>", see sg_by_ref), uuid, n (entry field+value count, 0: none),
+--       delivered ("1"/"0"), reserved bytes, uuid, n (entry field+value count, 0: none),
 --       then the entry's n field/value texts
 -- Reply: {lost_ack_indexes (1-based), {migrated, invalid, paused (0/1), refused_entries},
---         raw1, reserved1, ...}, where raw_i is either the popped bytes or, when only the
---         value of "attempts" differs, {start, length, old}: popped = reserved_i[1 .. start - 1]
---         .. old .. reserved_i[start + length ..] (1-based), ~1.5 KB less to send per job
+--         raw1, reserved1, ...}
 local ready, delayed, reserved, notify = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local failed, failed_jobs, stats, sent = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local now = tonumber(ARGV[1])
@@ -41,8 +38,8 @@ end
 -- The cheap reading of a popped payload, without cjson.decode (~6 us for 1.5 KB): a text that
 -- opens with '{', holds a "uuid" key with a non-empty string value, and ends with an integer
 -- "attempts" as the object's last key (Laravel's RedisQueue writes it so: in a valid JSON
--- object the key before the final '}' is a top-level key, see sg_set_attempts). Returns what
--- sg_set_attempts returns for attempts + 1, or nil: then the full check decides. Not a JSON
+-- object the key before the final '}' is a top-level key, see sg_set_attempts). Returns the
+-- payload with attempts + 1, or nil: then the full check decides. Not a JSON
 -- validation: the worker decodes every reserved payload (decode_job) and fails the ones that
 -- are not JSON objects with a top-level string "uuid" (protocol._reserved_from), as this
 -- script would have; nothing is run unchecked.
@@ -54,8 +51,7 @@ local function sg_quick(raw)
   local old = string.sub(raw, v1, v2 - 1)
   if #old > 15 or (#old > 1 and string.byte(old, 1) == 48) then return nil end  -- not JSON's
   if not string.find(raw, '"uuid"%s*:%s*"[^"]') then return nil end
-  local text = sg_number_text(tonumber(old) + 1)
-  return string.sub(raw, 1, v1 - 1) .. text .. string.sub(raw, v2), v1, #text, old
+  return string.sub(raw, 1, v1 - 1) .. sg_number_text(tonumber(old) + 1) .. string.sub(raw, v2)
 end
 
 -- 3. pop
@@ -67,21 +63,21 @@ while got < count and popped < count + 100 do
   local raw = redis.call('LPOP', ready)
   if not raw then break end
   popped = popped + 1
-  local res, start, len, old = sg_quick(raw)
+  local res = sg_quick(raw)
   local uuid, info
   if not res then
     -- on success `info` is the attempts number, else the reason the payload is unusable
     local obj
     obj, uuid, info = sg_check_payload(raw)
     if obj then
-      res, start, len, old = sg_set_attempts(raw, info + 1)
+      res = sg_set_attempts(raw, info + 1)
       if not res then info = 'payload "attempts" could not be rewritten' end
     end
   end
   if res then
     held[#held + 1] = until_score
     held[#held + 1] = res
-    if start then out[#out + 1] = {start, len, old} else out[#out + 1] = raw end
+    out[#out + 1] = raw
     out[#out + 1] = res
     got = got + 1
   else
