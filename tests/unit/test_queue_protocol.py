@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sendgroup_contract import measure
 from sendgroup_contract.timestamps import MAX_UNIX_SECONDS, parse_pushed_at
@@ -147,3 +150,35 @@ def test_fail_message_is_capped() -> None:
     message = call.args[3]
     assert isinstance(message, str) and len(message) == p.MESSAGE_MAX
     assert message.endswith("\u2026")
+
+
+def _outcome(loads: Callable[[bytes], object], data: bytes) -> tuple[str, object]:
+    try:
+        return "ok", loads(data)
+    except (ValueError, RecursionError) as exc:
+        return type(exc).__name__, str(exc)
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+    lambda kids: (
+        st.lists(kids, max_size=4) | st.dictionaries(st.text(max_size=5), kids, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+
+@given(
+    value=st.dictionaries(st.text(max_size=5), _JSON, max_size=5),
+    cut=st.integers(min_value=0, max_value=400),
+    extra=st.sampled_from([b"", b" ", b"\n", b"x", b"{}", b"\x00", b"\xff"]),
+)
+@settings(max_examples=400, deadline=None)
+def test_the_fast_decode_answers_as_json_loads(
+    value: dict[str, object], cut: int, extra: bytes
+) -> None:
+    """protocol._loads (the scanner called directly for '{'-led UTF-8) gives json.loads'
+    result or json.loads' error for whole, cut and padded object texts."""
+    text = json.dumps(value, ensure_ascii=False).encode("utf-8", "surrogatepass")
+    for data in (text, text[:cut], text + extra, extra + text):
+        assert _outcome(p._loads, data) == _outcome(json.loads, data), data

@@ -58,6 +58,14 @@ class Backpressure:
         """True when a temporary reply's text matches a deferral pattern."""
         return any(search(p, reply_text) for p in self.patterns)
 
+    def cached_suspended_for(self) -> float | None:
+        """:meth:`suspended_for` from the cache without a coroutine (the batch loop asks
+        before every job), or None when the cache is older than CACHE_SECONDS."""
+        now = time.monotonic()
+        if now - self._read_at >= CACHE_SECONDS:
+            return None
+        return max(0.0, self._suspended_until - now)
+
     async def suspended_for(self) -> float:
         """Seconds the group stays suspended (0 = may send). Cached for CACHE_SECONDS."""
         now = time.monotonic()

@@ -798,8 +798,12 @@ class Worker:
                     # the slots of the rest were taken before this debt: they go back, and
                     # the next reserve takes new ones after it (the rate counts recipients)
                     why = "the rate limit charged the last mail's extra recipients"
-                if not why and await self.backpressure.suspended_for() > 0:
-                    why = "group suspended by provider backpressure"  # cached, see suspended_for
+                if not why:
+                    suspended = self.backpressure.cached_suspended_for()
+                    if suspended is None:
+                        suspended = await self.backpressure.suspended_for()
+                    if suspended > 0:
+                        why = "group suspended by provider backpressure"
                 if not why and time.monotonic() - looked >= BATCH_PAUSE_LOOK:
                     looked = time.monotonic()
                     if await self._best_effort(lane.queue.redis.exists(self.keys.paused)):
@@ -812,7 +816,7 @@ class Worker:
                 if rated:
                     lane.precharged = await self._precharge(lane, job)
             charged = lane.precharged > 0
-            self.metrics.in_flight_group.inc()
+            self.metrics.in_flight_now += 1
             if self.health is not None:
                 self.health.job_started(lane.index)
             try:
@@ -829,7 +833,7 @@ class Worker:
             finally:
                 if self.health is not None:
                     self.health.job_finished(lane.index)
-                self.metrics.in_flight_group.dec()
+                self.metrics.in_flight_now -= 1
                 self.meter.lane_warm(lane.index)
                 self.finished += 1
                 if self.config.max_jobs and self.finished >= self.config.max_jobs:
@@ -1216,7 +1220,8 @@ class Worker:
             self.metrics.job("delivered")
             if outcome is not None and entry is None:
                 await self._write(lane, outcome)
-            await self._best_effort(self.backpressure.record_success())
+            if self.backpressure.run:  # else record_success has nothing to reset
+                await self._best_effort(self.backpressure.record_success())
             return
         if result.outcome is h.Outcome.FENCED:
             self.metrics.job("lost")

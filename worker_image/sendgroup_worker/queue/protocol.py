@@ -281,13 +281,43 @@ def json_depth_exceeds(value: Any, limit: int) -> bool:
     return False
 
 
+class _Decoder(json.JSONDecoder):
+    """The stdlib's default decoder, with the attribute its ``__init__`` sets declared (typeshed
+    leaves it out): ``scan_once(text, index) -> (value, end)``, the C scanner, raising
+    StopIteration when no value starts at ``index``."""
+
+    scan_once: Callable[[str, int], tuple[Any, int]]
+
+
+#: The scanner :func:`_loads` calls past ``json.loads``' wrapper.
+_SCAN: Final = _Decoder().scan_once
+
+
+def _loads(data: bytes) -> Any:
+    """``json.loads(data)``, same result and same errors, ~1.5 us faster for a 1.5 KB job
+    (timeit: 5.2 -> 3.6 us): a UTF-8 text that opens with ``{`` and holds nothing after its
+    value goes straight to the decoder's scanner (``scan_once``: the C scanner, which clears
+    its key memo after each call); anything else (another encoding, leading or trailing
+    whitespace, no value, extra data) goes through ``json.loads`` itself, so its error
+    messages are unchanged."""
+    if data[:1] == b"{" and data[1:2] != b"\x00":  # json.detect_encoding's UTF-8 case
+        text = data.decode("utf-8", "surrogatepass")  # as json.loads decodes bytes
+        try:
+            obj, end = _SCAN(text, 0)
+        except StopIteration:
+            end = -1
+        if end == len(text):
+            return obj
+    return json.loads(data)
+
+
 def decode_job(data: bytes) -> tuple[dict[str, Any] | None, str]:
     """``data`` decoded as a job envelope: ``(object, "")``, or ``(None, reason)`` when it is
     not UTF-8, not JSON, not an object, nests deeper than :data:`MAX_JSON_DEPTH`, or carries
     an ``attempts`` that is not a finite number >= 0. The one place payload bytes read from
     Redis are decoded; never raises (RecursionError and MemoryError included)."""
     try:
-        obj = json.loads(data)
+        obj = _loads(data)
     except UnicodeDecodeError:
         return None, "payload is not UTF-8"
     except ValueError as exc:
@@ -378,9 +408,15 @@ def _reserved_from(raw: bytes, reserved: bytes) -> Reserved:
     uuid = ""
     attempts = 0
     if payload is not None:
-        uuid = str(payload.get("uuid", ""))
-        attempts = int(_finite(payload.get("attempts", 0)) or 0)
-    elif invalid:
+        top = payload.get("uuid")
+        if isinstance(top, str) and top:
+            uuid = top
+            attempts = int(_finite(payload.get("attempts", 0)) or 0)
+        else:
+            # reserve.lua's cheap reading (sg_quick) saw a "uuid" key, not necessarily the
+            # top-level one: the job is failed here, as the script's full check would have
+            payload, invalid = None, 'payload has no "uuid"'
+    if payload is None and invalid:
         # the script validated uuid and attempts: read the uuid back for the failed record
         match = _UUID.search(reserved)
         uuid = match.group(1).decode("utf-8", "replace") if match else ""

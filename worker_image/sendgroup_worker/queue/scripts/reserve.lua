@@ -35,6 +35,25 @@ if migrate_limit > 0 then
     + sg_migrate(reserved, ready, notify, ARGV[1], migrate_limit)
 end
 
+-- The cheap reading of a popped payload, without cjson.decode (~6 us for 1.5 KB): a text that
+-- opens with '{', holds a "uuid" key with a non-empty string value, and ends with an integer
+-- "attempts" as the object's last key (Laravel's RedisQueue writes it so: in a valid JSON
+-- object the key before the final '}' is a top-level key, see sg_set_attempts). Returns the
+-- payload with attempts + 1, or nil: then the full check decides. Not a JSON
+-- validation: the worker decodes every reserved payload (decode_job) and fails the ones that
+-- are not JSON objects with a top-level string "uuid" (protocol._reserved_from), as this
+-- script would have; nothing is run unchecked.
+local function sg_quick(raw)
+  if string.byte(raw, 1) ~= 123 then return nil end
+  local _, _, v1, v2 = string.find(raw, '[{,]%s*"attempts"%s*:%s*()%d+()%s*}%s*$',
+    math.max(1, #raw - 63))
+  if not v1 then return nil end
+  local old = string.sub(raw, v1, v2 - 1)
+  if #old > 15 or (#old > 1 and string.byte(old, 1) == 48) then return nil end  -- not JSON's
+  if not string.find(raw, '"uuid"%s*:%s*"[^"]') then return nil end
+  return string.sub(raw, 1, v1 - 1) .. sg_number_text(tonumber(old) + 1) .. string.sub(raw, v2)
+end
+
 -- 3. pop
 local out = {lost, {migrated, 0, 0, refused}}
 local got, popped, invalid = 0, 0, 0
@@ -44,12 +63,16 @@ while got < count and popped < count + 100 do
   local raw = redis.call('LPOP', ready)
   if not raw then break end
   popped = popped + 1
-  -- on success `info` is the attempts number, else the reason the payload is unusable
-  local obj, uuid, info = sg_check_payload(raw)
-  local res = nil
-  if obj then
-    res = sg_set_attempts(raw, info + 1)
-    if not res then info = 'payload "attempts" could not be rewritten' end
+  local res = sg_quick(raw)
+  local uuid, info
+  if not res then
+    -- on success `info` is the attempts number, else the reason the payload is unusable
+    local obj
+    obj, uuid, info = sg_check_payload(raw)
+    if obj then
+      res = sg_set_attempts(raw, info + 1)
+      if not res then info = 'payload "attempts" could not be rewritten' end
+    end
   end
   if res then
     held[#held + 1] = until_score
