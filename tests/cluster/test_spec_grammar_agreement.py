@@ -311,7 +311,10 @@ def test_default_names_fit_every_accepted_name(
         assert not children_accepted(spec, name), name
 
     check()
-    assert seen[True] >= 50 and seen[False] >= 20, seen
+    # both sides exercised: the example stream is derandomized but not the same in every
+    # session (24 refused of 300 when this file runs alone, 16 in CI's whole lane 1 session
+    # of 2026-12-04), so the floor is a sanity bound, not a count
+    assert seen[True] >= 50 and seen[False] >= 10, seen
 
 
 QUANTITY_VALUES = st.one_of(
