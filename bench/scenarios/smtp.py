@@ -1,11 +1,11 @@
 """Scenario 2: one process sending every job as a real mail to Postfix's ``smtp-sink``.
 
-Ours (concurrency 1, 4, 16; its SMTP pool reuses one connection per lane and pipelines, RFC
-2920, when the relay offers PIPELINING as smtp-sink does; concurrency 4 once more with
-``SMTP_PIPELINING=off``, to show what pipelining alone is worth) beside plain loops with no
-queue (smtplib with a new connection per mail, smtplib reusing one connection, aiosmtplib
-reusing one connection) and every peer of scenario 1 that can send (arq, SAQ, Dramatiq,
-Celery), each at its scenario 1 settings, running the loops' send code (smtplib per thread for
+Ours (concurrency 1, 4, 16 and the default, ``auto``; its SMTP pool reuses one connection per lane
+and pipelines, RFC 2920, when the relay offers PIPELINING as smtp-sink does; concurrency 4 once
+more with ``SMTP_PIPELINING=off``, to show what pipelining alone is worth) beside plain loops with
+no queue (smtplib with a new connection per mail, smtplib reusing one connection, aiosmtplib
+reusing one connection) and every peer of scenario 1 that can send (arq, SAQ, Dramatiq, Celery),
+each at its scenario 1 settings, running the loops' send code (smtplib per thread for
 sync peers, a pool of aiosmtplib connections for async ones). Every sender builds its messages
 with the same function, our worker's (``bench.peer_workers.message``), except Laravel's.
 
@@ -113,6 +113,16 @@ def senders() -> list[Row]:
             {"SMTP_PIPELINING": "off"},
         ),
         ("ours-16", "ours", "sendgroup-worker", 16, "reused (pool), pipelined", {}),
+        # the default: WORKER_CONCURRENCY=auto starts at 4 lanes and climbs on measured
+        # throughput (the environment overrides the 4 given here)
+        (
+            "ours-auto",
+            "ours",
+            "sendgroup-worker (default)",
+            4,
+            "reused (pool), pipelined",
+            {"WORKER_CONCURRENCY": "auto"},
+        ),
     ]
     for peer in PEERS:
         sync = peer in ("rq", "dramatiq", "celery")
@@ -333,14 +343,16 @@ def run(ctx: Context) -> Result:
                             )
                     except Exception as exc:
                         errors.append(
-                            f"{label} c={conc} on {link}, round {rnd + 1}: "
+                            f"{label} c={extra.get('WORKER_CONCURRENCY', conc)} on {link}, "
+                            f"round {rnd + 1}: "
                             f"{type(exc).__name__}: {exc}"[:400]
                         )
                         ctx.log(f"FAILED {errors[-1]}")
                     measured[(key, link)].append(d)
                     if d is not None:
                         ctx.log(
-                            f"round {rnd + 1}, {link}: {label} c={conc}: {d.rate:,.0f} mails/s, "
+                            f"round {rnd + 1}, {link}: {label} "
+                            f"c={extra.get('WORKER_CONCURRENCY', conc)}: {d.rate:,.0f} mails/s, "
                             f"{d.cpu_per_1000:.2f} CPU ms/mail"
                         )
         relay_cpu = targets.relay_cpu()
@@ -357,8 +369,8 @@ def run(ctx: Context) -> Result:
         smtplink.stop(targets)
         server.cleanup()
     rows: list[list[object]] = []
-    for key, _, label, conc, conn, _ in rows_spec:
-        row: list[object] = [label, conn, conc]
+    for key, _, label, conc, conn, extra in rows_spec:
+        row: list[object] = [label, conn, extra.get("WORKER_CONCURRENCY", conc)]
         for link in links:
             values = rates(measured, key, link)
             row += [w.spread(values) if values else None, cpu_ms(measured, key, link)]
@@ -494,22 +506,33 @@ def findings_for(measured: Measured, links: list[str], rtt: dict[str, float]) ->
                 "SMTP_PIPELINING=off."
             )
         ran = {p: r for p in PEERS if (r := rate(p))}
-        if o4 and ran:
+        # the default is WORKER_CONCURRENCY=auto; a report without its row compares c=4
+        dflt = "ours-auto" if rate("ours-auto") else "ours-4"
+        dname = "our default (auto)" if dflt == "ours-auto" else "our c=4"
+        od = rate(dflt)
+        if od and ran:
             best = max(ran, key=lambda p: ran[p])
-            c4, cb = cpu_ms(measured, "ours-4", link), cpu_ms(measured, best, link)
-            cpu = f"; CPU per mail {c4:.2f} vs {cb:.2f} ms" if c4 and cb else ""
-            if ran[best] > o4:
+            cd, cb = cpu_ms(measured, dflt, link), cpu_ms(measured, best, link)
+            cpu = f"; CPU per mail {cd:.2f} vs {cb:.2f} ms" if cd and cb else ""
+            if ran[best] > od:
                 out.append(
                     f"{link}: we lose to the best peer, {best}: it sends "
-                    f"{ratio_text(best, 'ours-4')} our default (c=4){cpu}; our concurrency 16 "
-                    f"is {ratio_text('ours-16', best)} it."
+                    f"{ratio_text(best, dflt)} {dname}{cpu}; our fixed 4 lanes are "
+                    f"{ratio_text('ours-4', best)} it, 16 lanes {ratio_text('ours-16', best)}."
                 )
             else:
                 out.append(
-                    f"{link}: our default (c=4) is {ratio_text('ours-4', best)} the best peer, "
+                    f"{link}: {dname} is {ratio_text(dflt, best)} the best peer, "
                     f"{best} (c={w.PEER_CONCURRENCY.get(best, 1)}){cpu}; the issue-19 goal is "
-                    f">= {2 if link != 'loopback' else 1.5}x."
+                    f">= {2 if link != 'loopback' else 1.5}x. Fixed 4 lanes: "
+                    f"{ratio_text('ours-4', best)}, 16 lanes: {ratio_text('ours-16', best)}."
                 )
+        if rate("ours-auto") and o4 and o16:
+            out.append(
+                f"{link}: auto is {ratio_text('ours-auto', 'ours-4')} fixed 4 lanes and "
+                f"{ratio_text('ours-auto', 'ours-16')} fixed 16 (it starts at 4 and climbs on "
+                "measured throughput during the drain)."
+            )
         link_rtt = rtt.get("netns link + delay") if link != "loopback" else None
         if link_rtt and o1:
             out.append(
@@ -547,24 +570,28 @@ def laravel_findings(
     rtt: dict[str, float],
     build: dict[str, dict[str, float]],
 ) -> list[str]:
-    """Laravel's worker per process against ours (c=1 and the default c=4), by round; the
-    processes and CPU it would need for our default's rate; its builder's share of its CPU."""
+    """Laravel's worker per process against ours (c=1 and the default, auto; c=4 in a report
+    without the auto row), by round; the processes and CPU it would need for our default's rate;
+    its builder's share of its CPU."""
     out: list[str] = []
     for link in links:
-        o1, o4 = median_rate(measured, "ours-1", link), median_rate(measured, "ours-4", link)
-        c4 = cpu_ms(measured, "ours-4", link)
+        dflt = "ours-auto" if median_rate(measured, "ours-auto", link) else "ours-4"
+        dname = "auto" if dflt == "ours-auto" else "c=4"
+        o1, o4 = median_rate(measured, "ours-1", link), median_rate(measured, dflt, link)
+        c4 = cpu_ms(measured, dflt, link)
         for key, what in LARAVEL_ROWS:
             lr, lc = median_rate(measured, key, link), cpu_ms(measured, key, link)
             if not lr or not lc or not o1 or not o4 or not c4:
                 continue
             by_round = {
-                c: ratios(measured, ours, key, link) for c, ours in ((1, "ours-1"), (4, "ours-4"))
+                c: ratios(measured, ours, key, link) for c, ours in (("1", "ours-1"), (dname, dflt))
             }
             verdict = []
             for c, values in by_round.items():
                 med, lo, hi = statistics.median(values), min(values), max(values)
                 word = "we win" if lo > 1 else "we lose" if hi < 1 else "level"
-                verdict.append(f"our c={c} sends {med:.2f}x ({lo:.2f}-{hi:.2f}) it, {word}")
+                shown = c if c == "auto" else f"c={c}"
+                verdict.append(f"our {shown} sends {med:.2f}x ({lo:.2f}-{hi:.2f}) it, {word}")
             need = math.ceil(o4 / lr)
             out.append(
                 f"{link}: Laravel queue:work {what} sends {lr:,.0f} mails/s per process (one "
