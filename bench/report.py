@@ -173,6 +173,22 @@ def machine_summary() -> dict[str, Any]:
         ).stdout.split()[2]
     except (OSError, subprocess.CalledProcessError, IndexError):
         info["redis_server"] = "?"
+    info["started"] = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    root = Path(__file__).resolve().parent.parent
+    try:  # the code measured: its commit, and whether the tree had changes beyond it
+        git = ["git", "-C", str(root)]
+        head = subprocess.run(
+            [*git, "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            [*git, "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        info["commit"] = head + (" with uncommitted changes" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        info["commit"] = "?"
     return info
 
 
@@ -190,7 +206,10 @@ def write_report(
     md = [
         "# sendgroup-operator benchmarks",
         "",
-        f"Run {now}. Machine: {machine.get('cpu', '?')}, {machine.get('cores', '?')} cores, "
+        f"Started {machine.get('started', '?')}, report written {now}; commit "
+        f"{machine.get('commit', '?')}; load average at start "
+        f"{' '.join(machine.get('loadavg_at_start', ['?']))}.",
+        f"Machine: {machine.get('cpu', '?')}, {machine.get('cores', '?')} cores, "
         f"{machine.get('memory_gib', '?')} GiB, kernel {machine.get('kernel', '?')}, Python "
         f"{machine.get('python', '?')}, redis-server {machine.get('redis_server', '?')}.",
         "Every peer ran in the same run on the same machine; ratios are the figures to trust, "

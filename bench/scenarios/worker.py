@@ -43,7 +43,12 @@ PAYLOAD_BYTES = 1536
 
 #: (key, label, settings stated in the note); "ours16" is ours with WORKER_CONCURRENCY=16
 PEERS: list[tuple[str, str, str]] = [
-    ("ours", "sendgroup-worker", "WORKER_CONCURRENCY=4 (default), WORKER_BLOCK_FOR=5 s"),
+    (
+        "ours",
+        "sendgroup-worker",
+        "WORKER_CONCURRENCY=4 (fixed; the default, auto, starts at 4 and is measured in "
+        "scenario 2), WORKER_BLOCK_FOR=5 s",
+    ),
     ("ours16", "sendgroup-worker c=16", "WORKER_CONCURRENCY=16"),
     (
         "laravel",
