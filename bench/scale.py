@@ -789,7 +789,7 @@ def _handover(
     """The last replica SIGKILLed (module docstring, 4). ``spare``: idle groups not pushed yet;
     those the killed replica owned (``owners``, by the hash) get one job at the kill, and up to
     ``pushes`` more, one at a time, once the survivors' gauges (polled every 0.2 s, for up to
-    4 lease durations + 60 s) sum to ``n``. Seconds from the kill."""
+    4 lease durations + 60 s + 10 ms per group) sum to ``n``. Seconds from the kill."""
     victim, survivors, gone = ops[-1], ops[:-1], pod_ids[-1]
     its = [key for key in spare if owners[key] == gone]
     marks = [op.log_path.stat().st_size for op in ops]
@@ -800,7 +800,7 @@ def _handover(
         _push(rb, *first)
     taken = first_s = None
     owned: list[float | None] = []
-    while time.monotonic() - killed < 4 * lease_s + 60:
+    while time.monotonic() - killed < 4 * lease_s + 60 + 0.01 * n:
         now = time.monotonic() - killed
         for op in survivors:
             if not op.running():
@@ -1110,8 +1110,11 @@ def _replica_text(out: dict[str, Any]) -> list[str]:
         + (
             f"{n:,} again after {taken:.1f} s"
             if taken is not None
-            else f"only {_count(sum(o or 0 for o in after))} of {n:,} within {4 * lease + 60:g} s"
+            else f"only {_count(sum(o or 0 for o in after))} of {n:,} within "
+            f"{4 * lease + 60 + 0.01 * n:g} s"
         )
+        + " (the gauge follows a replica's view of the members: it moves before the passes of "
+        "the groups taken over have run)"
         + "; a job pushed at the kill to one of its idle groups had its Deployment "
         + (f"after {first:.1f} s" if first is not None else "never (within that time)")
         + f"; then {hand['wakeup']['pushes']} more of its idle groups, one at a time, woke in "
