@@ -1,6 +1,7 @@
 """``bench/scale [N] [--namespaces K] [--rest SECONDS] [--pushes P] [--clusterwide] [--providers]
-[--env NAME=VALUE ...]``: one operator, N SendGroups (default 1,000) on the local control plane
-(no node: worker pods stay Pending), issue 15. ``--env``: an operator setting (recorded in the
+[--replicas R] [--env NAME=VALUE ...]``: one operator (or R sharded replicas), N SendGroups
+(default 1,000) on the local control plane (no node: worker pods stay Pending), issue 15.
+``--env``: an operator setting of every replica (recorded in the
 report), e.g. ``SENDGROUP_WORKER_LIMIT=100``; ``--env SENDGROUP_TRACEMALLOC=PATH``: the operator
 dumps its heap at the end of the rest window (``PATH.1.snap`` / ``.json``, read by
 ``python -m bench.memsites``). ``--clusterwide``: the operator watches every
@@ -27,7 +28,27 @@ Measured, in order:
    scaled to an hour), and all API requests of the operator's ServiceAccount (APF counter);
 3. wake-up: ``--pushes`` (default 50) idle groups, one at a time, get one job (ready + notify,
    as the producer pushes); latency from the push until the group's worker Deployment exists
-   (a GET every 20 ms), p50 / p99 / max.
+   (a GET every 20 ms), p50 / p99 / max;
+4. restart (one replica only; ``--no-restart`` skips it): the operator stopped and started
+   again, seconds until it has passed every group once more.
+
+``--replicas R`` (R > 1): R operator processes with ``SENDGROUP_SHARDING=true`` and
+``POD_ID`` ``r0`` .. ``r<R-1>``, otherwise the same settings (``--env`` included: e.g.
+``SENDGROUP_SHARD_LEASE_DURATION``, default 15 s), all spawned at once; each owns the groups
+whose uid's rendezvous hash it wins (``sendgroup_operator.sharding``). The figures above are
+then totals (cold start from the first spawn; RSS, peak RSS and CPU summed over the replicas;
+API writes count the replicas' shard Lease writes, the API server's PATCH / POST / DELETE
+``leases`` in the window, instead of kopf peering) and a table gives each replica's: its
+``sendgroup_operator_owned_groups`` gauge at the end of the cold start beside its share by the
+hash, CPU seconds of the cold start, RSS / peak RSS (MiB) and CPU (% of a core) at rest, its
+wake-ups (the pushes alternate between the replicas' groups). Instead of the restart:
+
+4. handover: the last replica SIGKILLed; seconds until the survivors' owned-groups gauges
+   (polled every 0.2 s) sum to N again, seconds until a job pushed at the kill to one of the
+   killed replica's idle groups has its Deployment, then the wake-up (as in 3) of up to 10
+   more of its idle groups; and, from the operators' logs (``deployment sg-<name>
+   replicas=``), groups whose Deployment was written by two replicas before the kill, by two
+   survivors after it, or by a replica that did not own the group by the hash.
 
 Writes ``bench/results/scale-<N>-<UTC stamp>.md`` (and ``.json``) and prints the markdown.
 """
@@ -37,17 +58,22 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import re
+import signal
 import statistics
 import subprocess
 import sys
 import time
 from datetime import UTC, datetime
+from itertools import zip_longest
 from pathlib import Path
 from typing import Any
 
+import redis
 import yaml
 
 from bench.kubebench import SA_FLOW_SCHEMA, apf_dispatched, proc_stats, redis_calls
+from sendgroup_operator import sharding
 from sendgroup_worker.producer import make_mail_payload
 from sendgroup_worker.queue.keys import QueueKeys
 from tests.support import manifests
@@ -277,9 +303,11 @@ def run(
     tree: Path | None = None,
     restart: bool = True,
     floor: bool = True,
+    replicas: int = 1,
 ) -> dict[str, Any]:
     """The whole scenario (module docstring); ``tree``: run the operator, and apply the CRDs,
-    from that checkout instead of this one (e.g. a worktree of an older main)."""
+    from that checkout instead of this one (e.g. a worktree of an older main); ``replicas``:
+    that many sharded operator processes (1: one, unsharded, as before)."""
     provider_docs, domains = _default_providers() if providers else ([], [])  # before any start
     state = work / "cluster" / "state"
     started = time.monotonic()
@@ -296,7 +324,7 @@ def run(
         tree_env["PYTHONPATH"] = ":".join(
             str(tree / d) for d in ("contract", "worker_image", "operator")
         )
-    op: OperatorProcess | None = None
+    ops: list[OperatorProcess] = []
     try:
         if tree is None:
             apply_crds(kube)
@@ -347,34 +375,49 @@ def run(
             "paused": ("Paused", "Dumped"),
             "busy": ("Running",),
         }
-        op = OperatorProcess(
-            kubeconfig,
-            namespaces[0],
-            idle_redis.url,
-            work / "operator.log",
-            SENDGROUP_WATCH_NAMESPACES="*" if clusterwide else ",".join(namespaces),
-            SENDGROUP_REAPER_INTERVAL="10",
-            SENDGROUP_STATUS_REFRESH="60",
-            SENDGROUP_DEFAULT_IMAGE="sendgroup-worker:dev",
-            SENDGROUP_ALLOWED_REDIS_HOSTS=f"127.0.0.1:{other_redis.port}",
+        sharded = replicas > 1
+        pod_ids = [f"r{i}" for i in range(replicas)] if sharded else []
+        env = {
+            "SENDGROUP_WATCH_NAMESPACES": "*" if clusterwide else ",".join(namespaces),
+            "SENDGROUP_REAPER_INTERVAL": "10",
+            "SENDGROUP_STATUS_REFRESH": "60",
+            "SENDGROUP_DEFAULT_IMAGE": "sendgroup-worker:dev",
+            "SENDGROUP_ALLOWED_REDIS_HOSTS": f"127.0.0.1:{other_redis.port}",
             **tree_env,
+            **({"SENDGROUP_SHARDING": "true"} if sharded else {}),
             **(operator_env or {}),
-        )
+        }
+        lease_s = float(env.get("SENDGROUP_SHARD_LEASE_DURATION", "15"))
+        ops += [
+            OperatorProcess(
+                kubeconfig,
+                namespaces[0],
+                idle_redis.url,
+                work / f"operator-{pod}.log",
+                **env,
+                POD_ID=pod,
+            )
+            for pod in pod_ids
+        ] or [
+            OperatorProcess(kubeconfig, namespaces[0], idle_redis.url, work / "operator.log", **env)
+        ]
         plane0 = _plane_cpu(kube)
         api0 = _api_time(kube)
         own0 = time.process_time()
         t = time.monotonic()
-        op.start()
-        assert op.proc is not None
-        pid = op.proc.pid
+        for op in ops:
+            op.start()
+        pids = [_pid(op) for op in ops]
         phases: dict[str, int] = {}
         out["cold_start_99_s"] = out["cold_start_s"] = None
         missing: list[str] = []
         progress: list[tuple[float, int]] = []
+        items: list[dict[str, Any]] = []
         polling = 0.0
         while True:
-            if not op.running():
-                raise RuntimeError(f"operator exited:\n{op.log()[-3000:]}")
+            for op in ops:
+                if not op.running():
+                    raise RuntimeError(f"operator exited:\n{op.log()[-3000:]}")
             asked = time.monotonic()
             items = _list(kube, namespaces)
             polling += time.monotonic() - asked
@@ -402,7 +445,27 @@ def run(
             time.sleep(poll)
         out["reconciled"] = n - len(missing)
         out["not_reconciled"] = missing
-        out["cold"] = proc_stats(pid)
+        colds = [proc_stats(pid) for pid in pids]
+        out["cold"] = _summed(colds)
+        # with replicas: who owns what by the hash (the operators' own rule), beside each
+        # replica's gauge
+        uids = {
+            (i["metadata"]["namespace"], i["metadata"]["name"]): i["metadata"]["uid"] for i in items
+        }
+        owners = {key: sharding.owner(uid, pod_ids) or "" for key, uid in uids.items()}
+        per: list[dict[str, Any]] = [
+            {
+                "id": pod,
+                "owned_cold": _gauge(op, OWNED),
+                "owned_by_hash": sum(1 for o in owners.values() if o == pod),
+                "cold_cpu_s": cold["cpu_s"],
+            }
+            for pod, op, cold in zip(pod_ids, ops, colds, strict=False)
+        ]
+        if per:
+            out["replicas"] = per
+            out["lease_duration_s"] = lease_s
+            print(f"owned (gauge, by the hash): {per}", file=sys.stderr)
         # what the measurement itself cost (its LISTs of every group load the API server):
         # the poll interval, seconds inside the LISTs, this process' CPU, and the control
         # plane's CPU seconds per component over the cold start
@@ -447,10 +510,12 @@ def run(
         }
         peer0 = _peering_versions(kube)
         ra = idle_redis.client()
-        a_redis, a_apf, a_proc = redis_calls(ra), apf_dispatched(kube), proc_stats(pid)
+        a_redis, a_apf = redis_calls(ra), apf_dispatched(kube)
+        a_procs, a_api = [proc_stats(pid) for pid in pids], _api_time(kube) if sharded else {}
         t = time.monotonic()
         time.sleep(rest)
-        b_redis, b_apf, b_proc = redis_calls(ra), apf_dispatched(kube), proc_stats(pid)
+        b_redis, b_apf = redis_calls(ra), apf_dispatched(kube)
+        b_procs, b_api = [proc_stats(pid) for pid in pids], _api_time(kube) if sharded else {}
         window = time.monotonic() - t
         later = {
             (i["metadata"]["namespace"], i["metadata"]["name"]): i for i in _list(kube, namespaces)
@@ -460,27 +525,37 @@ def run(
         )
         peer1 = _peering_versions(kube)
         peer_writes = sum(1 for key, rv in peer1.items() if peer0.get(key) != rv)
+        lease_writes = _lease_writes(a_api, b_api)
         n_idle = len(rv0)
         by_cmd = {c: b_redis.get(c, 0) - a_redis.get(c, 0) for c in b_redis if c != "info"}
         by_cmd = {c: v for c, v in sorted(by_cmd.items(), key=lambda kv: -kv[1]) if v}
+        cpu_pct = [
+            (b["cpu_s"] - a["cpu_s"]) / window * 100 for a, b in zip(a_procs, b_procs, strict=True)
+        ]
+        for rec, b, pct in zip(per, b_procs, cpu_pct, strict=False):
+            rec.update(rss_mib=b["rss_mib"], hwm_mib=b["hwm_mib"], cpu_pct=pct)
         out["rest"] = {
             "window_s": window,
-            "rss_mib": b_proc["rss_mib"],
-            "hwm_mib": b_proc["hwm_mib"],
-            "cpu_pct": (b_proc["cpu_s"] - a_proc["cpu_s"]) / window * 100,
+            "rss_mib": sum(b["rss_mib"] for b in b_procs),
+            "hwm_mib": sum(b["hwm_mib"] for b in b_procs),
+            "cpu_pct": sum(cpu_pct),
             "idle_groups": n_idle,
             "redis_cmds_per_idle_group_min": sum(by_cmd.values()) / n_idle * 60 / window,
             "redis_by_command": by_cmd,
             "idle_group_writes": writes,
             "peering_writes": peer_writes,
-            "api_writes_per_idle_group_hour": (writes + peer_writes) / n_idle * 3600 / window,
+            "lease_writes": lease_writes,
+            "api_writes_per_idle_group_hour": (writes + peer_writes + lease_writes)
+            / n_idle
+            * 3600
+            / window,
             "api_requests_per_min": (b_apf.get(SA_FLOW_SCHEMA, 0) - a_apf.get(SA_FLOW_SCHEMA, 0))
             * 60
             / window,
         }
         print(json.dumps(out["rest"]), file=sys.stderr)
         if trace := (operator_env or {}).get("SENDGROUP_TRACEMALLOC"):
-            out["memtrace"] = _memtrace(op, trace)
+            out["memtrace"] = _memtrace(ops[0], trace)  # with replicas: the first one's
             # one whole body of each kind as the API server holds it at rest (managedFields
             # included), to size what a copy of it costs in the operator
             out["sample_bodies"] = {}
@@ -488,47 +563,37 @@ def run(
                 out["sample_bodies"].setdefault(kinds[key], item)
 
         from kubernetes import client
-        from kubernetes.client.exceptions import ApiException
 
         apps = client.AppsV1Api(kube.api_client())
         rb = idle_redis.client()
-        targets = [key for key, kind in kinds.items() if kind == "idle"][:pushes]
-        latencies: list[float] = []
-        missed: list[str] = []
+        idle_keys = [key for key, kind in kinds.items() if kind == "idle"]
+        if sharded:  # the pushes alternate between the replicas' groups
+            lanes = [[key for key in idle_keys if owners[key] == pod] for pod in pod_ids]
+            idle_keys = [key for row in zip_longest(*lanes) for key in row if key is not None]
+        targets = idle_keys[:pushes]
+        woken: dict[tuple[str, str], float | None] = {}
         rng = random.Random(15)
         for ns, name in targets:
-            if len(missed) >= 3:  # an operator this far behind: stop waiting 30 s each
-                break
+            if list(woken.values()).count(None) >= 3:  # an operator this far behind: stop
+                break  # waiting 30 s each
             time.sleep(rng.uniform(0.1, 0.6))  # not in step with the observer's poll
-            keys = QueueKeys(f"{ns}.mail-{name}")
-            pushed = time.monotonic()
-            rb.rpush(keys.ready, _job(name, 0))
-            rb.rpush(keys.notify, "1")
-            while time.monotonic() - pushed <= 30:
-                try:
-                    apps.read_namespaced_deployment(f"sg-{name}", ns, _preload_content=False)
-                    latencies.append(time.monotonic() - pushed)
-                    break
-                except ApiException as exc:
-                    if exc.status != 404:
-                        raise
-                time.sleep(0.02)
-            else:
-                missed.append(f"{ns}/{name}")  # reported as such; the run goes on
-        out["wakeup"] = {
-            "pushes": len(latencies) + len(missed),
-            "missed": missed,
-            "p50_s": statistics.median(latencies) if latencies else None,
-            "p99_s": _pct(latencies, 0.99) if latencies else None,
-            "max_s": max(latencies) if latencies else None,
-            "latencies_s": latencies,
-        }
+            woken[(ns, name)] = _push_and_wait(apps, rb, ns, name)  # None: reported as missed
+        out["wakeup"] = _latencies(woken)
+        for rec in per:
+            rec["wakeup"] = _latencies({k: s for k, s in woken.items() if owners[k] == rec["id"]})
         print(json.dumps(out["wakeup"]), file=sys.stderr)
 
-        if restart:
-            out["restart"] = _restart(kube, op, namespaces, n)
+        if sharded:
+            spare = [key for key in idle_keys if key not in woken]
+            out["handover"] = _handover(ops, pod_ids, uids, owners, spare, n, lease_s, apps, rb)
+            for rec, owned in zip(per, out["handover"]["survivors_owned"] + [None], strict=True):
+                rec["owned_after"] = owned
+            print(json.dumps(out["handover"]), file=sys.stderr)
+        elif restart:
+            out["restart"] = _restart(kube, ops[0], namespaces, n)
             print(f"restart: {out['restart']['seconds']} s", file=sys.stderr)
-        op.stop()
+        for op in ops:
+            op.stop()
         if floor:
             samples: dict[str, dict[str, Any]] = {}
             for key, item in later.items():
@@ -550,7 +615,7 @@ def run(
                 name0,
             )
     finally:
-        if op is not None:
+        for op in ops:
             op.stop()
         idle_redis.cleanup()
         other_redis.cleanup()
@@ -597,13 +662,14 @@ def _metric_sum(text: str, name: str) -> float:
     )
 
 
-def _groups_gauge(op: OperatorProcess) -> str:
-    """The operator's ``sendgroup_groups`` samples only (``/metrics?name[]=``, prometheus_client's
-    restricted registry): the whole page holds several samples per group, and rendering it every
-    0.5 s was a third of the operator's CPU during a 10,000-group restart (py-spy)."""
+def _groups_gauge(op: OperatorProcess, name: str = "sendgroup_groups") -> str:
+    """The operator's ``sendgroup_groups`` (or ``name``) samples only (``/metrics?name[]=``,
+    prometheus_client's restricted registry): the whole page holds several samples per group,
+    and rendering it every 0.5 s was a third of the operator's CPU during a 10,000-group restart
+    (py-spy)."""
     import urllib.request
 
-    url = f"http://127.0.0.1:{op.metrics_port}/metrics?name[]=sendgroup_groups"
+    url = f"http://127.0.0.1:{op.metrics_port}/metrics?name[]={name}"
     with urllib.request.urlopen(url, timeout=5) as resp:
         text: str = resp.read().decode()
     return text
@@ -617,6 +683,173 @@ def passed_groups(op: OperatorProcess) -> int:
         return int(_metric_sum(_groups_gauge(op), "sendgroup_groups"))
     except OSError:
         return 0
+
+
+#: the gauge of the groups a sharded replica acts on
+OWNED = "sendgroup_operator_owned_groups"
+#: an operator's log line for each worker Deployment it writes (reconcile.py)
+WROTE = re.compile(rb"deployment sg-(\S+) replicas=")
+
+
+def _pid(op: OperatorProcess) -> int:
+    assert op.proc is not None
+    return op.proc.pid
+
+
+def _summed(stats: list[dict[str, float]]) -> dict[str, float]:
+    """:func:`proc_stats` of several processes added up (CPU s, RSS and peak RSS MiB)."""
+    return {f: sum(s[f] for s in stats) for f in ("cpu_s", "rss_mib", "hwm_mib")}
+
+
+def _gauge(op: OperatorProcess, name: str) -> float | None:
+    """The value of the operator's gauge ``name`` (summed over labels); None while its
+    /metrics does not answer."""
+    try:
+        return _metric_sum(_groups_gauge(op, name), name)
+    except OSError:
+        return None
+
+
+def _lease_writes(before: dict[str, list[float]], after: dict[str, list[float]]) -> int:
+    """Lease writes between two :func:`_api_time` readings: PATCH, POST and DELETE ``leases``,
+    the shard replicas' (the control plane renews its own Leases with PUT)."""
+    return round(
+        sum(
+            after.get(f"{verb} leases", [0.0])[0] - before.get(f"{verb} leases", [0.0])[0]
+            for verb in ("PATCH", "POST", "DELETE")
+        )
+    )
+
+
+def _deployment_exists(apps: Any, ns: str, name: str) -> bool:
+    """Whether group ``name``'s worker Deployment exists (one GET)."""
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        apps.read_namespaced_deployment(f"sg-{name}", ns, _preload_content=False)
+        return True
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+        return False
+
+
+def _push(rb: redis.Redis[Any], ns: str, name: str) -> None:
+    """One job for group ``name`` on Redis ``rb``, as the producer pushes it (ready + notify)."""
+    keys = QueueKeys(f"{ns}.mail-{name}")
+    rb.rpush(keys.ready, _job(name, 0))
+    rb.rpush(keys.notify, "1")
+
+
+def _push_and_wait(
+    apps: Any, rb: redis.Redis[Any], ns: str, name: str, timeout: float = 30
+) -> float | None:
+    """Seconds from a :func:`_push` until the group's worker Deployment exists (a GET every
+    20 ms); None when it does not within ``timeout`` seconds."""
+    pushed = time.monotonic()
+    _push(rb, ns, name)
+    while time.monotonic() - pushed <= timeout:
+        if _deployment_exists(apps, ns, name):
+            return time.monotonic() - pushed
+        time.sleep(0.02)
+    return None
+
+
+def _latencies(woken: dict[tuple[str, str], float | None]) -> dict[str, Any]:
+    """Wake-up figures (seconds) of pushes by group (None: missed)."""
+    latencies = [s for s in woken.values() if s is not None]
+    return {
+        "pushes": len(woken),
+        "missed": [f"{ns}/{name}" for (ns, name), s in woken.items() if s is None],
+        "p50_s": statistics.median(latencies) if latencies else None,
+        "p99_s": _pct(latencies, 0.99) if latencies else None,
+        "max_s": max(latencies) if latencies else None,
+        "latencies_s": latencies,
+    }
+
+
+def _written(path: Path, start: int = 0, end: int | None = None) -> set[str]:
+    """Groups whose worker Deployment the operator logging to ``path`` wrote (bytes ``start``
+    to ``end`` of its log)."""
+    return {m.decode() for m in WROTE.findall(path.read_bytes()[start:end])}
+
+
+def _handover(
+    ops: list[OperatorProcess],
+    pod_ids: list[str],
+    uids: dict[tuple[str, str], str],
+    owners: dict[tuple[str, str], str],
+    spare: list[tuple[str, str]],
+    n: int,
+    lease_s: float,
+    apps: Any,
+    rb: redis.Redis[Any],
+    pushes: int = 10,
+) -> dict[str, Any]:
+    """The last replica SIGKILLed (module docstring, 4). ``spare``: idle groups not pushed yet;
+    those the killed replica owned (``owners``, by the hash) get one job at the kill, and up to
+    ``pushes`` more, one at a time, once the survivors' gauges (polled every 0.2 s, for up to
+    4 lease durations + 60 s + 10 ms per group) sum to ``n``. Seconds from the kill."""
+    victim, survivors, gone = ops[-1], ops[:-1], pod_ids[-1]
+    its = [key for key in spare if owners[key] == gone]
+    marks = [op.log_path.stat().st_size for op in ops]
+    victim.stop(signal.SIGKILL)
+    killed = time.monotonic()
+    first = its[0] if its else None
+    if first is not None:
+        _push(rb, *first)
+    taken = first_s = None
+    owned: list[float | None] = []
+    while time.monotonic() - killed < 4 * lease_s + 60 + 0.01 * n:
+        now = time.monotonic() - killed
+        for op in survivors:
+            if not op.running():
+                raise RuntimeError(f"operator exited after the handover:\n{op.log()[-3000:]}")
+        if taken is None:
+            owned = [_gauge(op, OWNED) for op in survivors]
+            if sum(o or 0 for o in owned) >= n:
+                taken = now
+        if first is not None and first_s is None and _deployment_exists(apps, *first):
+            first_s = now
+        if taken is not None and (first is None or first_s is not None):
+            break
+        time.sleep(0.2)
+    woken: dict[tuple[str, str], float | None] = {}
+    rng = random.Random(16)
+    for ns, name in its[1 : pushes + 1]:
+        time.sleep(rng.uniform(0.1, 0.6))
+        woken[(ns, name)] = _push_and_wait(apps, rb, ns, name)
+    # who wrote which Deployment, by the logs: before the kill, after it (survivors only)
+    key_of = {name: (ns, name) for ns, name in owners}
+    before = [_written(op.log_path, 0, mark) for op, mark in zip(ops, marks, strict=True)]
+    after = [_written(op.log_path, mark) for op, mark in zip(survivors, marks, strict=False)]
+    new_owner = {key: sharding.owner(uid, pod_ids[:-1]) for key, uid in uids.items()}
+
+    def twice(sets: list[set[str]]) -> list[str]:
+        return sorted(g for g in set().union(*sets) if sum(g in s for s in sets) > 1)
+
+    def foreign(sets: list[set[str]], owner_of: dict[tuple[str, str], str | None]) -> list[str]:
+        return sorted(
+            g
+            for pod, s in zip(pod_ids, sets, strict=False)
+            for g in s
+            if owner_of.get(key_of.get(g, ("", g))) != pod
+        )
+
+    return {
+        "killed": gone,
+        "killed_owned_by_hash": sum(1 for o in owners.values() if o == gone),
+        "lease_duration_s": lease_s,
+        "owned_again_s": taken,
+        "survivors_owned": owned,
+        "pushed_at_kill": None if first is None else "/".join(first),
+        "pushed_at_kill_s": first_s,
+        "wakeup": _latencies(woken),
+        "written_twice_before_kill": twice(before),
+        "written_twice_after_kill": twice(after),
+        "written_by_non_owner_before_kill": foreign(before, dict(owners)),
+        "written_by_non_owner_after_kill": foreign(after, new_owner),
+    }
 
 
 def _versions(kube: KubeCluster, namespaces: list[str]) -> dict[tuple[str, str], str]:
@@ -819,6 +1052,82 @@ def _wake_text(wake: dict[str, Any]) -> str:
     return text + (f"; {len(missed)} missed (no Deployment 30 s after)" if missed else "")
 
 
+def _count(value: float | None) -> str:
+    return "?" if value is None else f"{value:,.0f}"
+
+
+def _replica_text(out: dict[str, Any]) -> list[str]:
+    """With replicas: a table of each replica's figures and the handover; empty otherwise."""
+    per, hand = out.get("replicas"), out.get("handover")
+    if not per or not hand:
+        return []
+    n, rest, lease = out["groups"], out["rest"], hand["lease_duration_s"]
+
+    def wake(w: dict[str, Any]) -> str:
+        return "-" if not w["pushes"] else f"{w['pushes']}: {_wake_text(w)}"
+
+    rows = [
+        f"| {r['id']}{' (killed)' if r['id'] == hand['killed'] else ''} "
+        f"| {_count(r['owned_cold'])} / {r['owned_by_hash']:,} | {r['cold_cpu_s']:.1f} "
+        f"| {r['rss_mib']:.0f} ({r['hwm_mib']:.0f}) | {r['cpu_pct']:.1f} | {wake(r['wakeup'])} "
+        f"| {'-' if r['id'] == hand['killed'] else _count(r['owned_after'])} |"
+        for r in per
+    ]
+    owned_cold = [r["owned_cold"] for r in per]
+    after = hand["survivors_owned"]
+    rows.append(
+        f"| all | {_count(sum(o or 0 for o in owned_cold))} / {n:,} | {out['cold']['cpu_s']:.1f} "
+        f"| {rest['rss_mib']:.0f} ({rest['hwm_mib']:.0f}) | {rest['cpu_pct']:.1f} "
+        f"| {wake(out['wakeup'])} | {_count(sum(o or 0 for o in after))} / {n:,} |"
+    )
+    taken = hand["owned_again_s"]
+    first = hand["pushed_at_kill_s"]
+    checks = [
+        ("written by two replicas before the kill", hand["written_twice_before_kill"]),
+        ("by two survivors after it", hand["written_twice_after_kill"]),
+        (
+            "by a replica not their owner by the hash, before the kill",
+            hand["written_by_non_owner_before_kill"],
+        ),
+        ("after it (owner among the survivors)", hand["written_by_non_owner_after_kill"]),
+    ]
+    return [
+        "",
+        f"Per replica ({len(per)} replicas, `SENDGROUP_SHARDING=true`, `POD_ID` r0 ..; lease "
+        f"duration {lease:g} s, renewed every {lease / 3:g} s); the figures above are their "
+        "totals: cold start from the first replica's spawn, RSS and CPU summed. Owned: the "
+        "replica's `sendgroup_operator_owned_groups` gauge when the cold start ended / its share "
+        "by the rendezvous hash of the uids; wake-ups: pushes, p50 / p99 / max s.",
+        "",
+        "| replica | owned after the cold start (gauge / hash) | cold-start CPU s "
+        "| RSS at rest, MiB (peak) | CPU at rest, % of a core | wake-ups | owned after the "
+        "handover |",
+        "|---|---|---|---|---|---|---|",
+        *rows,
+        "",
+        f"Handover: {hand['killed']} (owning {hand['killed_owned_by_hash']:,} groups by the hash) "
+        "SIGKILLed after the wake-ups; the survivors' gauges summed to "
+        + (
+            f"{n:,} again after {taken:.1f} s"
+            if taken is not None
+            else f"only {_count(sum(o or 0 for o in after))} of {n:,} within "
+            f"{4 * lease + 60 + 0.01 * n:g} s"
+        )
+        + " (the gauge follows a replica's view of the members: it moves before the passes of "
+        "the groups taken over have run)"
+        + "; a job pushed at the kill to one of its idle groups had its Deployment "
+        + (f"after {first:.1f} s" if first is not None else "never (within that time)")
+        + f"; then {hand['wakeup']['pushes']} more of its idle groups, one at a time, woke in "
+        f"{_wake_text(hand['wakeup'])} s (p50 / p99 / max). "
+        "Worker Deployments (the operators' logs): "
+        + "; ".join(
+            f"{what}: {len(groups)}" + (f" ({', '.join(groups[:10])})" if groups else "")
+            for what, groups in checks
+        )
+        + ".",
+    ]
+
+
 def _figures(out: dict[str, Any]) -> dict[str, str]:
     """The table's figures of one run, by row."""
     n, rest, wake = out["groups"], out["rest"], out["wakeup"]
@@ -856,7 +1165,11 @@ ROWS = [
     ("rss", "operator RSS at rest, MiB (peak)", "338 / 376"),
     ("cpu", "operator CPU at rest, % of a core", "11-19"),
     ("redis", "Redis commands per idle group per minute", "78"),
-    ("writes", "API writes per idle group per hour (SendGroup + peering)", "~65 (ns per tenant)"),
+    (
+        "writes",
+        "API writes per idle group per hour (SendGroup + peering or shard Leases)",
+        "~65 (ns per tenant)",
+    ),
     ("requests", "API requests per minute, whole operator (APF)", "-"),
     ("wake", "wake-up: push -> Deployment, s (p50 / p99 / max)", "5.75 mean, up to 10"),
 ]
@@ -888,7 +1201,13 @@ def markdown(out: dict[str, Any], compare: dict[str, Any] | None = None) -> str:
     me = out.get("operator_tree") or "this branch"
     rows = [(label, mine[key], floor.get(key, "-"), other.get(key, "-")) for key, label, _ in ROWS]
     lines = [
-        f"# Scale: {n} SendGroups on one operator ({out['namespaces']} namespaces"
+        f"# Scale: {n} SendGroups on "
+        + (
+            f"{len(out['replicas'])} sharded operator replicas"
+            if out.get("replicas")
+            else "one operator"
+        )
+        + f" ({out['namespaces']} namespaces"
         + (", watched cluster-wide" if out.get("clusterwide") else "")
         + (
             f", the chart's {out['providers']} default ClusterSendProviders"
@@ -912,7 +1231,13 @@ def markdown(out: dict[str, Any], compare: dict[str, Any] | None = None) -> str:
             else "alone"
         )
         + f": {rest['redis_by_command']}. Writes in the window: {rest['idle_group_writes']} "
-        f"idle SendGroups, {rest['peering_writes']} peering objects (one replica: peering off).",
+        + (
+            f"idle SendGroups, {rest['lease_writes']} shard Lease writes (the API server's "
+            "PATCH / POST / DELETE leases; kopf peering off)."
+            if out.get("replicas")
+            else f"idle SendGroups, {rest['peering_writes']} peering objects (one replica: "
+            "peering off)."
+        ),
         "",
         f"Wake-up over {wake['pushes']} pushes. The API floor (`bench/apifloor.py`, same run, "
         "the operator stopped): a minimal client, its own process timed from spawn to exit as "
@@ -943,6 +1268,7 @@ def markdown(out: dict[str, Any], compare: dict[str, Any] | None = None) -> str:
             else []
         ),
         *_restart_text(out),
+        *_replica_text(out),
     ]
     return "\n".join(lines) + "\n"
 
@@ -990,11 +1316,20 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="another run's .json (e.g. an older main at the same size) for the last column",
     )
+    parser.add_argument(
+        "--replicas",
+        type=int,
+        default=1,
+        help="R > 1: R operator replicas sharding the groups (SENDGROUP_SHARDING), a per-replica "
+        "table, and a handover (one replica SIGKILLed) instead of the restart",
+    )
     parser.add_argument("--no-restart", action="store_true", help="skip the restart phase")
     parser.add_argument("--no-floor", action="store_true", help="skip the API floor")
     args = parser.parse_args(argv)
     if bad := [e for e in args.env if "=" not in e]:
         parser.error(f"--env wants NAME=VALUE, got {bad}")
+    if args.replicas < 1:
+        parser.error("--replicas wants at least 1")
     import tempfile
 
     work = args.work or Path(tempfile.mkdtemp(prefix="bench-scale-"))
@@ -1011,6 +1346,7 @@ def main(argv: list[str] | None = None) -> int:
         args.operator_tree,
         not args.no_restart,
         not args.no_floor,
+        args.replicas,
     )
     compare = json.loads(args.compare.read_text()) if args.compare else None
     text = markdown(out, compare)
@@ -1020,7 +1356,7 @@ def main(argv: list[str] | None = None) -> int:
     base.with_suffix(".md").write_text(text)
     base.with_suffix(".json").write_text(json.dumps(out, indent=2) + "\n")
     print(text)
-    print(f"written: {base}.md (operator log: {work / 'operator.log'})", file=sys.stderr)
+    print(f"written: {base}.md (operator logs: {work}/operator*.log)", file=sys.stderr)
     return 0
 
 
