@@ -263,3 +263,47 @@ def test_auto_holds_at_four_when_the_rate_limit_bounds_the_group(
     assert lane_changes(log) == [], lane_changes(log)
     held = re.findall(r"lanes 4: lanes starved (\d+)%", log)
     assert held and all(int(p) >= 20 for p in held), held
+
+
+EMPTY_WINDOW = "nothing finished: nothing to measure"
+JUDGED_RE = re.compile(r"worker: lanes \d+(?::| ->)")
+
+
+def test_an_idle_auto_worker_stops_looking_until_a_job_ends(
+    redis_url: str, smtp_sink: SmtpSink
+) -> None:
+    """On an empty queue the tuner judges one empty window, then rests until a job ends
+    instead of looking every 0.05 s and judging an empty window every second (bench scenario
+    7: 21 wake-ups and ~5 ms of CPU a second at rest); jobs pushed later are sent, the window
+    that spans the rest is judged, and the stop still ends the worker."""
+    queue = "lanes-idle"
+    q = sync_queue(redis_url, queue)
+    worker = WorkerProcess(
+        worker_env(
+            redis_url,
+            queue,
+            smtp_sink.port,
+            WORKER_CONCURRENCY="auto",
+            WORKER_BLOCK_FOR="5",
+            LOG_LEVEL="DEBUG",
+        ),
+        name=queue,
+    )
+    payloads = [mail_payload(f"u{i}@idle.example") for i in range(20)]
+    try:
+        wait_for(lambda: EMPTY_WINDOW in worker.log(), 5, "an empty window judged")
+        time.sleep(3.5)  # before: three more empty windows
+        at_rest = worker.log()
+        q.push_many(payloads)
+        wait_for(drained(q), 10, "20 jobs drained")
+        wait_for(
+            lambda: len(JUDGED_RE.findall(worker.log())) > len(JUDGED_RE.findall(at_rest)),
+            3,
+            "a window judged after the rest",
+        )
+    finally:
+        codes = stop_all([worker])
+    assert codes == [0], worker.log()[-2000:]
+    assert at_rest.count(EMPTY_WINDOW) == 1, at_rest[-2000:]
+    per_job = smtp_sink.per_job()
+    assert all(per_job[json.loads(p)["uuid"]] == 1 for p in payloads)
