@@ -168,14 +168,15 @@ def test_redis_restart_under_running_workers_loses_nothing(
     assert "Redis unreachable" in logs and "Redis reachable again" in logs
 
 
+def _worker_connections(client: redis.Redis) -> list[int]:
+    """The ids of every normal connection but ``client``'s own."""
+    own = client.client_id()
+    return [int(e["id"]) for e in client.client_list(_type="normal") if int(e["id"]) != own]
+
+
 def _kill_worker_connections(client: redis.Redis) -> int:
     """CLIENT KILL every normal connection but ``client``'s own; returns how many."""
-    own = client.client_id()
-    killed = 0
-    for entry in client.client_list(_type="normal"):
-        if int(entry["id"]) != own:
-            killed += client.client_kill_filter(_id=int(entry["id"]))
-    return killed
+    return sum(client.client_kill_filter(_id=i) for i in _worker_connections(client))
 
 
 def test_connections_killed_under_sending_lanes_lose_and_repeat_nothing(
@@ -194,6 +195,9 @@ def test_connections_killed_under_sending_lanes_lose_and_repeat_nothing(
         q.push_many(payloads)
         for at in (60, 180):
             wait_for(lambda at=at: len(smtp_sink.snapshot()) >= at, 30, f"{at} mails sent")
+            # one worker alone can send the first 60 before the other's lanes connect (seen
+            # in CI on a loaded machine): kill once both workers' 4 lanes hold connections
+            wait_for(lambda: len(_worker_connections(admin)) >= 8, 10, "8 lane connections")
             killed.append(_kill_worker_connections(admin))
         wait_for(lambda: len(smtp_sink.snapshot()) >= 400, 60, "all 400 delivered")
         wait_for(drained(q), 30, "queue drained")
