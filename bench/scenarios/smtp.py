@@ -95,6 +95,12 @@ OPCACHE = "BENCH_PHP_OPCACHE_CLI"
 Row = tuple[str, str, str, int, str, dict[str, str]]
 
 
+def shown_concurrency(conc: int, extra: dict[str, str]) -> str:
+    """A row's concurrency as the report shows it: its WORKER_CONCURRENCY (``auto``) when its
+    environment sets one, else the number given."""
+    return extra.get("WORKER_CONCURRENCY", str(conc))
+
+
 def senders() -> list[Row]:
     """The rows of the table, in the order they run in each round."""
     labels = {k: label for k, label, _ in w.PEERS}
@@ -274,6 +280,12 @@ def median_rate(measured: Measured, key: str, link: str) -> float | None:
     return statistics.median(values) if values else None
 
 
+def default_row(measured: Measured, link: str) -> str:
+    """The row of our default, ``ours-auto``; ``ours-4`` in a run without it (reports from
+    before auto became the default)."""
+    return "ours-auto" if median_rate(measured, "ours-auto", link) else "ours-4"
+
+
 def ratios(measured: Measured, a: str, b: str, link: str) -> list[float]:
     """``a``'s mails/s over ``b``'s, per round where both ran."""
     pairs = zip(measured.get((a, link), []), measured.get((b, link), []), strict=False)
@@ -343,7 +355,7 @@ def run(ctx: Context) -> Result:
                             )
                     except Exception as exc:
                         errors.append(
-                            f"{label} c={extra.get('WORKER_CONCURRENCY', conc)} on {link}, "
+                            f"{label} c={shown_concurrency(conc, extra)} on {link}, "
                             f"round {rnd + 1}: "
                             f"{type(exc).__name__}: {exc}"[:400]
                         )
@@ -352,7 +364,7 @@ def run(ctx: Context) -> Result:
                     if d is not None:
                         ctx.log(
                             f"round {rnd + 1}, {link}: {label} "
-                            f"c={extra.get('WORKER_CONCURRENCY', conc)}: {d.rate:,.0f} mails/s, "
+                            f"c={shown_concurrency(conc, extra)}: {d.rate:,.0f} mails/s, "
                             f"{d.cpu_per_1000:.2f} CPU ms/mail"
                         )
         relay_cpu = targets.relay_cpu()
@@ -370,7 +382,7 @@ def run(ctx: Context) -> Result:
         server.cleanup()
     rows: list[list[object]] = []
     for key, _, label, conc, conn, extra in rows_spec:
-        row: list[object] = [label, conn, extra.get("WORKER_CONCURRENCY", conc)]
+        row: list[object] = [label, conn, shown_concurrency(conc, extra)]
         for link in links:
             values = rates(measured, key, link)
             row += [w.spread(values) if values else None, cpu_ms(measured, key, link)]
@@ -507,7 +519,7 @@ def findings_for(measured: Measured, links: list[str], rtt: dict[str, float]) ->
             )
         ran = {p: r for p in PEERS if (r := rate(p))}
         # the default is WORKER_CONCURRENCY=auto; a report without its row compares c=4
-        dflt = "ours-auto" if rate("ours-auto") else "ours-4"
+        dflt = default_row(measured, link)
         dname = "our default (auto)" if dflt == "ours-auto" else "our c=4"
         od = rate(dflt)
         if od and ran:
@@ -575,7 +587,7 @@ def laravel_findings(
     its builder's share of its CPU."""
     out: list[str] = []
     for link in links:
-        dflt = "ours-auto" if median_rate(measured, "ours-auto", link) else "ours-4"
+        dflt = default_row(measured, link)
         dname = "auto" if dflt == "ours-auto" else "c=4"
         o1, o4 = median_rate(measured, "ours-1", link), median_rate(measured, dflt, link)
         c4 = cpu_ms(measured, dflt, link)
