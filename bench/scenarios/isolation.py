@@ -6,8 +6,8 @@ workers now send ~3,300 mails/s with 2 processes on this machine, so the big gro
 before the urgent one arrived. A round where less than a third of the big group is left when
 the urgent group is created is named in the findings as not measuring isolation.)
 Every job sends a real mail to the same SMTP sink (Postfix's ``smtp-sink`` when installed, else
-the project's aiosmtpd sink) through one local redis-server;
-every side has 4 worker processes in all. The sides:
+the project's aiosmtpd sink) through one local redis-server; every side has 4 worker processes in
+all. The sides:
 
 * **ours** (per-group queues): each group has its own queue and its own worker processes, as the
   operator gives each SendGroup a Deployment: 2 ``sendgroup-worker work`` processes (4 sends in

@@ -451,8 +451,8 @@ class Worker:
         (:func:`lanes.step`; at most :data:`lanes.WINDOW_MAX` seconds): their warm-up is left
         out of the window that judges the count, unless it saw pushback.
 
-        At rest (a judged window finished no job, saw no pushback and left the count as it
-        was, and no job is in flight) the tuner stops looking until the next job finishes
+        At rest (a judged window finished no job, saw no pushback and did not grow the count,
+        and no job is in flight) the tuner stops looking until the next job finishes
         (:attr:`_tuner_rest`): the next window then spans the rest and is judged at the next
         look. Before, an idle worker looked every :data:`lanes.WINDOW_POLL` seconds and
         judged an empty window every second: 21 wake-ups a second and ~5 ms of CPU a second
