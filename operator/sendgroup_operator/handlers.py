@@ -323,6 +323,7 @@ async def _reaper_pass(
     delay = rt.settings.reaper_interval
     if shard is not None:
         shard.busy += 1
+    rt.passing(f"{namespace}/{name}")
     try:
         result = await _compute(body, memo, logger, rt.deployment_index(), kwargs)
         if result is not None:

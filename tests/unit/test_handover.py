@@ -83,6 +83,55 @@ def test_a_follow_up_the_change_handler_asked_for_runs_when_asked(passes: list[f
     asyncio.run(scenario())
 
 
+def test_a_follow_up_kick_due_after_the_daemons_pass_does_not_pass_again(
+    passes: list[float], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The change handler asks for a follow-up in 0.3 s twice over: its hand-over (the
+    daemon's wait) and a kick (for a daemon already asleep). Both are due at the same moment;
+    on a busy loop the daemon's wait ended first, it passed, and the kick then woke it for a
+    second pass within milliseconds (CI). Here the wait ends 0.1 s before the kick: the
+    daemon's pass answers the kick, which no longer wakes it."""
+    memo = _memo()
+    PLANS.append(_plan(requeue_after=0.3))
+    handed = reconcile.Runtime.handed
+
+    def early(self: reconcile.Runtime, key: str) -> float | None:
+        left = handed(self, key)
+        return None if left is None else max(left - 0.1, 0.01)
+
+    monkeypatch.setattr(reconcile.Runtime, "handed", early)
+
+    async def scenario() -> None:
+        await handlers.on_change(body=BODY, patch=kopf.Patch(), memo=memo, logger=None)
+        stopped, task = start_reaper(memo)
+        await asyncio.sleep(0.3)
+        assert len(passes) == 2, "the daemon did not pass when its handed-over wait ended"
+        await asyncio.sleep(0.3)
+        assert len(passes) == 2, "the change handler's kick woke the daemon after its pass"
+        stopped.event.set()
+        await asyncio.wait_for(task, 1)
+
+    asyncio.run(scenario())
+
+
+def test_a_kick_scheduled_during_a_pass_still_wakes_the_daemon(passes: list[float]) -> None:
+    """Only kicks scheduled before a pass starts are answered by it: jobs that arrive while
+    it runs (the observer's kick) still wake the daemon after it."""
+    memo = _memo()
+
+    async def scenario() -> None:
+        stopped, task = start_reaper(memo)
+        await asyncio.sleep(0.1)
+        assert len(passes) == 1  # the first pass; its plan rests the group 60 s
+        memo.runtime.kick(KEY, 0)
+        await asyncio.sleep(0.1)
+        assert len(passes) == 2
+        stopped.event.set()
+        await asyncio.wait_for(task, 1)
+
+    asyncio.run(scenario())
+
+
 def test_a_pass_that_did_not_say_when_to_look_next_is_not_handed_over(
     passes: list[float],
 ) -> None:
