@@ -9,10 +9,11 @@ outside the same way (``bench.drainbench``): jobs/s between its first and last j
 start-up excluded for every worker), the process tree's CPU per job (user + system, children
 included), Redis CPU, commands and request segments (round trips) per job.
 
-The workers run in interleaved rounds (A, B, ..., ours, A, B, ..., ours, ...): load from other
-work on the machine falls on every worker alike; the table gives the median and the range over
-the rounds. The idle pickup latency of single jobs pushed to an idle worker is taken once per
-worker, after the rounds.
+The workers run in interleaved rounds, the order rotated by one each round (A, B, ..., ours;
+B, ..., ours, A; ...): load from other work on the machine falls on every worker alike, and no
+worker always runs first after the set-up or right after the same neighbour; the table gives
+the median and the range over the rounds. The idle pickup latency of single jobs pushed to an
+idle worker is taken once per worker, after the rounds.
 
 Measured ceilings in the same run (:func:`ceilings`), instead of a computed "physical limit":
 Redis popping the same payloads with pipelined LPOPs (the most any Redis list worker could take
@@ -432,13 +433,16 @@ def run(ctx: Context) -> Result:
     results: dict[str, Rounds] = {k: Rounds([], []) for k in order}
     errors: dict[str, str] = {}
     loads: list[list[str]] = []
+    orders: list[list[str]] = []
     try:
         setup = Setup(server, ctx.peers_python, logs)
         rtt = db.ping_rtt(server.port)
         ctx.log(f"raw PING round trip {rtt * 1e6:.0f} us; {jobs} jobs per worker, {rounds} rounds")
         for r in range(rounds):
             loads.append(load_after())
-            for key in order:
+            turn = order[r % len(order) :] + order[: r % len(order)]
+            orders.append(turn)
+            for key in turn:
                 if key in errors:
                     continue
                 try:
@@ -541,15 +545,19 @@ def run(ctx: Context) -> Result:
             "Every worker timed the same way: jobs/s between its first and its last job (process "
             "start-up and enqueueing not timed, for every worker alike; a worker still busy "
             f"{cap:g} s after its first job is timed over the jobs done by then: 'jobs timed'); "
-            "worker CPU = user+system of the worker process and all its children (psutil, "
-            "between the same first and last job); jobs / worker CPU s = the rate one busy core "
+            "worker CPU = user+system of the worker process and all its children (psutil), "
+            "read when the benchmark saw the first job's stamp and again when it saw the last "
+            "one, divided by the jobs stamped between those two reads (Redis CPU, commands and "
+            "round trips likewise); jobs / worker CPU s = the rate one busy core "
             "would give the worker, the figure least disturbed by other load; Redis CPU = "
             "redis-server (INFO cpu); round trips = request segments Redis received (ss "
             "data_segs_in; a pipeline or MULTI batch is one); commands = INFO "
             "total_commands_processed (includes the commands inside Lua scripts); idle pickup "
             f"= {samples} single jobs pushed with the peer's API to the idle worker, once per "
             "worker after the rounds. 'vs ours' = the worker's jobs/s over ours in the same "
-            "round. Ceilings: measured on the same Redis after the rounds. Settings: "
+            "round. The order within a round rotates by one each round: "
+            + " | ".join(", ".join(labels.get(k, k) for k in turn) for turn in orders)
+            + ". Ceilings: measured on the same Redis after the rounds. Settings: "
             + settings
             + ". Sources: "
             + "; ".join(f"{labels.get(k, k)}: {v}" for k, v in SOURCES.items())
@@ -579,7 +587,7 @@ def run(ctx: Context) -> Result:
         "rtt_us": rtt * 1e6,
         "jobs": jobs,
         "rounds": rounds,
-        "order": order,
+        "order": orders,
         "load_before": load_before,
         "load_at_rounds": loads,
         "settings": {k: s for k, _, s in PEERS},
