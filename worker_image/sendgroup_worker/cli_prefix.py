@@ -1,7 +1,7 @@
 """The ``--prefix`` option every queue command shares (push, stats, failed, dump, restore,
 purge, forget): the producers' client-side key prefix, read from the same variable as the
 worker, ``SENDGROUP_KEY_PREFIX`` (``QUEUE_PREFIX`` still works, deprecated: see
-:func:`sendgroup_worker.config.key_prefix_from_env`)."""
+:func:`sendgroup_worker.keyprefix.key_prefix_from_env`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 
 import click
 
-from sendgroup_worker.config import (
+from sendgroup_worker.keyprefix import (
     KEY_PREFIX_ENV,
     KEY_PREFIX_ENV_DEPRECATED,
     ConfigError,

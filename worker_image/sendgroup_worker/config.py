@@ -15,7 +15,6 @@ Timeout ladder (Laravel's, see the seeds): SMTP client timeout < job ``timeout``
 from __future__ import annotations
 
 import json
-import logging
 import math
 import os
 from collections.abc import Callable, Mapping
@@ -29,6 +28,8 @@ from sendgroup_contract import durations, timestamps
 from sendgroup_contract import worker_settings as ws
 from sendgroup_contract.tls import SmtpTls
 from sendgroup_worker import lanes, loopback, patterns, redisurl
+from sendgroup_worker.keyprefix import ConfigError as ConfigError  # its home is light
+from sendgroup_worker.keyprefix import key_prefix_from_env
 from sendgroup_worker.provider import ProviderConfig
 
 #: (variable, default shown to users, meaning), in documentation order: a view of the one
@@ -38,51 +39,10 @@ ENV_VARS: Final[tuple[tuple[str, str, str], ...]] = tuple(
 )
 
 
-class ConfigError(ValueError):
-    """The environment does not describe a usable worker; the message names the variable."""
-
-
-#: The one variable naming the producers' client-side key prefix, for every command (worker,
-#: push/stats/failed, dump/restore/purge) and the operator.
-KEY_PREFIX_ENV: Final = ws.KEY_PREFIX.env
-
-#: Deprecated alias of :data:`KEY_PREFIX_ENV` (the CLI's old name), still read for one release.
-KEY_PREFIX_ENV_DEPRECATED: Final = ws.KEY_PREFIX.deprecated[0]
-
 #: Default ``maxTries`` of a job that does not carry one: the worker's ``WORKER_TRIES`` default,
 #: and what our producers write into every payload so that Laravel's ``queue:work`` (whose own
 #: default is ``--tries=1``) and this worker allow the same number of attempts on one queue.
 DEFAULT_TRIES: Final = 3
-
-_log = logging.getLogger("sendgroup_worker.config")
-
-
-def key_prefix_from_env(
-    environ: Mapping[str, str] | None = None, warn: Callable[[str], None] | None = None
-) -> str:
-    """The key prefix from :data:`KEY_PREFIX_ENV`, else from the deprecated
-    :data:`KEY_PREFIX_ENV_DEPRECATED` (with a warning passed to ``warn``, default: logged);
-    ``""`` when neither is set.
-
-    Raises :class:`ConfigError` when both are set to different values (the worker and the CLI
-    would otherwise watch different keys)."""
-    env = os.environ if environ is None else environ
-    new, old = env.get(KEY_PREFIX_ENV), env.get(KEY_PREFIX_ENV_DEPRECATED)
-    if new is not None and old is not None and new != old:
-        raise ConfigError(
-            f"{KEY_PREFIX_ENV}={new!r} and {KEY_PREFIX_ENV_DEPRECATED}={old!r} disagree: "
-            f"set only {KEY_PREFIX_ENV} ({KEY_PREFIX_ENV_DEPRECATED} is a deprecated alias)"
-        )
-    if new is not None:
-        return new
-    if old is not None:
-        (warn or _log.warning)(
-            f"{KEY_PREFIX_ENV_DEPRECATED} is deprecated and will be removed: "
-            f"set {KEY_PREFIX_ENV} instead"
-        )
-        return old
-    return ""
-
 
 #: Seconds from ``90``, ``"1.5"``, ``"10m"``, ``"1h30m"`` (the contract's one parser).
 parse_duration: Final = durations.parse_env_seconds

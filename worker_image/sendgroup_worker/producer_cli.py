@@ -422,17 +422,9 @@ def failed_forget_command(queue: Queue, uuids: tuple[str, ...], all_: bool) -> N
         raise click.ClickException(f"{len(set(uuids)) - n} of the uuids had no failed job")
 
 
-def register(main: click.Group) -> None:
-    """Add ``push``, ``stats`` and ``failed`` to the console script's group."""
-    main.add_command(push_command)
-    main.add_command(stats_command)
-    main.add_command(failed_group)
-
-
 __all__ = [
     "failed_group",
     "push_command",
     "queue_options",
-    "register",
     "stats_command",
 ]

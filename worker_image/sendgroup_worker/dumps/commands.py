@@ -335,12 +335,3 @@ def dumps_command(queue: str, dumps_dir: str, verify: bool) -> None:
             )
     if bad:
         _fail("some segments are truncated or corrupted (see their lines)", EXIT_SEGMENT, None)
-
-
-COMMANDS = (dump_command, restore_command, purge_command, forget_command, dumps_command)
-
-
-def register(group: click.Group) -> None:
-    """Add the dump/restore commands to the console script's click group."""
-    for command in COMMANDS:
-        group.add_command(command)
