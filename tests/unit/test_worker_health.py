@@ -12,10 +12,11 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
-from sendgroup_worker.health import HEARTBEAT_INTERVAL, WorkerHealth, smtp_check
+from sendgroup_worker.health import WorkerHealth, smtp_check
 from tests.support.ports import free_port
 from tests.support.smtp_sink import SmtpSink
 
@@ -96,35 +97,101 @@ def get(port: int, path: str) -> tuple[int, str]:
 
 def test_the_server_answers_while_the_event_loop_is_blocked() -> None:
     """The server lives in its own thread: a blocked event loop (a synchronous call that
-    hangs) is reported as such instead of leaving the probe without an answer."""
+    hangs) is reported as such instead of leaving the probe without an answer. The first probe
+    that finds the loop stuck asks it to answer; one ``stall_after`` later the loop is stalled."""
     health = WorkerHealth(stall_after=1.5, job_limit=1, checks={})
-    port = health.serve(free_port(), "127.0.0.1")
-    assert port
     seen: list[tuple[int, str]] = []
 
     async def main() -> None:
-        beat = health.start(0)
-        await asyncio.sleep(0.2)
-        seen.append(get(port, "/livez"))
-        seen.append(get(port, "/readyz"))
-        # a probe from another thread while the loop is stuck in a synchronous call
-        probe = threading.Timer(2.2, lambda: seen.append(get(port, "/livez")))
-        probe.start()
-        time.sleep(2.6)
-        probe.join()
-        await asyncio.sleep(HEARTBEAT_INTERVAL + 0.2)
-        seen.append(get(port, "/livez"))  # the loop runs again: live again
-        beat.cancel()
+        port = health.start(free_port(), "127.0.0.1")
+        assert port
+        seen.append(await asyncio.to_thread(get, port, "/livez"))
+        seen.append(await asyncio.to_thread(get, port, "/readyz"))
+        # probes from another thread while the loop is stuck in a synchronous call
+        first = threading.Timer(0.3, lambda: seen.append(get(port, "/livez")))
+        second = threading.Timer(2.3, lambda: seen.append(get(port, "/livez")))
+        first.start()
+        second.start()
+        time.sleep(3.2)
+        first.join()
+        second.join()
+        await asyncio.sleep(0.1)  # the loop runs again and answers the open ask
+        seen.append(await asyncio.to_thread(get, port, "/livez"))
+        assert get(port, "/metrics")[0] == 404
 
     try:
         asyncio.run(main())
         assert seen[0] == (200, "ok\n")
         assert seen[1] == (200, "ok\n")
-        assert seen[2][0] == 503 and seen[2][1].startswith("event loop stalled for 2.")
-        assert seen[3] == (200, "ok\n")
-        assert get(port, "/metrics")[0] == 404
+        assert seen[2] == (200, "ok\n")  # stuck for 0.3 s: asked, not yet a stall
+        assert seen[3][0] == 503 and seen[3][1].startswith("event loop stalled for 2.")
+        assert seen[4] == (200, "ok\n")
     finally:
         health.close()
+
+
+def test_a_probe_asks_the_loop_once_and_a_stall_counts_from_that_ask() -> None:
+    """With the worker's loop attached, the loop is asked (one callback) by the first probe and
+    answers by running it; probes meanwhile find the same ask open, and the silence counts from
+    it, not from the loop's last answer (an idle loop is not woken between probes)."""
+    clock = Clock()
+    health = make(clock)
+    health.answer_wait = 0
+    asked: list[object] = []
+
+    class Loop:
+        def call_soon_threadsafe(self, callback: object) -> None:
+            asked.append(callback)
+
+    health.attach(Loop())  # type: ignore[arg-type]
+    clock.now += 600  # idle for 10 min: no probe, nothing asked, nothing silent
+    assert health.liveness() == (True, "ok")
+    assert len(asked) == 1
+    clock.now += 30
+    assert health.liveness() == (True, "ok")  # the same ask, open for exactly the limit
+    assert len(asked) == 1
+    clock.now += 0.5
+    assert health.liveness() == (False, "event loop stalled for 30.5s (limit 30s)")
+    asked.pop()()  # type: ignore[operator]
+    assert health.liveness() == (True, "ok")  # answered; the next ask is a new one
+    assert len(asked) == 1
+
+
+def test_a_closed_loop_never_answers() -> None:
+    clock = Clock()
+    health = make(clock)
+    health.answer_wait = 0
+    loop = asyncio.new_event_loop()
+    loop.close()
+    health.attach(loop)
+    assert health.liveness() == (True, "ok")
+    clock.now += 31
+    assert health.liveness()[0] is False
+
+
+def test_an_idle_worker_loop_is_not_woken_between_probes() -> None:
+    """The loop of a worker with nothing to do sleeps: no heartbeat timer runs in it (before,
+    one woke it every second). Counted: the loop's callbacks over 1.5 s without a probe."""
+    health = WorkerHealth(stall_after=30, job_limit=90, checks={})
+    woken: list[float] = []
+
+    async def main() -> None:
+        health.start(0)
+        loop = asyncio.get_running_loop()
+        original = loop.call_soon
+
+        def counting(callback: Any, *args: Any, **kwargs: Any) -> Any:
+            woken.append(time.monotonic())
+            return original(callback, *args, **kwargs)
+
+        loop.call_soon = counting  # type: ignore[method-assign]
+        try:
+            await asyncio.sleep(1.5)
+        finally:
+            loop.call_soon = original  # type: ignore[method-assign]
+
+    asyncio.run(main())
+    assert len(woken) <= 1, f"the loop ran {len(woken)} callbacks while idle"
 
 
 def test_a_port_in_use_is_logged_not_fatal(caplog: pytest.LogCaptureFixture) -> None:

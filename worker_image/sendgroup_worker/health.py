@@ -1,11 +1,17 @@
 """The worker's health endpoint: ``GET /livez`` and ``GET /readyz`` for the kubelet's probes.
 
-- **Liveness** (``/livez``, 200 or 503): the process makes progress. A heartbeat task in the
-  worker's event loop stamps the time every :data:`HEARTBEAT_INTERVAL` seconds; the event loop is
-  stalled when the last stamp is older than ``stall_after`` seconds (a blocking call, a deadlock,
-  a process stopped with SIGSTOP answers nothing at all, which the probe also counts as a
-  failure). A lane is stalled when one job has held it longer than ``job_limit + stall_after``
-  seconds: every await in a job is bounded by the job's timeout, so a lane past that is hung.
+- **Liveness** (``/livez``, 200 or 503): the process makes progress. Each probe asks the
+  worker's event loop to answer (``call_soon_threadsafe``: one callback, which also wakes a loop
+  asleep in ``select()``) and waits up to :data:`ANSWER_WAIT` seconds for it; the event loop is
+  stalled when an ask has stayed unanswered for more than ``stall_after`` seconds (a blocking
+  call, a deadlock; a process stopped with SIGSTOP answers nothing at all, which the probe also
+  counts as a failure). A stall is seen by the first probe ``stall_after`` seconds after the one
+  that found the loop stuck, so at most one probe period later than a clock the loop stamps
+  itself, which a heartbeat task did every second until 2026-12: an idle worker's loop woke
+  once a second for it (bench scenario 7: a worker kept running at rest cost 0.9 ms CPU/s,
+  Laravel's ``queue:work`` 0.1-0.2). A lane is stalled when one job has held it longer than
+  ``job_limit + stall_after`` seconds: every await in a job is bounded by the job's timeout, so
+  a lane past that is hung.
   Waiting for work, for the rate limit or out a backpressure suspension is progress, not a stall.
 - **Readiness** (``/readyz``, 200 or 503): live, not stopping, Redis answers ``PING`` and the
   SMTP relay answers its ``220`` greeting (then ``QUIT``; implicit TLS with the worker's CA
@@ -14,7 +20,8 @@
 
 The body is one line of text saying why (``ok``, ``event loop stalled for 42.0s``, ``redis:
 ConnectionError: ...``); the Redis URL (password inside) is never echoed. The server is
-:mod:`http.server` in a daemon thread, like the Prometheus one (:mod:`sendgroup_worker.metrics`).
+:mod:`http.server` in a daemon thread that sleeps until a request comes, like the Prometheus one
+(:mod:`sendgroup_worker.httpthread`, :mod:`sendgroup_worker.metrics`).
 """
 
 from __future__ import annotations
@@ -32,10 +39,13 @@ from typing import Final
 
 import redis
 
+from sendgroup_worker import httpthread
+
 log = logging.getLogger("sendgroup_worker.health")
 
-#: Seconds between two heartbeats of the event loop.
-HEARTBEAT_INTERVAL: Final = 1.0
+#: Seconds a probe waits for the event loop to answer its ask (a busy loop answers within
+#: milliseconds; the probe's own timeout is seconds).
+ANSWER_WAIT: Final = 0.5
 
 #: A check: returns None when the dependency answers, raises with the reason otherwise.
 Check = Callable[[], None]
@@ -67,16 +77,27 @@ class WorkerHealth:
         self.clock = clock
         self._lock = threading.Lock()
         self._beat = clock()
+        #: when a probe asked the loop to answer, while that ask is unanswered (else None)
+        self._asked: float | None = None
+        self._answered = threading.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.answer_wait = ANSWER_WAIT
         self._busy: dict[int, float] = {}
         self._stopping = False
         self._ready_cache: tuple[float, bool, str] | None = None
-        self._server: ThreadingHTTPServer | None = None
+        self._server: tuple[ThreadingHTTPServer, threading.Thread] | None = None
 
     # --- written by the worker ---------------------------------------------------------------
     def beat(self) -> None:
-        """The event loop ran (called by :meth:`heartbeat`)."""
+        """The event loop ran: it answers a probe's ask (:meth:`liveness`) with this call."""
         with self._lock:
             self._beat = self.clock()
+            self._asked = None
+        self._answered.set()
+
+    def attach(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Probes ask ``loop`` (the worker's event loop) to answer from now on."""
+        self._loop = loop
 
     def job_started(self, lane: int) -> None:
         """Lane ``lane`` took a job."""
@@ -93,18 +114,33 @@ class WorkerHealth:
         with self._lock:
             self._stopping = True
 
-    async def heartbeat(self) -> None:
-        """Stamp :meth:`beat` every :data:`HEARTBEAT_INTERVAL` seconds until cancelled."""
-        while True:
-            self.beat()
-            await asyncio.sleep(HEARTBEAT_INTERVAL)
-
     # --- read by the probes ------------------------------------------------------------------
+    def _ask(self) -> None:
+        """Ask the attached loop to call :meth:`beat` (once: a later probe finds the same ask
+        still open) and wait up to :attr:`answer_wait` seconds for it."""
+        loop = self._loop
+        if loop is None:
+            return
+        with self._lock:
+            open_ask = self._asked is not None
+            if not open_ask:
+                self._asked = self.clock()
+                self._answered.clear()
+        if not open_ask:
+            with contextlib.suppress(RuntimeError):  # the loop is closed: it never answers
+                loop.call_soon_threadsafe(self.beat)
+        self._answered.wait(self.answer_wait)
+
     def liveness(self) -> tuple[bool, str]:
-        """``(live, reason)``."""
+        """``(live, reason)``. With a loop attached (:meth:`attach`), the loop is silent for as
+        long as an ask stays unanswered; without one, since the last :meth:`beat`."""
+        self._ask()
         now = self.clock()
         with self._lock:
-            silent = now - self._beat
+            if self._loop is None:
+                silent = now - self._beat
+            else:
+                silent = 0.0 if self._asked is None else now - self._asked
             busy = dict(self._busy)
         if silent > self.stall_after:
             return False, f"event loop stalled for {silent:.1f}s (limit {self.stall_after:g}s)"
@@ -173,22 +209,21 @@ class WorkerHealth:
             log.error("health server: cannot listen on %s:%d: %s", host, port, exc)
             return 0
         server.daemon_threads = True
-        self._server = server
-        threading.Thread(target=server.serve_forever, name="health", daemon=True).start()
+        self._server = (server, httpthread.serve(server, "health"))
         bound: int = server.server_address[1]
         return bound
 
     def close(self) -> None:
         """Stop the server (tests; the process exiting does it otherwise)."""
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
+        served, self._server = self._server, None
+        if served is not None:
+            httpthread.stop(*served)
 
-    def start(self, port: int, host: str = "0.0.0.0") -> asyncio.Task[None]:
-        """Serve (see :meth:`serve`) and start the heartbeat in the running event loop."""
-        self.serve(port, host)
-        return asyncio.get_running_loop().create_task(self.heartbeat(), name="health-heartbeat")
+    def start(self, port: int, host: str = "0.0.0.0") -> int:
+        """Attach the running event loop (:meth:`attach`) and serve (:meth:`serve`); returns
+        the bound port (0 when not serving)."""
+        self.attach(asyncio.get_running_loop())
+        return self.serve(port, host)
 
 
 def redis_check(url: str, timeout: float) -> Check:

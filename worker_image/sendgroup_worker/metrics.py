@@ -31,7 +31,14 @@ failure and dashboards/alerts never depend on a series that appears late. ``name
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+import socketserver
+import threading
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
+
+from sendgroup_worker import httpthread
 
 #: Values of ``sendgroup_worker_jobs_total{outcome}`` (see the module docstring).
 OUTCOMES = ("delivered", "released", "failed", "lost", "skipped", "suppressed")
@@ -58,6 +65,7 @@ class WorkerMetrics:
         self, queue: str, registry: CollectorRegistry | None = None, sendgroup: str | None = None
     ) -> None:
         self.registry = registry or CollectorRegistry()
+        self._server: tuple[WSGIServer, threading.Thread] | None = None
         r = self.registry
         self.queue = queue
         self.group = (sendgroup or queue, queue)
@@ -140,6 +148,38 @@ class WorkerMetrics:
         self._send_seconds_group.observe(seconds)
 
     def serve(self, port: int, host: str) -> None:
-        """Serve /metrics on ``host:port`` in a daemon thread (port 0 = do not serve)."""
-        if port:
-            start_http_server(port, addr=host, registry=self.registry)
+        """Serve /metrics on ``host:port`` in a daemon thread (port 0 = do not serve): what
+        prometheus-client's ``start_http_server`` does (its WSGI app, ``make_wsgi_app``, in a
+        threading :mod:`wsgiref` server, no access log), with a thread that sleeps until a
+        request comes (:mod:`sendgroup_worker.httpthread`). Raises OSError when the port
+        cannot be bound, as ``start_http_server`` did."""
+        if not port:
+            return
+
+        class Server(_ThreadingWSGIServer):
+            address_family = httpthread.family(host)
+
+        server = make_server(
+            host, port, make_wsgi_app(self.registry), Server, handler_class=_QuietHandler
+        )
+        self._server = (server, httpthread.serve(server, "metrics"))
+
+    def close(self) -> None:
+        """Stop serving /metrics (tests; the process exiting does it otherwise)."""
+        served, self._server = self._server, None
+        if served is not None:
+            httpthread.stop(*served)
+
+
+class _ThreadingWSGIServer(socketserver.ThreadingMixIn, WSGIServer):
+    """A WSGI server answering each request in its own daemon thread (a slow scrape does not
+    hold the next one), as prometheus-client's own."""
+
+    daemon_threads = True
+
+
+class _QuietHandler(WSGIRequestHandler):
+    """No access log line per scrape."""
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return
