@@ -460,8 +460,8 @@ class WorkerProbesSpec(_Model):
     enabled: bool = True
     """false: the pods get no probes (the health server still answers)."""
     stall_after: int = Field(default=30, ge=2, le=3600)
-    """Seconds without a heartbeat of the worker's event loop (or past a job's limit) after
-    which /livez fails."""
+    """Seconds the worker's event loop may leave a liveness probe's call unanswered (or a job
+    may run past its limit) before /livez fails."""
     liveness: ProbeSpec | None = None
     """Liveness probe timing; default period 10 s, timeout 5 s, 3 failures (a hung worker is
     restarted within about stallAfter + 30 s)."""

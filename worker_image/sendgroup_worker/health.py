@@ -55,7 +55,7 @@ class WorkerHealth:
     """What ``/livez`` and ``/readyz`` answer. Thread-safe: the worker's event loop writes the
     heartbeat and lane states, the HTTP server's threads read them.
 
-    ``stall_after``: seconds without a heartbeat (or over a job's limit) that mean "hung".
+    ``stall_after``: seconds of an unanswered ask (or over a job's limit) that mean "hung".
     ``job_limit``: the longest a lane may legitimately hold one job (seconds).
     ``checks``: name -> check, run for readiness (e.g. ``{"redis": ..., "smtp": ...}``).
     ``cache_for``: seconds a readiness result is reused. ``clock``: monotonic seconds.
