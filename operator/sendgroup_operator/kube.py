@@ -6,8 +6,10 @@ same).
 
 The ``kubernetes`` client is synchronous: every call runs in a worker thread
 (``asyncio.to_thread``, or the adapter's own executor: :meth:`Kube.dedicated`) so the kopf
-event loop never blocks. A request that never reached an answer (connection refused or reset,
-a timeout: urllib3's errors) leaves as :class:`KubeError` with status 0, like an API error.
+event loop never blocks. On the dedicated adapter a request that never reached an answer
+(connection refused or reset, a timeout: urllib3's errors) leaves as :class:`KubeError` with
+status 0, like an API error; the shared one lets them through as before (kopf retries the
+handler).
 """
 
 from __future__ import annotations
@@ -62,11 +64,15 @@ class Kube:
     """get/create/patch/delete of the children, over one ``kubernetes.client.ApiClient``.
 
     ``executor``: where the blocking calls run (None: the event loop's default executor, shared
-    with everything else that calls ``asyncio.to_thread``)."""
+    with everything else that calls ``asyncio.to_thread``); ``unreached``: urllib3's errors
+    (no answer) leave as ``KubeError(0)`` too."""
 
-    def __init__(self, api: k8s.ApiClient, executor: Executor | None = None) -> None:
+    def __init__(
+        self, api: k8s.ApiClient, executor: Executor | None = None, unreached: bool = False
+    ) -> None:
         self.api = api
         self.executor = executor
+        self.unreached = unreached
         self.apps = k8s.AppsV1Api(api)
         self.batch = k8s.BatchV1Api(api)
         self.core = k8s.CoreV1Api(api)
@@ -82,11 +88,13 @@ class Kube:
         Leases): its own connection pool, its own ``workers`` threads (a backlog of other calls
         in the default executor does not delay it), and no retry inside the client (urllib3's
         default retries a GET or DELETE answered 429 with Retry-After three times, sleeping
-        Retry-After each time, and retries connection errors: the caller decides instead)."""
+        Retry-After each time, and retries connection errors: the caller decides instead); a
+        request without an answer leaves as ``KubeError(0)`` (urllib3's MaxRetryError ended the
+        shard's poll loop)."""
         config = copy.deepcopy(self.api.configuration)
         config.retries = False
         pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kube-dedicated")
-        return Kube(k8s.ApiClient(config), executor=pool)
+        return Kube(k8s.ApiClient(config), executor=pool, unreached=True)
 
     async def _call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         self.requests += 1
@@ -99,6 +107,8 @@ class Kube:
         except ApiException as exc:
             raise _kube_error(exc) from exc
         except urllib3.exceptions.HTTPError as exc:
+            if not self.unreached:
+                raise
             raise KubeError(0, f"HTTP 0: {type(exc).__name__}: {str(exc)[:250]}") from exc
 
     async def _get(self, fn: Callable[..., Any], *args: Any) -> dict[str, Any] | None:
