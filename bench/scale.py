@@ -1,6 +1,7 @@
 """``bench/scale [N] [--namespaces K] [--rest SECONDS] [--pushes P] [--clusterwide] [--providers]
-[--replicas R] [--env NAME=VALUE ...]``: one operator (or R sharded replicas), N SendGroups
-(default 1,000) on the local control plane (no node: worker pods stay Pending), issue 15.
+[--replicas R [--lease-flowschema]] [--env NAME=VALUE ...]``: one operator (or R sharded
+replicas), N SendGroups (default 1,000) on the local control plane (no node: worker pods stay
+Pending), issue 15.
 ``--env``: an operator setting of every replica (recorded in the
 report), e.g. ``SENDGROUP_WORKER_LIMIT=100``; ``--env SENDGROUP_TRACEMALLOC=PATH``: the operator
 dumps its heap at the end of the rest window (``PATH.1.snap`` / ``.json``, read by
@@ -50,6 +51,14 @@ wake-ups (the pushes alternate between the replicas' groups). Instead of the res
    replicas=``), groups whose Deployment was written by two replicas before the kill, by two
    survivors after it, or by a replica that did not own the group by the hash.
 
+``--lease-flowschema`` (with replicas): the chart's ``sharding.flowSchema`` FlowSchema, rendered
+for the operator's ServiceAccount and namespace, is applied before the replicas start (their
+Lease requests in the ``leader-election`` priority level); the APF request rate then adds its
+requests to the ServiceAccount's. Each replica's log is read for the shard membership: how
+often it became fenced after having owned groups (rule (a) of ``sharding.py``: its last
+successful poll older than ``L - M``), its "cannot renew" streaks, and kopf's
+``APITooManyRequests`` lines, over the cold start and over the whole run before the handover.
+
 Writes ``bench/results/scale-<N>-<UTC stamp>.md`` (and ``.json``) and prints the markdown.
 """
 
@@ -97,6 +106,48 @@ MAIN_1000 = {
     "Redis cmds per idle group per min": "78",
     "wake-up s (push -> Deployment requested)": "5.75 mean (10 s check)",
 }
+
+
+def _apply_lease_flowschema(kube: KubeCluster, home: str) -> str:
+    """The chart's shard-Lease FlowSchema (``sharding.flowSchema``) for the ServiceAccount in
+    ``home``, applied; its name."""
+    from tests.support.helm import find, render
+
+    objects = render(
+        {"replicas": 2, "sharding.enabled": True, "serviceAccount.name": SA_NAME}, namespace=home
+    )
+    [schema] = find(objects, "FlowSchema")
+    kube.kubectl("apply", "-f", "-", input=yaml.safe_dump(schema))
+    name: str = schema["metadata"]["name"]
+    return name
+
+
+FENCED = "acts on nothing yet"
+
+
+def shard_log(text: str) -> dict[str, int]:
+    """A replica's shard membership from its log: ``fenced`` (view changes to "acts on nothing
+    yet" after it had owned groups: rule (a) fences and rejoins, not the first join wait),
+    ``fenced_lines`` (every such view change, the join wait included), ``cannot_renew`` (failing
+    poll streaks), ``stale_deleted`` (peers it dropped as dead), ``too_many`` (kopf's
+    APITooManyRequests lines)."""
+    out = {"fenced": 0, "fenced_lines": 0, "cannot_renew": 0, "stale_deleted": 0, "too_many": 0}
+    owned = False
+    for line in text.splitlines():
+        if "shard: members" in line:
+            if FENCED in line:
+                out["fenced_lines"] += 1
+                out["fenced"] += 1 if owned else 0
+                owned = False
+            elif " owns " in line:
+                owned = True
+        elif "shard: cannot renew Lease" in line:
+            out["cannot_renew"] += 1
+        elif "shard: deleted the stale Lease" in line:
+            out["stale_deleted"] += 1
+        if "APITooManyRequests" in line:
+            out["too_many"] += 1
+    return out
 
 
 def _kind(i: int) -> str:
@@ -304,6 +355,7 @@ def run(
     restart: bool = True,
     floor: bool = True,
     replicas: int = 1,
+    lease_flowschema: bool = False,
 ) -> dict[str, Any]:
     """The whole scenario (module docstring); ``tree``: run the operator, and apply the CRDs,
     from that checkout instead of this one (e.g. a worktree of an older main); ``replicas``:
@@ -339,6 +391,8 @@ def run(
         kubeconfig = _rbac(
             kube, namespaces[0], namespaces[1:], work / "operator.kubeconfig", clusterwide
         )
+        lease_schema = _apply_lease_flowschema(kube, namespaces[0]) if lease_flowschema else None
+        out["lease_flowschema"] = lease_schema
         if provider_docs:
             kube.kubectl("apply", "-f", "-", input="---\n".join(provider_docs))
         kinds: dict[tuple[str, str], str] = {}
@@ -444,6 +498,7 @@ def run(
                 break
             time.sleep(poll)
         out["reconciled"] = n - len(missing)
+        cold_logs = [op.log() for op in ops]
         out["not_reconciled"] = missing
         colds = [proc_stats(pid) for pid in pids]
         out["cold"] = _summed(colds)
@@ -459,8 +514,9 @@ def run(
                 "owned_cold": _gauge(op, OWNED),
                 "owned_by_hash": sum(1 for o in owners.values() if o == pod),
                 "cold_cpu_s": cold["cpu_s"],
+                "shard_cold": shard_log(text),
             }
-            for pod, op, cold in zip(pod_ids, ops, colds, strict=False)
+            for pod, op, cold, text in zip(pod_ids, ops, colds, cold_logs, strict=False)
         ]
         if per:
             out["replicas"] = per
@@ -549,7 +605,10 @@ def run(
             / n_idle
             * 3600
             / window,
-            "api_requests_per_min": (b_apf.get(SA_FLOW_SCHEMA, 0) - a_apf.get(SA_FLOW_SCHEMA, 0))
+            "api_requests_per_min": sum(
+                b_apf.get(schema, 0) - a_apf.get(schema, 0)
+                for schema in {SA_FLOW_SCHEMA, lease_schema or SA_FLOW_SCHEMA}
+            )
             * 60
             / window,
         }
@@ -585,6 +644,8 @@ def run(
 
         if sharded:
             spare = [key for key in idle_keys if key not in woken]
+            for rec, op in zip(per, ops, strict=True):
+                rec["shard_run"] = shard_log(op.log())  # the whole run before the handover
             out["handover"] = _handover(ops, pod_ids, uids, owners, spare, n, lease_s, apps, rb)
             for rec, owned in zip(per, out["handover"]["survivors_owned"] + [None], strict=True):
                 rec["owned_after"] = owned
@@ -1082,6 +1143,33 @@ def _replica_text(out: dict[str, Any]) -> list[str]:
     )
     taken = hand["owned_again_s"]
     first = hand["pushed_at_kill_s"]
+    schema = out.get("lease_flowschema")
+    membership = [
+        "",
+        "Shard membership from each replica's log ("
+        + (
+            f"the Leases' FlowSchema `{schema}` applied: their requests in the `leader-election` "
+            "priority level"
+            if schema
+            else "no FlowSchema for the Leases: their requests share `service-accounts` / "
+            "`workload-low` with kopf's"
+        )
+        + '); fenced: the view went to "acts on nothing yet" after the replica had owned groups '
+        "(rule (a): its last successful poll older than L - M), not its first join wait; "
+        "cold start / whole run before the handover.",
+        "",
+        '| replica | fenced | "cannot renew" streaks | peers dropped as dead '
+        "| kopf APITooManyRequests lines |",
+        "|---|---|---|---|---|",
+        *(
+            f"| {r['id']} | {r['shard_cold']['fenced']} / {r['shard_run']['fenced']} "
+            f"| {r['shard_cold']['cannot_renew']} / {r['shard_run']['cannot_renew']} "
+            f"| {r['shard_cold']['stale_deleted']} / {r['shard_run']['stale_deleted']} "
+            f"| {r['shard_cold']['too_many']} / {r['shard_run']['too_many']} |"
+            for r in per
+            if "shard_cold" in r and "shard_run" in r
+        ),
+    ]
     checks = [
         ("written by two replicas before the kill", hand["written_twice_before_kill"]),
         ("by two survivors after it", hand["written_twice_after_kill"]),
@@ -1125,6 +1213,7 @@ def _replica_text(out: dict[str, Any]) -> list[str]:
             for what, groups in checks
         )
         + ".",
+        *membership,
     ]
 
 
@@ -1323,6 +1412,12 @@ def main(argv: list[str] | None = None) -> int:
         help="R > 1: R operator replicas sharding the groups (SENDGROUP_SHARDING), a per-replica "
         "table, and a handover (one replica SIGKILLed) instead of the restart",
     )
+    parser.add_argument(
+        "--lease-flowschema",
+        action="store_true",
+        help="with replicas: apply the chart's FlowSchema for the shard Leases (sharding."
+        "flowSchema: their own API priority level) before the replicas start",
+    )
     parser.add_argument("--no-restart", action="store_true", help="skip the restart phase")
     parser.add_argument("--no-floor", action="store_true", help="skip the API floor")
     args = parser.parse_args(argv)
@@ -1347,6 +1442,7 @@ def main(argv: list[str] | None = None) -> int:
         not args.no_restart,
         not args.no_floor,
         args.replicas,
+        args.lease_flowschema,
     )
     compare = json.loads(args.compare.read_text()) if args.compare else None
     text = markdown(out, compare)

@@ -5,7 +5,11 @@ the layers above do not import the client; gafaelfawr's ``storage/kubernetes.py`
 same).
 
 The ``kubernetes`` client is synchronous: every call runs in a worker thread
-(``asyncio.to_thread``) so the kopf event loop never blocks.
+(``asyncio.to_thread``, or the adapter's own executor: :meth:`Kube.dedicated`) so the kopf
+event loop never blocks. On the dedicated adapter a request that never reached an answer
+(connection refused or reset, a timeout: urllib3's errors) leaves as :class:`KubeError` with
+status 0, like an API error; the shared one lets them through as before (kopf retries the
+handler).
 """
 
 from __future__ import annotations
@@ -13,10 +17,14 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import copy
+import functools
 import json
 from collections.abc import Callable, Mapping
+from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import Any, Final, TypeVar
 
+import urllib3
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
@@ -53,10 +61,18 @@ def _json(response: Any) -> dict[str, Any]:
 
 
 class Kube:
-    """get/create/patch/delete of the children, over one ``kubernetes.client.ApiClient``."""
+    """get/create/patch/delete of the children, over one ``kubernetes.client.ApiClient``.
 
-    def __init__(self, api: k8s.ApiClient) -> None:
+    ``executor``: where the blocking calls run (None: the event loop's default executor, shared
+    with everything else that calls ``asyncio.to_thread``); ``unreached``: urllib3's errors
+    (no answer) leave as ``KubeError(0)`` too."""
+
+    def __init__(
+        self, api: k8s.ApiClient, executor: Executor | None = None, unreached: bool = False
+    ) -> None:
         self.api = api
+        self.executor = executor
+        self.unreached = unreached
         self.apps = k8s.AppsV1Api(api)
         self.batch = k8s.BatchV1Api(api)
         self.core = k8s.CoreV1Api(api)
@@ -67,13 +83,33 @@ class Kube:
         self.coordination = k8s.CoordinationV1Api(api)
         self.requests = 0
 
+    def dedicated(self, workers: int = 2) -> Kube:
+        """A second adapter to the same API server for a few latency-critical calls (the shard
+        Leases): its own connection pool, its own ``workers`` threads (a backlog of other calls
+        in the default executor does not delay it), and no retry inside the client (urllib3's
+        default retries a GET or DELETE answered 429 with Retry-After three times, sleeping
+        Retry-After each time, and retries connection errors: the caller decides instead); a
+        request without an answer leaves as ``KubeError(0)`` (urllib3's MaxRetryError ended the
+        shard's poll loop)."""
+        config = copy.deepcopy(self.api.configuration)
+        config.retries = False
+        pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kube-dedicated")
+        return Kube(k8s.ApiClient(config), executor=pool, unreached=True)
+
     async def _call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         self.requests += 1
         metrics.KUBE_REQUESTS.inc()
         try:
-            return await asyncio.to_thread(fn, *args, **kwargs)
+            if self.executor is None:
+                return await asyncio.to_thread(fn, *args, **kwargs)
+            call = functools.partial(fn, *args, **kwargs)
+            return await asyncio.get_running_loop().run_in_executor(self.executor, call)
         except ApiException as exc:
             raise _kube_error(exc) from exc
+        except urllib3.exceptions.HTTPError as exc:
+            if not self.unreached:
+                raise
+            raise KubeError(0, f"HTTP 0: {type(exc).__name__}: {str(exc)[:250]}") from exc
 
     async def _get(self, fn: Callable[..., Any], *args: Any) -> dict[str, Any] | None:
         try:
@@ -260,23 +296,36 @@ class Kube:
                 raise
 
     # --- shard member Leases (shardmember.py) ----------------------------------------------
-    async def list_leases(self, namespace: str, selector: str) -> list[dict[str, Any]]:
+    # ``timeout``: seconds for the whole request (urllib3's total timeout; None: none); a
+    # timed-out request leaves as KubeError with status 0 (its outcome on the server unknown).
+    async def list_leases(
+        self, namespace: str, selector: str, timeout: float | None = None
+    ) -> list[dict[str, Any]]:
         """coordination.k8s.io/v1 Leases matching ``selector`` in ``namespace`` (one call)."""
         return await self._items(
-            self.coordination.list_namespaced_lease, namespace, label_selector=selector
+            self.coordination.list_namespaced_lease,
+            namespace,
+            label_selector=selector,
+            _request_timeout=timeout,
         )
 
-    async def create_lease(self, body: dict[str, Any]) -> dict[str, Any]:
+    async def create_lease(
+        self, body: dict[str, Any], timeout: float | None = None
+    ) -> dict[str, Any]:
         """Create a Lease; returns it as stored (409 leaves as :class:`KubeError`)."""
         ns = body["metadata"]["namespace"]
         return _json(
             await self._call(
-                self.coordination.create_namespaced_lease, ns, body, _preload_content=False
+                self.coordination.create_namespaced_lease,
+                ns,
+                body,
+                _preload_content=False,
+                _request_timeout=timeout,
             )
         )
 
     async def patch_lease(
-        self, namespace: str, name: str, patch: dict[str, Any]
+        self, namespace: str, name: str, patch: dict[str, Any], timeout: float | None = None
     ) -> dict[str, Any] | None:
         """Merge-patch a Lease (a ``metadata.resourceVersion`` in ``patch`` makes it
         conditional: 409 when the Lease changed since); None when it does not exist."""
@@ -289,6 +338,7 @@ class Kube:
                     patch,
                     _content_type=MERGE_PATCH,
                     _preload_content=False,
+                    _request_timeout=timeout,
                 )
             )
         except KubeError as exc:
@@ -296,9 +346,11 @@ class Kube:
                 return None
             raise
 
-    async def delete_lease(self, namespace: str, name: str) -> None:
+    async def delete_lease(self, namespace: str, name: str, timeout: float | None = None) -> None:
         """Delete a Lease; absent is fine."""
-        await self._delete(self.coordination.delete_namespaced_lease, name, namespace)
+        await self._delete(
+            self.coordination.delete_namespaced_lease, name, namespace, _request_timeout=timeout
+        )
 
     # --- preflight ------------------------------------------------------------------------
     async def crd_exists(self) -> bool:

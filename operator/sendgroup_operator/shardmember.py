@@ -9,6 +9,22 @@ Every ``lease_duration / 3`` seconds: one conditional merge patch of our Lease (
 means another process holds our identity: logged, and we join again) and ONE list of the set
 (never a call per group or per namespace). The decisions are :mod:`sharding` (pure).
 
+**A slow or refused poll.** A poll counts from its start (rule a of :mod:`sharding`), so one
+that takes longer than the fence (``L - M``) cannot unfence this replica even when it succeeds.
+Every Lease request therefore gets the time left of that budget as its timeout, the requests
+run on a client of their own (:meth:`Kube.dedicated`: own threads and connections, so a backlog
+of the operator's other calls cannot delay them, and no retry inside the client: urllib3 would
+otherwise retry a list answered 429 with Retry-After three times, sleeping Retry-After each
+time), and a failed poll is tried again after ``2 L / 15`` (client-go leader election's retry
+period, 2 s of 15 s) instead of ``L / 3``. Failing sooner is always safe: only a SUCCESSFUL poll
+lets a replica act (rule a), and the fence is unchanged. A renewal whose outcome is unknown (it
+timed out, the connection broke) forgets the Lease's resourceVersion, so the next renewal takes
+the Lease over (create, 409, plain patch) instead of taking its own applied renewal for another
+holder's and joining again.
+
+API Priority and Fairness: the chart's FlowSchema (``sharding.flowSchema``) gives these
+requests the API server's ``leader-election`` priority level, apart from kopf's traffic.
+
 Waiting without polling: :meth:`Shard.changed` is an event set (and replaced) whenever the
 assignment this replica sees changes (a member joined or left, we became fenced or unfenced);
 a reaper daemon of a group it does not own waits on it.
@@ -35,6 +51,11 @@ LABEL_NAME: Final = "app.kubernetes.io/name"
 LABEL_COMPONENT: Final = "app.kubernetes.io/component"
 LABEL_SET: Final = "sendgroups.io/shard-set"
 COMPONENT: Final = "shard-member"
+#: Share of the lease duration after which a FAILED poll is tried again (client-go's leader
+#: election: RetryPeriod 2 s with LeaseDuration 15 s); a successful one waits ``L / 3``.
+RETRY_SHARE: Final = 2 / 15
+#: Seconds a Lease request gets at least, even when the poll's budget is nearly spent.
+MIN_REQUEST_TIMEOUT: Final = 0.5
 
 Logger = logging.Logger | logging.LoggerAdapter[Any]
 
@@ -119,21 +140,37 @@ class Shard:
         return sharding.owner(uid, self.membership.members(time.monotonic()))
 
     # --- the poll -------------------------------------------------------------------------
-    async def poll(self, logger: Logger) -> None:
-        """Renew our Lease and list the set; on failure log once per failing streak (the
+    @property
+    def budget(self) -> float:
+        """Seconds a poll may take and still unfence us: the fence, ``L - M`` (rule a)."""
+        return self.duration - (self.membership.margin or 0)
+
+    def _timeout(self, started: float) -> float:
+        """The timeout of the poll's next request: what is left of its budget."""
+        return max(MIN_REQUEST_TIMEOUT, started + self.budget - time.monotonic())
+
+    async def poll(self, logger: Logger) -> bool:
+        """Renew our Lease and list the set, each request timed out at what is left of the
+        poll's budget; True when both succeeded. On failure log once per failing streak (the
         fencing rule stops our passes if it lasts)."""
         started = time.monotonic()
+        ok = False
         try:
-            await self._renew(logger)
+            await self._renew(logger, started)
             renewed = time.monotonic()
-            leases = await self.kube.list_leases(self.namespace, self.selector)
+            leases = await self.kube.list_leases(
+                self.namespace, self.selector, timeout=self._timeout(started)
+            )
             records = [r for r in map(record, leases) if r is not None]
             self.membership.polled(started, renewed, records)
+            ok = True
             await self._forget_stale(leases, logger)
             if self._failing:
                 logger.info("shard: Lease %s renewed again", self.name)
             self._failing = False
         except (KubeError, OSError) as exc:
+            if isinstance(exc, KubeError) and exc.status == 0:
+                self._version = None  # a renewal's outcome may be unknown: take it over next
             if not self._failing:
                 logger.warning(
                     "shard: cannot renew Lease %s or list the set: %s (this replica stops "
@@ -144,6 +181,7 @@ class Shard:
                 )
             self._failing = True
         self.publish(logger)
+        return ok
 
     async def _forget_stale(self, leases: list[dict[str, Any]], logger: Logger) -> None:
         """Delete the Leases of members long dead (:meth:`sharding.Membership.stale`), so a
@@ -153,10 +191,11 @@ class Shard:
         for lease in leases:
             rec = record(lease)
             if rec is not None and rec.holder in stale:
-                await self.kube.delete_lease(self.namespace, lease["metadata"]["name"])
+                name = lease["metadata"]["name"]
+                await self.kube.delete_lease(self.namespace, name, timeout=self.budget)
                 logger.info("shard: deleted the stale Lease of %s", rec.holder)
 
-    async def _renew(self, logger: Logger) -> None:
+    async def _renew(self, logger: Logger, started: float) -> None:
         spec = {
             "holderIdentity": self.identity,
             "leaseDurationSeconds": max(1, round(self.duration)),
@@ -168,7 +207,9 @@ class Shard:
                 "spec": spec,
             }
             try:
-                stored = await self.kube.patch_lease(self.namespace, self.name, patch)
+                stored = await self.kube.patch_lease(
+                    self.namespace, self.name, patch, timeout=self._timeout(started)
+                )
             except KubeError as exc:
                 if exc.status != 409:
                     raise
@@ -179,7 +220,9 @@ class Shard:
                     self.identity,
                 )
                 self.membership.lost()
-                stored = await self.kube.patch_lease(self.namespace, self.name, {"spec": spec})
+                stored = await self.kube.patch_lease(
+                    self.namespace, self.name, {"spec": spec}, timeout=self._timeout(started)
+                )
             if stored is not None:
                 self._version = str(stored["metadata"]["resourceVersion"])
                 return
@@ -199,12 +242,17 @@ class Shard:
             "spec": {**spec, "acquireTime": spec["renewTime"]},
         }
         try:
-            stored = await self.kube.create_lease(body)
+            stored = await self.kube.create_lease(body, timeout=self._timeout(started))
         except KubeError as exc:
             if exc.status != 409:
                 raise
             # our own Lease from before a restart (same identity): take it over
-            stored = await self.kube.patch_lease(self.namespace, self.name, {"spec": spec}) or {}
+            stored = (
+                await self.kube.patch_lease(
+                    self.namespace, self.name, {"spec": spec}, timeout=self._timeout(started)
+                )
+                or {}
+            )
         self._version = str(stored.get("metadata", {}).get("resourceVersion", "")) or None
 
     def publish(self, logger: Logger) -> None:
@@ -245,10 +293,11 @@ class Shard:
         metrics.OWNED_GROUPS.set(self.membership.view(now).owned(list(self.groups.values())))
 
     async def run(self, logger: Logger) -> None:
-        """Poll every ``lease_duration / 3`` seconds until cancelled."""
+        """Poll every ``lease_duration / 3`` seconds until cancelled; after a failed poll,
+        ``RETRY_SHARE * lease_duration`` seconds."""
         while True:
-            await self.poll(logger)
-            await asyncio.sleep(self.duration / 3)
+            ok = await self.poll(logger)
+            await asyncio.sleep(self.duration / 3 if ok else RETRY_SHARE * self.duration)
 
     async def leave(self, logger: Logger, wait: float = 10.0) -> None:
         """A clean stop (rule d): act on nothing any more, wait up to ``wait`` seconds for
@@ -261,5 +310,5 @@ class Shard:
         while self.busy and time.monotonic() < deadline:
             await asyncio.sleep(0.1)
         with contextlib.suppress(KubeError, OSError):
-            await self.kube.delete_lease(self.namespace, self.name)
+            await self.kube.delete_lease(self.namespace, self.name, timeout=self.budget)
             logger.info("shard: left the set (Lease %s deleted)", self.name)

@@ -196,7 +196,8 @@ async def start(settings: kopf.OperatorSettings, memo: Any, logger: Logger) -> N
     logger.info("%d SendGroup(s) and %d worker Deployment(s) found", groups, found)
     memo.runtime.heartbeat = time.monotonic()
     if ours.sharding:
-        shard = shardmember.Shard(kube, ours)
+        # the Leases on a client of their own (threads, connections, no client-side retry)
+        shard = shardmember.Shard(kube.dedicated(), ours)
         logger.info(
             "sharding: member %s of set %s (Lease %s/%s, %.0f s)",
             shard.identity,

@@ -645,3 +645,67 @@ def test_default_redis_secret_ref_replaces_the_plain_url() -> None:
     env = {e["name"]: e for e in container["env"]}
     assert env["SENDGROUP_DEFAULT_REDIS_URL"]["value"] == "redis://redis:6379/0"
     assert "SENDGROUP_DEFAULT_REDIS_SECRET" not in env
+
+
+def test_sharded_lease_requests_get_their_own_priority_level() -> None:
+    """With sharding, a FlowSchema classifies the operator's Lease requests (its
+    ServiceAccount, leases in the release namespace, every verb shardmember.py uses) under the
+    built-in leader-election priority level, ahead of the built-in service-accounts FlowSchema
+    (9000); it can be turned off, and is not rendered without sharding."""
+    objects = render({"replicas": 2, "sharding.enabled": True})
+    [schema] = find(objects, "FlowSchema")
+    assert schema["apiVersion"] == "flowcontrol.apiserver.k8s.io/v1"
+    assert schema["metadata"]["name"] == "sg-sendgroup-operator-mail-shard-leases"
+    assert "namespace" not in schema["metadata"]  # cluster-scoped
+    spec = schema["spec"]
+    assert spec["priorityLevelConfiguration"] == {"name": "leader-election"}
+    assert spec["matchingPrecedence"] < 9000
+    [rule] = spec["rules"]
+    [sa] = find(objects, "ServiceAccount", "sg-sendgroup-operator")  # the operator's, not workers'
+    assert rule["subjects"] == [
+        {
+            "kind": "ServiceAccount",
+            "serviceAccount": {"name": sa["metadata"]["name"], "namespace": "mail"},
+        }
+    ]
+    [resources] = rule["resourceRules"]
+    assert resources["apiGroups"] == ["coordination.k8s.io"]
+    assert resources["resources"] == ["leases"] and resources["namespaces"] == ["mail"]
+    [shard_rule] = RULES["shard"]
+    assert set(shard_rule["verbs"]) <= set(resources["verbs"])  # every verb the operator may use
+    assert "nonResourceRules" not in rule
+
+    custom = render(
+        {
+            "replicas": 2,
+            "sharding.enabled": True,
+            "sharding.flowSchema.priorityLevel": "ours",
+            "sharding.flowSchema.matchingPrecedence": 700,
+        }
+    )
+    [schema] = find(custom, "FlowSchema")
+    assert schema["spec"]["priorityLevelConfiguration"] == {"name": "ours"}
+    assert schema["spec"]["matchingPrecedence"] == 700
+    assert (
+        find(
+            render({"replicas": 2, "sharding.enabled": True, "sharding.flowSchema.enabled": False}),
+            "FlowSchema",
+        )
+        == []
+    )
+    assert find(render({"sharding.enabled": True}), "FlowSchema") == []  # one replica: no sharding
+    assert find(render({"replicas": 2}), "FlowSchema") == []  # peering, not sharding
+    bad = helm(
+        "template",
+        "sg",
+        str(CHART),
+        *values_args(
+            {
+                "replicas": 2,
+                "sharding.enabled": True,
+                "sharding.flowSchema.matchingPrecedence": 9000,
+            }
+        ),
+        check=False,
+    )
+    assert bad.returncode != 0  # at or after service-accounts: would never match

@@ -5,6 +5,7 @@ event the waiting daemons use, the clean leave, and the orphan count of a sharde
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 from collections.abc import Callable, Coroutine
@@ -38,9 +39,14 @@ class FakeLeases:
         self.rv = 0
         self.calls: list[str] = []
         self.down = False
+        #: the timeout of every call (None: none given)
+        self.timeouts: list[float | None] = []
+        #: the next patch is applied, then answered with a timeout (outcome unknown)
+        self.lose_answer = False
 
-    def _check(self, call: str) -> None:
+    def _check(self, call: str, timeout: float | None = None) -> None:
         self.calls.append(call)
+        self.timeouts.append(timeout)
         if self.down:
             raise KubeError(0, "HTTP 0: connection refused")
 
@@ -50,8 +56,10 @@ class FakeLeases:
         self.leases[body["metadata"]["name"]] = body
         return body
 
-    async def list_leases(self, namespace: str, selector: str) -> list[dict[str, Any]]:
-        self._check("list")
+    async def list_leases(
+        self, namespace: str, selector: str, timeout: float | None = None
+    ) -> list[dict[str, Any]]:
+        self._check("list", timeout)
         wanted = dict(part.split("=") for part in selector.split(","))
         return [
             lease
@@ -59,16 +67,18 @@ class FakeLeases:
             if wanted.items() <= lease["metadata"]["labels"].items()
         ]
 
-    async def create_lease(self, body: dict[str, Any]) -> dict[str, Any]:
-        self._check("create")
+    async def create_lease(
+        self, body: dict[str, Any], timeout: float | None = None
+    ) -> dict[str, Any]:
+        self._check("create", timeout)
         if body["metadata"]["name"] in self.leases:
             raise KubeError(409, "HTTP 409: exists")
         return self._stored(body)
 
     async def patch_lease(
-        self, namespace: str, name: str, patch: dict[str, Any]
+        self, namespace: str, name: str, patch: dict[str, Any], timeout: float | None = None
     ) -> dict[str, Any] | None:
-        self._check("patch")
+        self._check("patch", timeout)
         lease = self.leases.get(name)
         if lease is None:
             return None
@@ -76,10 +86,14 @@ class FakeLeases:
         if rv is not None and rv != lease["metadata"]["resourceVersion"]:
             raise KubeError(409, "HTTP 409: conflict")
         lease["spec"].update(patch["spec"])
-        return self._stored(lease)
+        stored = self._stored(lease)
+        if self.lose_answer:
+            self.lose_answer = False
+            raise KubeError(0, "HTTP 0: ReadTimeoutError: read timed out")
+        return stored
 
-    async def delete_lease(self, namespace: str, name: str) -> None:
-        self._check("delete")
+    async def delete_lease(self, namespace: str, name: str, timeout: float | None = None) -> None:
+        self._check("delete", timeout)
         self.leases.pop(name, None)
 
 
@@ -236,3 +250,55 @@ async def test_a_long_dead_members_lease_is_deleted() -> None:
     await a.poll(LOG)
     assert set(fake.leases) == {"sgo-a"}
     assert a.membership.members(a.membership.last_poll or 0) == ("a",)
+
+
+@sync
+async def test_every_lease_request_is_timed_out_within_the_fence() -> None:
+    """A poll counts from its start (rule a): each of its requests gets what is left of the
+    fence ``L - M`` as its timeout, so a poll never outlasts the moment it could unfence us."""
+    fake = FakeLeases()
+    a = shard(fake, "a", duration=15.0)
+    assert a.budget == 15.0 - 0.2 * 15.0
+    await a.poll(LOG)
+    await a.poll(LOG)
+    assert fake.calls == ["create", "list", "patch", "list"]
+    assert all(t is not None and 0 < t <= a.budget for t in fake.timeouts), fake.timeouts
+    assert fake.timeouts[1] <= fake.timeouts[0]  # the list gets what the renewal left
+
+
+@sync
+async def test_a_renewal_with_an_unknown_outcome_does_not_make_us_join_again(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A renewal applied by the API server but timed out on our side must not read as
+    "someone else changed our Lease" at the next renewal (join again: act on nothing for L):
+    the next renewal takes the Lease over (create 409, plain patch) instead."""
+    fake = FakeLeases()
+    a = shard(fake, "a")
+    await a.poll(LOG)
+    joined = a.membership.joined_at
+    fake.lose_answer = True
+    assert not await a.poll(LOG)
+    fake.calls.clear()
+    with caplog.at_level(logging.ERROR):
+        assert await a.poll(LOG)
+    assert fake.calls == ["create", "patch", "list"]
+    assert "another replica running" not in caplog.text
+    assert a.membership.joined_at == joined
+
+
+@sync
+async def test_a_failed_poll_is_tried_again_sooner() -> None:
+    """After a failed poll the next one comes after 2 L / 15 (client-go's retry period), not
+    L / 3: a poll that failed under load has the rest of the fence to succeed in."""
+    for down, most, least in ((False, 3, 2), (True, 99, 5)):
+        fake = FakeLeases()
+        fake.down = down
+        a = shard(fake, "a", duration=1.5)  # polls every 0.5 s; after a failure, 0.2 s
+        task = asyncio.create_task(a.run(LOG))
+        await asyncio.sleep(0.95)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        polls = fake.calls.count("list") if not down else len(fake.calls)
+        assert least <= polls <= most, (down, fake.calls)
