@@ -132,7 +132,9 @@ def worker_argv(peer: str, setup: Setup, concurrency: int, smtp: str = "") -> li
         return [php_bin(), str(LARAVEL_ARTISAN), "queue:work", "redis", f"--queue={db_queue()}",
                 "--quiet", "--tries=1"]  # fmt: skip
     py = db.python_for(peer, setup.peers_python)
-    argv = [str(py), "-m", "bench.peer_workers", "work", peer, "--url", setup.server.url]
+    # gevent peers (dramatiq-gevent, celery-gevent): an entry that monkey-patches first
+    module = "bench.peer_gevent" if peer.endswith("-gevent") else "bench.peer_workers"
+    argv = [str(py), "-m", module, "work", peer, "--url", setup.server.url]
     argv += ["--concurrency", str(concurrency)]
     if smtp:
         argv += ["--smtp", smtp]
