@@ -37,6 +37,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import statistics
 import subprocess
 import time
@@ -223,7 +224,8 @@ def senders() -> list[Row]:
             "sendgroup-worker (default)",
             4,
             "reused (pool), pipelined",
-            {"WORKER_CONCURRENCY": "auto"},
+            # INFO (the worker's default level; WARNING elsewhere): its lane changes for the trace
+            {"WORKER_CONCURRENCY": "auto", "LOG_LEVEL": "INFO"},
         ),
     ]
     for peer in PEERS:
@@ -410,6 +412,7 @@ def run(ctx: Context) -> Result:
     measured: Measured = {(row[0], link): [] for row in rows_spec for link in links}
     errors: list[str] = []
     build: dict[str, dict[str, float]] = {}
+    traces: dict[str, list[tuple[db.Drain, list[LaneChange]]]] = {link: [] for link in links}
     try:
         setup = w.Setup(server, ctx.peers_python, logs)
         laravel_payloads: Path | None = None
@@ -432,6 +435,9 @@ def run(ctx: Context) -> Result:
                 n = mails[link]
                 for key, worker, label, conc, _, extra in rows_spec:
                     d: db.Drain | None = None
+                    smtp = f"{target[0]}:{target[1]}"
+                    log = w.peer_log(setup, worker, conc, smtp, extra) if key == TRACED else None
+                    offset = log.stat().st_size if log is not None and log.exists() else 0
                     try:
                         if worker.startswith("loop-"):
                             d = run_loop(worker, setup, n, target, cap)
@@ -447,7 +453,7 @@ def run(ctx: Context) -> Result:
                                 0,
                                 cap=cap,
                                 concurrency=conc,
-                                smtp=f"{target[0]}:{target[1]}",
+                                smtp=smtp,
                                 smtp_host=target[0],
                                 smtp_port=target[1],
                                 extra_env=extra,
@@ -460,6 +466,11 @@ def run(ctx: Context) -> Result:
                         )
                         ctx.log(f"FAILED {errors[-1]}")
                     measured[(key, link)].append(d)
+                    if log is not None and d is not None:
+                        with log.open("rb") as f:
+                            f.seek(offset)
+                            text = f.read().decode(errors="replace")
+                        traces[link].append((d, lane_changes(text, d.first)))
                     if d is not None:
                         ctx.log(
                             f"round {rnd + 1}, {link}: {label} "
@@ -557,6 +568,7 @@ def run(ctx: Context) -> Result:
     )
     findings = findings_for(measured, list(links), targets.rtt)
     findings += laravel_findings(measured, list(links), targets.rtt, build)
+    findings += trace_findings(traces)
     findings += errors
     plot = Plot(
         filename="smtp-throughput.png",
@@ -578,6 +590,13 @@ def run(ctx: Context) -> Result:
         "relay_cpu_s": relay_cpu,
         "rounds": rounds,
         "laravel_settings": LARAVEL_SETTINGS,
+        "lane_trace": {
+            link: [
+                {"rate": d.rate, "seconds": d.seconds, "changes": [c._asdict() for c in changes]}
+                for d, changes in drains
+            ]
+            for link, drains in traces.items()
+        },
         "build_cost": build,
         "rates": {f"{k}/{link}": rates(measured, k, link) for (k, link) in measured},
         "cpu_ms_per_mail": {
@@ -585,7 +604,79 @@ def run(ctx: Context) -> Result:
             for (k, link), ds in measured.items()
         },
     }
-    return Result(tables=[table, build_table], plots=[plot], findings=findings, raw=raw)
+    tables = [table, build_table, trace_table(traces)]
+    return Result(tables=tables, plots=[plot], findings=findings, raw=raw)
+
+
+#: the row whose lane changes the report traces (our default)
+TRACED = "ours-auto"
+#: the worker's INFO line for a lane change (bench/our_worker.py puts time.time() first)
+LANE_LINE = re.compile(r"^(\d+\.\d+) INFO \S+: lanes (\d+) -> (\d+): (.*)$", re.MULTILINE)
+
+
+class LaneChange(NamedTuple):
+    """One lane change the worker logged: seconds after the drain's first mail (negative:
+    before it), lanes before and after, the controller's reason."""
+
+    at: float
+    before: int
+    after: int
+    reason: str
+
+
+def lane_changes(log_text: str, first: float | None) -> list[LaneChange]:
+    """The lane changes in one drain's part of our worker's log, times relative to ``first``
+    (the drain's first stamp, time.time())."""
+    base = first or 0.0
+    return [
+        LaneChange(float(t) - base, int(a), int(b), why)
+        for t, a, b, why in LANE_LINE.findall(log_text)
+    ]
+
+
+def trace_table(traces: dict[str, list[tuple[db.Drain, list[LaneChange]]]]) -> Table:
+    """One row per drain of our default: its rate, length and lane changes with their times."""
+    rows: list[list[object]] = []
+    for link, drains in traces.items():
+        for rnd, (d, changes) in enumerate(drains, 1):
+            steps = "; ".join(f"{c.at:.2f} s: {c.before} -> {c.after}" for c in changes)
+            last = changes[-1].after if changes else 4
+            rows.append([link, rnd, d.rate, d.seconds, last, steps or "none (4 lanes throughout)"])
+    return Table(
+        title="Our default (WORKER_CONCURRENCY=auto): its lane count during each drain",
+        columns=["link", "round", "mails/s", "drain s", "lanes at the end", "lane changes"],
+        rows=rows,  # type: ignore[arg-type]
+        note=(
+            "The lane changes the worker logged at INFO ('lanes N -> M: reason', "
+            "sendgroup_worker.worker), each at its time.time() minus the drain's first mail's "
+            "stamp (s after the first mail; negative: before it); the drain lasts from the first "
+            "to the last mail. auto starts at 4 lanes. The controller's reasons are in "
+            "results.json (lane_trace)."
+        ),
+    )
+
+
+def trace_findings(traces: dict[str, list[tuple[db.Drain, list[LaneChange]]]]) -> list[str]:
+    """Per link: the lanes auto ended at and when its last climb came, against the drain's
+    length."""
+    out: list[str] = []
+    for link, drains in traces.items():
+        if not drains:
+            continue
+        ends = [changes[-1].after if changes else 4 for _, changes in drains]
+        climbs = [
+            max((c.at for c in changes if c.after > c.before), default=None)
+            for _, changes in drains
+        ]
+        out.append(
+            f"{link}: our default (auto) starts at 4 lanes; over the {len(drains)} drains it "
+            f"ended at {', '.join(str(e) for e in ends)} lanes, its last climb "
+            + ", ".join("none" if c is None else f"{c:.2f} s" for c in climbs)
+            + " after the first mail, in drains of "
+            + ", ".join(f"{d.seconds:.2f} s" for d, _ in drains)
+            + " (lane trace table)."
+        )
+    return out
 
 
 def io_settings_text() -> str:
@@ -654,7 +745,7 @@ def findings_for(measured: Measured, links: list[str], rtt: dict[str, float]) ->
         if od and ran:
             best = max(ran, key=lambda row: ran[row])
             cd, cb = cpu_ms(measured, dflt, link), cpu_ms(measured, best, link)
-            cpu = f"; CPU per mail {cd:.2f} vs {cb:.2f} ms" if cd and cb else ""
+            cpu = f"; CPU per mail: ours {cd:.2f}, its {cb:.2f} ms" if cd and cb else ""
             goal = f"the issue-19 goal is >= {2 if link != 'loopback' else 1.5}x"
             if ran[best] > od:
                 out.append(

@@ -249,6 +249,17 @@ def enqueue(peer: str, setup: Setup, jobs: int) -> None:
     )  # fmt: skip
 
 
+def peer_log(
+    setup: Setup, peer: str, concurrency: int, smtp: str, extra_env: dict[str, str] | None
+) -> Path:
+    """The log file of :func:`run_peer`'s worker (``ours16`` is ``ours``); appended to by every
+    drain with the same arguments."""
+    peer = "ours" if peer == "ours16" else peer
+    suffix = "-smtp" if smtp else ""
+    suffix += "".join(f"-{k}={v}" for k, v in sorted((extra_env or {}).items()))
+    return setup.logs / f"{peer}-{concurrency}{suffix}.log"
+
+
 def run_peer(
     peer: str,
     setup: Setup,
@@ -279,9 +290,7 @@ def run_peer(
     else:
         env = dict(PEER_ENV.get(peer, {}))
     env.update(extra_env or {})
-    suffix = "-smtp" if smtp else ""
-    suffix += "".join(f"-{k}={v}" for k, v in sorted((extra_env or {}).items()))
-    log = setup.logs / f"{peer}-{concurrency}{suffix}.log"
+    log = peer_log(setup, peer, concurrency, smtp, extra_env)
     argv = worker_argv(peer, setup, concurrency, smtp)
     result = db.Drain(0, 0.0, 0.0, None, None)
     try:
