@@ -100,6 +100,8 @@ class Drain:
     trips_per_job: float | None
     redis_cpu_per_1000: float | None = None
     latencies_ms: list[float] = field(default_factory=list)
+    #: time.time() of the first stamp (the window's start), for events logged by the worker
+    first: float | None = None
 
     @property
     def rate(self) -> float:
@@ -230,6 +232,7 @@ def measure(
         commands_per_job=commands,
         trips_per_job=trips,
         redis_cpu_per_1000=redis_cpu,
+        first=first,
     )
 
 

@@ -35,7 +35,12 @@ def main() -> None:
     ap.add_argument("--handler", choices=["noop", "mail"], default="noop")
     args = ap.parse_args()
     config = WorkerConfig.from_env()
-    logging.basicConfig(level=config.log_level.upper(), stream=sys.stderr)
+    # each line with its time.time(), the stamps' clock (scenario 2's lane trace reads them)
+    logging.basicConfig(
+        level=config.log_level.upper(),
+        stream=sys.stderr,
+        format="%(created).6f %(levelname)s %(name)s: %(message)s",
+    )
     fd = args.stamp_fd
 
     async def run() -> int:

@@ -19,7 +19,9 @@ Peers ("loop-*" send mails from memory, no queue, as the SMTP baselines):
 BLPOP on notify when empty: not Laravel), ``rq`` (SimpleWorker), ``arq``, ``saq``, ``dramatiq``
 (RedisBroker, in-process Worker; ``dramatiq_queue_prefetch`` from the environment), ``celery``
 (Redis broker, solo pool), ``loop-smtplib-new``, ``loop-smtplib-reused``,
-``loop-aiosmtplib-reused``.
+``loop-aiosmtplib-reused``; ``dramatiq-gevent`` and ``celery-gevent`` are Dramatiq and Celery
+on gevent (greenlets for threads, Celery's ``--pool=gevent``), run through
+``bench.peer_gevent``, which monkey-patches the standard library before anything else.
 Laravel's own worker (``php artisan queue:work``, bench/laravel/artisan) is run by the scenario
 directly; here only its jobs are enqueued (``enqueue laravel``: Laravel's layout, as ours, the
 job class ``Bench\\Stamp@fire``).
@@ -47,6 +49,8 @@ QUEUE = "bench"
 LARAVEL_JOB = "Bench\\Stamp@fire"
 #: Celery's prefetch multiplier (its optimizing guide: "64, or 128" for many short tasks)
 CELERY_PREFETCH = 128
+#: the peers run on gevent (``bench.peer_gevent`` patches first): the library they use
+GEVENT_PEERS = {"dramatiq-gevent": "dramatiq", "celery-gevent": "celery"}
 STAMP = struct.Struct("d")
 
 _stamp_fd = -1
@@ -218,6 +222,7 @@ class Enqueuer:
     :meth:`one`."""
 
     def __init__(self, peer: str, url: str) -> None:
+        peer = GEVENT_PEERS.get(peer, peer)  # the same queue and payloads as without gevent
         self.peer = peer
         self.url = url
         self.loop = asyncio.new_event_loop()
@@ -369,8 +374,25 @@ def work_loop(peer: str, jobs: int, size: int) -> None:
         stamp()
 
 
+def check_gevent(peer: str) -> None:
+    """For a gevent peer: SystemExit unless the process was monkey-patched (socket, ssl,
+    threading, select), then one line on stderr (the worker's log) saying it was."""
+    from gevent import monkey
+
+    missing = [
+        m for m in ("socket", "ssl", "threading", "select") if not monkey.is_module_patched(m)
+    ]
+    if missing:
+        raise SystemExit(f"{peer}: run through bench.peer_gevent (not patched: {missing})")
+    print(f"{peer}: gevent monkey-patched socket, ssl, threading, select", file=sys.stderr)
+
+
 def work(peer: str, url: str, concurrency: int, jobs: int, size: int) -> None:
     logging.basicConfig(level=logging.WARNING)
+    pool = "solo"
+    if peer in GEVENT_PEERS:
+        check_gevent(peer)
+        peer, pool = GEVENT_PEERS[peer], "gevent"
     if peer.startswith("loop-"):
         work_loop(peer, jobs, size)
     elif peer == "laravel-loop":
@@ -420,8 +442,8 @@ def work(peer: str, url: str, concurrency: int, jobs: int, size: int) -> None:
         app.worker_main(
             argv=[
                 "worker",
-                "--pool=solo",
-                "--concurrency=1",
+                f"--pool={pool}",
+                f"--concurrency={concurrency if pool == 'gevent' else 1}",
                 f"--prefetch-multiplier={CELERY_PREFETCH}",
                 "--without-heartbeat",
                 "--without-mingle",

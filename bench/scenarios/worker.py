@@ -133,7 +133,9 @@ def worker_argv(peer: str, setup: Setup, concurrency: int, smtp: str = "") -> li
         return [php_bin(), str(LARAVEL_ARTISAN), "queue:work", "redis", f"--queue={db_queue()}",
                 "--quiet", "--tries=1"]  # fmt: skip
     py = db.python_for(peer, setup.peers_python)
-    argv = [str(py), "-m", "bench.peer_workers", "work", peer, "--url", setup.server.url]
+    # gevent peers (dramatiq-gevent, celery-gevent): an entry that monkey-patches first
+    module = "bench.peer_gevent" if peer.endswith("-gevent") else "bench.peer_workers"
+    argv = [str(py), "-m", module, "work", peer, "--url", setup.server.url]
     argv += ["--concurrency", str(concurrency)]
     if smtp:
         argv += ["--smtp", smtp]
@@ -248,6 +250,17 @@ def enqueue(peer: str, setup: Setup, jobs: int) -> None:
     )  # fmt: skip
 
 
+def peer_log(
+    setup: Setup, peer: str, concurrency: int, smtp: str, extra_env: dict[str, str] | None
+) -> Path:
+    """The log file of :func:`run_peer`'s worker (``ours16`` is ``ours``); appended to by every
+    drain with the same arguments."""
+    peer = "ours" if peer == "ours16" else peer
+    suffix = "-smtp" if smtp else ""
+    suffix += "".join(f"-{k}={v}" for k, v in sorted((extra_env or {}).items()))
+    return setup.logs / f"{peer}-{concurrency}{suffix}.log"
+
+
 def run_peer(
     peer: str,
     setup: Setup,
@@ -278,9 +291,7 @@ def run_peer(
     else:
         env = dict(PEER_ENV.get(peer, {}))
     env.update(extra_env or {})
-    suffix = "-smtp" if smtp else ""
-    suffix += "".join(f"-{k}={v}" for k, v in sorted((extra_env or {}).items()))
-    log = setup.logs / f"{peer}-{concurrency}{suffix}.log"
+    log = peer_log(setup, peer, concurrency, smtp, extra_env)
     argv = worker_argv(peer, setup, concurrency, smtp)
     result = db.Drain(0, 0.0, 0.0, None, None)
     try:
