@@ -228,10 +228,15 @@ def encode_body(kind: str, records: list[Any]) -> bytes:
     return b"".join(parts)
 
 
-def _frame(kind: bytes, count: int, body: bytes) -> bytes:
+def _frame_parts(kind: bytes, count: int, body: bytes) -> tuple[bytes, bytes, bytes]:
+    """A frame as its three parts, (head, body, checksum), to write or hash one after the
+    other without joining them (a body is up to 4 MiB)."""
     head = _CHUNK_HEAD.pack(kind, count, len(body))
-    crc = zlib.crc32(body, zlib.crc32(head))
-    return head + body + _U32.pack(crc)
+    return head, body, _U32.pack(zlib.crc32(body, zlib.crc32(head)))
+
+
+def _frame(kind: bytes, count: int, body: bytes) -> bytes:
+    return b"".join(_frame_parts(kind, count, body))
 
 
 class SegmentWriter:
@@ -256,17 +261,14 @@ class SegmentWriter:
         self.bytes += len(data)
 
     def chunk(self, kind: str, records: list[Any]) -> None:
-        """Append one chunk of ``records`` (no-op when empty): the frame of :func:`_frame`,
-        written as its three parts, so that the body (up to :data:`~sendgroup_worker.dumps.
+        """Append one chunk of ``records`` (no-op when empty): its frame written as its three
+        parts (:func:`_frame_parts`), so that the body (up to :data:`~sendgroup_worker.dumps.
         dump.CHUNK_BYTES`) is not copied once more into one frame (a 100,000-job dump of 1.5 KB
         jobs: ~118,000 -> ~10,300 page faults, 0.35 -> 0.10 s of system CPU)."""
         if not records:
             return
-        body = encode_body(kind, records)
-        head = _CHUNK_HEAD.pack(kind.encode(), len(records), len(body))
-        self._write(head)
-        self._write(body)
-        self._write(_U32.pack(zlib.crc32(body, zlib.crc32(head))))
+        for part in _frame_parts(kind.encode(), len(records), encode_body(kind, records)):
+            self._write(part)
         self.counts.add(kind, len(records))
 
     def finish(self) -> None:
@@ -393,10 +395,10 @@ def _read_frame(
     if n > _MAX_BODY:
         raise SegmentError(f"{where}: {what} at byte {offset} claims {n} bytes (corrupted)")
     body = _read_exact(fh, n, where, f"{what} body at byte {offset}")
-    (crc,) = _U32.unpack(_read_exact(fh, 4, where, f"{what} checksum at byte {offset}"))
-    if zlib.crc32(body, zlib.crc32(head)) != crc:
+    checksum = _read_exact(fh, 4, where, f"{what} checksum at byte {offset}")
+    if zlib.crc32(body, zlib.crc32(head)) != _U32.unpack(checksum)[0]:
         raise SegmentError(f"{where}: checksum mismatch in {what} at byte {offset} (corrupted)")
-    return kind_b.decode("latin-1"), count, body, (head, body, _U32.pack(crc))
+    return kind_b.decode("latin-1"), count, body, (head, body, checksum)
 
 
 def _digest(parts: tuple[bytes, ...]) -> bytes:
