@@ -77,3 +77,36 @@ def test_metrics_keep_their_content() -> None:
         metrics.close()
     assert status == 200
     assert b'sendgroup_worker_jobs_total{outcome="delivered",queue="q",sendgroup="g"} 1.0' in body
+
+
+def _get6(port: int, path: str) -> tuple[int, bytes]:
+    with urllib.request.urlopen(f"http://[::1]:{port}{path}", timeout=5) as resp:
+        return resp.status, resp.read()
+
+
+@pytest.mark.parametrize("host", ["::1", "::"])
+@pytest.mark.parametrize("which", ["metrics", "health"])
+def test_both_servers_listen_on_an_ipv6_host(which: str, host: str) -> None:
+    """``METRICS_HOST`` / ``HEALTH_HOST`` set to an IPv6 address (an IPv6-only pod network
+    wants ``::``) listen on IPv6, answer there, and stop at once. Before, the health server
+    tried an IPv4 socket on ``::`` and only logged that it could not listen."""
+    port = free_port()
+    if which == "metrics":
+        metrics = WorkerMetrics("q")
+        metrics.serve(port, host)
+        assert metrics._server is not None
+        thread, close, path = metrics._server[1], metrics.close, "/metrics"
+    else:
+        health = WorkerHealth(stall_after=30, job_limit=90, checks={})
+        assert health.serve(port, host) == port
+        assert health._server is not None
+        thread, close, path = health._server[1], health.close, "/livez"
+    try:
+        status, body = _get6(port, path)
+        assert status == 200 and body
+    finally:
+        started = time.monotonic()
+        close()
+        took = time.monotonic() - started
+    assert took < 0.5
+    assert not thread.is_alive()

@@ -202,8 +202,11 @@ class WorkerHealth:
             def log_message(self, format: str, *args: object) -> None:
                 return  # the kubelet probes every few seconds: no access log
 
+        class Server(ThreadingHTTPServer):
+            address_family = httpthread.family(host)  # "::" or "::1" listen on IPv6
+
         try:
-            server = ThreadingHTTPServer((host, port), Handler)
+            server = Server((host, port), Handler)
         except OSError as exc:
             # the worker can still send mail; in a pod the probes then fail and say why
             log.error("health server: cannot listen on %s:%d: %s", host, port, exc)
