@@ -309,6 +309,118 @@ def test_ha_instances_share_the_chart_peering_and_fail_over(
         )  # fmt: skip
 
 
+def test_sharded_install_runs_every_instance_active_under_the_chart_account(
+    kube_cluster: KubeCluster, redis_url: str, redis_client: redis.Redis, tmp_path: Path
+) -> None:
+    """``sharding.enabled`` with ``replicas: 2`` (issue 15): the chart renders two instances
+    with their shard identities and no KopfPeering, grants Leases in its own namespace only and
+    installs its FlowSchema, which the API server accepts. The two instances, run as processes
+    with the rendered environments under the chart-created ServiceAccount, meet through their
+    Leases and split the groups (each group's Deployment written by exactly one of them); when
+    one stops, the other takes its groups and applies a change to one of them. No request of
+    theirs is refused (403)."""
+    home = _new_namespace(kube_cluster, "chart-shard")
+    release, full = "sgsh", "sgsh-sendgroup-operator"
+    # a second release in the cluster: the cluster-scoped defaults belong to the first one
+    values = {
+        **LOCAL_IMAGES,
+        "replicas": 2,
+        "sharding.enabled": True,
+        "sharding.leaseDuration": 6,
+        "rbac.aggregatedRoles": False,
+        "defaultProviders.enabled": False,
+    }
+    names = [f"sh{i}" for i in range(16)]
+    procs: dict[str, OperatorProcess] = {}
+    objects = Objects(kube_cluster, home)
+    get = kube_cluster.kubectl
+    try:
+        helm(
+            "install", release, str(CHART), "-n", home, *values_args(values),
+            kubeconfig=kube_cluster.kubeconfig,
+        )  # fmt: skip
+        deployments = json.loads(get("get", "deployments", "-n", home, "-o", "json").stdout)
+        assert sorted(d["metadata"]["name"] for d in deployments["items"]) == [full, f"{full}-1"]
+        assert get("get", "kopfpeerings", "-n", home, "-o", "name").stdout.strip() == ""
+        flow = json.loads(
+            get("get", "flowschema", f"{full}-{home}-shard-leases", "-o", "json").stdout
+        )
+        assert flow["spec"]["priorityLevelConfiguration"]["name"] == "leader-election"
+        operator = f"system:serviceaccount:{home}:{full}"
+        for verb in ("list", "create", "patch", "delete"):
+            can = get("auth", "can-i", verb, "leases.coordination.k8s.io", "-n", home,
+                      f"--as={operator}", check=False)  # fmt: skip
+            assert can.stdout.strip() == "yes", (verb, can.stdout, can.stderr)
+        elsewhere = get("auth", "can-i", "create", "leases.coordination.k8s.io", "-n",
+                        "default", f"--as={operator}", check=False)  # fmt: skip
+        assert elsewhere.stdout.strip() == "no"
+
+        kubeconfig = service_account_kubeconfig(kube_cluster, home, full, tmp_path / "shard.kc")
+        for dep in deployments["items"]:
+            env = env_of(dep, home)
+            assert env["SENDGROUP_SHARDING"] == "true" and "SENDGROUP_PEERING_NAME" not in env
+            for local in (
+                "SENDGROUP_DEFAULT_REDIS_URL",
+                "SENDGROUP_METRICS_PORT",
+                "SENDGROUP_HEALTH_PORT",
+            ):
+                env.pop(local)
+            env |= {"SENDGROUP_STANDALONE": "false", "SENDGROUP_REAPER_INTERVAL": "1"}
+            who = env["POD_ID"]
+            procs[who] = OperatorProcess(
+                kubeconfig, home, redis_url, tmp_path / f"{who}.log", **env
+            ).start()
+        assert sorted(procs) == [full, f"{full}-1"]
+        for who, proc in procs.items():
+            settled = f"members {full},{full}-1; this replica ({who}) owns"
+            wait_for(lambda p=proc, s=settled: s in p.log(), 60, f"{who} sees both members")
+
+        for name in names:
+            push(redis_client, f"mail-{name}", 1)
+        objects.apply("\n---\n".join(sendgroup(name) for name in names))
+
+        def writers(name: str) -> list[str]:
+            line = f"deployment sg-{name} replicas="
+            return [who for who, proc in procs.items() if line in proc.log()]
+
+        owner: dict[str, str] = {}
+        for name in names:
+            wait_for(lambda n=name: writers(n), 60, f"Deployment sg-{name} written")
+            wrote = writers(name)
+            assert len(wrote) == 1, f"sg-{name} written by {wrote}"
+            owner[name] = wrote[0]
+        assert set(owner.values()) == set(procs), owner  # 16 groups: both have a share
+
+        stopped, survivor = procs[full], procs[f"{full}-1"]
+        moved = next(n for n in names if owner[n] == full)
+        stopped.stop()  # a clean stop deletes its Lease: the survivor takes over at once
+        wait_for(
+            lambda: f"members {full}-1; this replica ({full}-1) owns 16" in survivor.log(),
+            30,
+            "the survivor owns every group",
+        )
+        objects.patch_sg(moved, {"workers": 3})
+        wait_for(
+            lambda: (
+                (objects.get("deployment", f"sg-{moved}") or {}).get("spec", {}).get("replicas")
+                == 3
+            ),
+            30,
+            f"the survivor scales sg-{moved} to 3",
+        )
+        for proc in procs.values():
+            log = proc.log()
+            forbidden = re.search(r"status=403\b|\(403\)|\b403 Forbidden|Forbidden", log)
+            assert "RBAC: cannot" not in log and not forbidden, log[-4000:]
+    finally:
+        for proc in procs.values():
+            proc.stop()
+            print(f"--- {proc.log_path}\n{proc.log()[-3000:]}")
+        get("delete", "sendgroups", "--all", "-n", home, "--wait=false", check=False)
+        helm("uninstall", release, "-n", home, kubeconfig=kube_cluster.kubeconfig, check=False)
+        get("delete", "namespace", home, "--wait=false", "--ignore-not-found")
+
+
 def test_all_namespaces_install_gives_cluster_wide_rights_that_suffice(
     kube_cluster: KubeCluster, redis_url: str, redis_client: redis.Redis, tmp_path: Path
 ) -> None:
