@@ -120,7 +120,11 @@ class Runtime:
     shard: Shard | None = None
 
     def __post_init__(self) -> None:
-        self.observer = Observer(self.queues, lambda key: self.kick(key, 0))
+        self.observer = Observer(
+            self.queues,
+            lambda key: self.kick(key, 0),
+            track=self.settings.redis_client_tracking,
+        )
 
     def deployment_index(self) -> DeploymentIndex | None:
         """The worker Deployments as the watch reported them, once the start-up LIST filled

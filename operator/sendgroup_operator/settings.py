@@ -265,6 +265,16 @@ class Settings:
         "pushed to it, a spec change and a provider change wake it at once, a "
         "ttlSecondsAfterFinished deadline is kept",
     )
+    redis_client_tracking: bool = _setting(
+        True,
+        "SENDGROUP_REDIS_CLIENT_TRACKING",
+        "",
+        "true: the idle groups of a standalone or Sentinel Redis (>= 6.0) are watched with "
+        "client tracking (Redis names a key when it changes: jobs pushed to an idle group wake "
+        "it within milliseconds, no command at rest but a check every 60 s); false, or where "
+        "Redis refuses it (logged once) and on Redis Cluster: one EXISTS per 500 idle groups "
+        "every 0.5 s (observer.py)",
+    )
     watch_namespaces: tuple[str, ...] = _setting(
         (),
         "SENDGROUP_WATCH_NAMESPACES",
@@ -491,6 +501,7 @@ class Settings:
             dumps_claim_name=e.get("SENDGROUP_DUMPS_CLAIM_NAME") or d.dumps_claim_name,
             reaper_interval=float(_req_int(e, "SENDGROUP_REAPER_INTERVAL", 10) or 1),
             idle_pass_interval=float(_req_int(e, "SENDGROUP_IDLE_PASS_INTERVAL", 60) or 1),
+            redis_client_tracking=_bool(e, "SENDGROUP_REDIS_CLIENT_TRACKING", True),
             watch_namespaces=namespaces,
             metrics_port=_req_int(e, "SENDGROUP_METRICS_PORT", d.metrics_port),
             peering_priority=_req_int(e, "SENDGROUP_PEERING_PRIORITY", 0),

@@ -77,12 +77,16 @@ def test_batched_measurements_match_single_ones(redis_url: str, redis_client: re
 def test_idle_groups_cost_one_exists_per_poll_and_a_push_wakes_its_group(
     redis_url: str, redis_client: redis.Redis
 ) -> None:
+    """Polled (client tracking off, as on Redis Cluster or where Redis refuses it)."""
     woken: list[tuple[str, float]] = []
 
     async def go() -> None:
         queues = RedisQueues()
         observer = Observer(
-            queues, wake=lambda key: woken.append((key, time.monotonic())), poll_interval=0.2
+            queues,
+            wake=lambda key: woken.append((key, time.monotonic())),
+            poll_interval=0.2,
+            track=False,
         )
         keys = [f"ns/g{i}" for i in range(GROUPS)]
         await asyncio.gather(*(observer.measure(k, redis_url, f"mail-{k[4:]}") for k in keys))
@@ -237,3 +241,136 @@ def test_the_idle_set_follows_settle_wake_forget_and_a_move(
         asyncio.run(go())
     finally:
         other.cleanup()
+
+
+async def _wait_for(what: object, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while not what() and time.monotonic() < deadline:  # type: ignore[operator]
+        await asyncio.sleep(0.005)
+
+
+def test_tracked_idle_groups_cost_no_command_at_rest_and_a_push_wakes_its_group_at_once(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    """Client tracking (standalone Redis >= 6): after the first check of the idle groups,
+    Redis sees no command at all from the observer (INFO commandstats), yet a job pushed to
+    one of them wakes that group, and only it, within milliseconds: long before a poll could
+    (the poll interval here is 30 s). The group is tracked again once it settles idle."""
+    woken: list[tuple[str, float]] = []
+
+    async def go() -> None:
+        queues = RedisQueues()
+        observer = Observer(
+            queues, wake=lambda key: woken.append((key, time.monotonic())), poll_interval=0.05
+        )
+        keys = [f"ns/t{i}" for i in range(GROUPS)]
+        await asyncio.gather(*(observer.measure(k, redis_url, f"mail-{k[3:]}") for k in keys))
+        for k in keys:
+            observer.settle(k, idle=True)
+        await _wait_for(lambda: observer.counts.idle_checks >= GROUPS, 5)
+        assert observer.counts.idle_checks == GROUPS  # each group read once, now tracked
+        observer.poll_interval = 30.0  # a poll cannot explain what follows
+        before = _calls(redis_client)
+        await asyncio.sleep(2.0)
+        after = _calls(redis_client)
+        assert sum(after.values()) - sum(before.values()) == 1  # INFO itself, nothing else
+        assert not woken
+
+        for round_ in range(2):  # the second time: tracked again after it settled idle
+            pushed = time.monotonic()
+            redis_client.rpush(QueueKeys("mail-t42").ready, _job(f"late{round_}"))
+            await _wait_for(lambda: woken, 5)
+            assert [k for k, _ in woken] == ["ns/t42"]
+            assert woken[0][1] - pushed < 0.2, woken[0][1] - pushed
+            assert "ns/t42" not in observer.idle_groups()
+            m = await observer.measure("ns/t42", redis_url, "mail-t42")
+            assert m.ready == 1  # a full measurement now
+            redis_client.delete(QueueKeys("mail-t42").ready)  # as if a worker took it
+            m = await observer.measure("ns/t42", redis_url, "mail-t42")
+            assert m.total == 0
+            checks = observer.counts.idle_checks
+            observer.poll_interval = 0.05  # how soon a group that became idle is read
+            observer.settle("ns/t42", idle=True)  # read (so tracked) within that
+            await _wait_for(lambda n=checks: observer.counts.idle_checks > n, 2)
+            assert observer.counts.idle_checks == checks + 1
+            observer.poll_interval = 30.0
+            woken.clear()
+        assert observer.counts.invalidations >= 2
+        await observer.close()
+        await queues.close()
+
+    asyncio.run(go())
+
+
+def test_tracking_survives_a_flush_and_a_killed_connection(
+    redis_client: redis.Redis,
+) -> None:
+    """A ``FLUSHALL`` (Redis reports "any key may have changed") and a killed invalidation
+    connection (``CLIENT KILL TYPE pubsub``) each lead to every idle group being read again,
+    so a later push still wakes its group; nothing is woken by the flush itself (the queues
+    are still empty)."""
+    server = RedisServer().start()
+    woken: list[str] = []
+
+    async def go() -> None:
+        queues = RedisQueues()
+        observer = Observer(queues, wake=woken.append, poll_interval=0.05)
+        client = server.client()
+        for i in range(3):
+            await observer.measure(f"ns/f{i}", server.url, f"mail-f{i}")
+            observer.settle(f"ns/f{i}", idle=True)
+        await _wait_for(lambda: observer.counts.idle_checks >= 3, 5)
+        client.flushall()
+        await asyncio.sleep(0.3)
+        assert not woken and len(observer.idle_groups()) == 3
+        client.rpush(QueueKeys("mail-f1").ready, _job("after-flush"))
+        await _wait_for(lambda: woken, 5)
+        assert woken == ["ns/f1"]
+
+        assert int(client.execute_command("CLIENT", "KILL", "TYPE", "pubsub")) == 1
+        await asyncio.sleep(0.5)  # the loss is seen, the round polls, tracking reopens
+        client.rpush(QueueKeys("mail-f2").ready, _job("after-kill"))
+        await _wait_for(lambda: len(woken) == 2, 5)
+        assert woken == ["ns/f1", "ns/f2"]
+        assert int(client.execute_command("CLIENT", "KILL", "TYPE", "pubsub")) == 1  # reopened
+        await observer.close()
+        await queues.close()
+
+    try:
+        asyncio.run(go())
+    finally:
+        server.cleanup()
+
+
+def test_a_redis_that_refuses_tracking_is_polled_and_says_so_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An ACL user without the ``client`` command (a tenant's restricted Redis user) cannot
+    turn tracking on: the observer logs it once and polls that Redis, and a push still wakes
+    its group within a poll."""
+    server = RedisServer().start()
+    woken: list[str] = []
+    admin = server.client()
+    admin.execute_command("ACL", "SETUSER", "tenant", "on", ">pw", "~*", "&*", "+@all", "-client")
+    url = server.url.replace("redis://", "redis://tenant:pw@", 1)
+
+    async def go() -> None:
+        queues = RedisQueues()
+        observer = Observer(queues, wake=woken.append, poll_interval=0.1)
+        await observer.measure("ns/r", url, "mail-r")
+        observer.settle("ns/r", idle=True)
+        await asyncio.sleep(0.5)
+        admin.rpush(QueueKeys("mail-r").ready, _job("polled"))
+        await _wait_for(lambda: woken, 5)
+        assert woken == ["ns/r"]
+        await observer.close()
+        await queues.close()
+
+    try:
+        with caplog.at_level("INFO", logger="sendgroup_operator.observer"):
+            asyncio.run(go())
+    finally:
+        server.cleanup()
+    refused = [r for r in caplog.records if "no client tracking" in r.getMessage()]
+    assert len(refused) == 1, [r.getMessage() for r in caplog.records]
+    assert "no permissions" in refused[0].getMessage() and "pw" not in refused[0].getMessage()

@@ -73,6 +73,7 @@ def test_each_setting_is_read_from_the_variable_it_documents() -> None:
             "default_redis_secret": "redis-default/url",
             "dump_signing_secret": "dump-key/key",
             "queue_name_policy": "namespace",
+            "redis_client_tracking": "false",  # true is the default
         }.get(field.name, _RAW[str(field.type)])
         read = settings.Settings.from_env({meta["env"]: raw})
         changed = [
