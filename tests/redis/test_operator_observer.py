@@ -15,6 +15,7 @@ import redis
 from sendgroup_operator.observer import Observer
 from sendgroup_operator.queueio import QueueUnavailable, RedisQueues
 from sendgroup_worker.queue.keys import QueueKeys
+from tests.support.redis_sentinel import SentinelSetup
 from tests.support.redis_server import RedisServer
 
 pytestmark = pytest.mark.redis
@@ -374,3 +375,56 @@ def test_a_redis_that_refuses_tracking_is_polled_and_says_so_once(
     refused = [r for r in caplog.records if "no client tracking" in r.getMessage()]
     assert len(refused) == 1, [r.getMessage() for r in caplog.records]
     assert "no permissions" in refused[0].getMessage() and "pw" not in refused[0].getMessage()
+
+
+def test_tracking_through_sentinel_follows_a_failover() -> None:
+    """On Sentinel the tracking connections go to the primary Sentinel names; when that
+    primary dies the watch loses them, polls, and opens them again on the promoted replica:
+    a push there still wakes the idle group, and the next one as fast as before."""
+    woken: list[tuple[str, float]] = []
+
+    async def go(sentinel: SentinelSetup) -> None:
+        queues = RedisQueues()
+        observer = Observer(
+            queues, wake=lambda key: woken.append((key, time.monotonic())), poll_interval=0.1
+        )
+        url = sentinel.url
+        await observer.measure("ns/s", url, "mail-s")
+        observer.settle("ns/s", idle=True)
+        await _wait_for(lambda: observer.counts.idle_checks >= 1, 5)
+        before = sentinel.primary
+        pushed = time.monotonic()
+        before.client().rpush(QueueKeys("mail-s").ready, _job("one"))
+        await _wait_for(lambda: woken, 5)
+        assert [k for k, _ in woken] == ["ns/s"] and woken[0][1] - pushed < 0.2
+        before.client().delete(QueueKeys("mail-s").ready)
+
+        before.cleanup()  # the primary dies; Sentinel promotes the replica
+        await _wait_for(lambda: sentinel.current_primary() is not before, 30)
+        after = sentinel.current_primary()
+        assert after is not before
+        for round_ in range(2):
+            deadline = time.monotonic() + 15
+            while True:  # as the group's next passes: the first ones may find no primary yet
+                try:
+                    assert (await observer.measure("ns/s", url, "mail-s")).total == 0
+                    break
+                except QueueUnavailable:
+                    assert time.monotonic() < deadline
+                    await asyncio.sleep(0.2)
+            observer.settle("ns/s", idle=True)
+            await asyncio.sleep(1.0)  # the lost connections seen, tracking reopened
+            woken.clear()
+            invalidations = observer.counts.invalidations
+            pushed = time.monotonic()
+            after.client().rpush(QueueKeys("mail-s").ready, _job(f"after-{round_}"))
+            await _wait_for(lambda: woken, 10)
+            assert [k for k, _ in woken] == ["ns/s"]
+            assert woken[0][1] - pushed < 0.2
+            assert observer.counts.invalidations == invalidations + 1  # tracked, not polled
+            after.client().delete(QueueKeys("mail-s").ready)
+        await observer.close()
+        await queues.close()
+
+    with SentinelSetup(down_after=1000) as sentinel:
+        asyncio.run(go(sentinel))
