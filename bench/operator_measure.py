@@ -11,16 +11,18 @@ their Redis side, through the operator's own :class:`~sendgroup_operator.observe
   the volume (the queue's keys empty): ``plan.rests_paused`` is true, the pass waits
   ``plan.idle_wait`` (INTERVAL: give ``SENDGROUP_IDLE_PASS_INTERVAL``, default 60 s) and the
   observer answers it from its last measurement without Redis; what touches Redis is the
-  observer's idle check, one ``EXISTS`` over every idle group of that Redis every
-  ``POLL_INTERVAL`` (0.5 s; here this one group).
+  observer's idle watch of that Redis (here this one group): with client tracking (standalone
+  and Sentinel Redis >= 6) one ``EXISTS`` and one ``PING`` every ``TRACKED_RECHECK`` (60 s),
+  else one ``EXISTS`` over every idle group every ``POLL_INTERVAL`` (0.5 s).
 
 Not modelled: the rest of a pass (planning, the Deployment read from the watch-fed index, the
 two Kubernetes API lists of Jobs and pods a paused group with jobs makes per pass, a status
 write when something changed) and the queue-claim recheck every ``CLAIM_RECHECK`` (300 s).
 
-Prints ``READY`` after a first measurement; on SIGTERM prints ``{"cpu": seconds, "measures":
-n, "round_trips": n}`` (its own CPU time since READY from ``time.process_time``; the full
-measurements and the observer's round trips since READY) and exits."""
+Prints ``READY`` after a first measurement (``--at-rest``: and the idle watch's first
+check); on SIGTERM prints ``{"cpu": seconds, "measures": n, "round_trips": n}`` (its own CPU
+time since READY from ``time.process_time``; the full measurements and the observer's round
+trips since READY) and exits."""
 
 from __future__ import annotations
 
@@ -47,6 +49,11 @@ async def run(url: str, queue: str, interval: float, at_rest: bool) -> None:
         if first.total:
             raise SystemExit(f"--at-rest: queue {queue!r} holds {first.total} jobs")
         observer.settle(KEY, True)
+        # the window is the steady state: after the idle watch's first check (which, with
+        # client tracking, opens its two connections: ~4 commands once, not per period)
+        while observer.counts.idle_checks < 1:
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.2)
     print("READY", flush=True)
     cpu0 = time.process_time()
     measured0, trips0 = observer.counts.measured, observer.counts.round_trips

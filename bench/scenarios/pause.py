@@ -441,8 +441,12 @@ def _result(
     findings.append(
         f"Ours after `reaper.dumpAfter` (30 min by default; the jobs moved to the volume, the "
         f"queue empty in Redis): the pass waits the idle interval ({rest_interval:g} s) and "
-        "is answered without Redis; what Redis sees is the operator's idle check, one EXISTS "
-        "every 0.5 s per Redis, shared by every idle group of that Redis. With this group "
+        "is answered without Redis; what Redis sees is the operator's idle watch, per Redis "
+        "and shared by every idle group of that Redis: with client tracking (the default on "
+        "standalone and Sentinel Redis >= 6) one EXISTS and one PING every 60 s, Redis naming "
+        "a changed key on its own; polled (Redis Cluster, or where tracking is refused) one "
+        "EXISTS every 0.5 s (a window shorter than 60 s may hold no safety check: over a "
+        "minute, tracked, 2 commands and 2 round trips, 0.033/s). With this group "
         f"alone on its Redis (the worst case): {rest['commands_per_s']:.2f} commands/s and "
         f"{rest['round_trips_per_s']:.2f} round trips/s, "
         f"{rest['extra_cpu_per_s'] * 1000:.3f} ms CPU/s: "
@@ -461,8 +465,7 @@ def _result(
         )
         + f" ({lara['extra_cpu_per_s'] * 1000:.3f} ms/s"
         + (
-            ": the operator's Python poll every 0.5 s costs more than 4 PHP workers asleep "
-            "3 s at a time)."
+            ": the operator's idle watch costs more than 4 PHP workers asleep 3 s at a time)."
             if rest["extra_cpu_per_s"] > lara["extra_cpu_per_s"]
             else ")."
         )
