@@ -617,7 +617,11 @@ class _Tracking:
                 if message is None:  # nothing within the time-out: read on
                     continue
                 self.heard = time.monotonic()
-                if isinstance(message, list) and len(message) == 3 and message[0] == b"message":
+                if (
+                    isinstance(message, list)
+                    and len(message) == 3
+                    and message[0] in (b"message", "message")
+                ):
                     payload = message[2]
                     if payload is None:
                         self.flushed = True
