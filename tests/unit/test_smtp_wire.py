@@ -1,12 +1,16 @@
 """What the pipelined send path (``smtppipe``) writes for a message is exactly what
 aiosmtplib's own rewriting gives (line ends made CRLF, a final CRLF, lines starting with ``.``
 dot-stuffed, then the end-of-data ``.``), whether the message takes the shortcut for
-already-canonical messages or not; and the mails the worker builds take the shortcut."""
+already-canonical messages or not; and the mails the worker builds take the shortcut. The
+MAIL FROM and RCPT TO commands quote addresses exactly as aiosmtplib's ``quote_address``
+does, including its refusals, whether the address takes the shortcut for plain ones or not."""
 
 from __future__ import annotations
 
 import asyncio
 
+import pytest
+from aiosmtplib.email import quote_address
 from aiosmtplib.protocol import PERIOD_REGEX, normalize_message_line_endings
 from hypothesis import example, given
 from hypothesis import strategies as st
@@ -80,3 +84,38 @@ def test_a_built_mail_needs_no_rewriting_unless_a_line_starts_with_a_dot() -> No
     assert not smtppipe.wire_ready(dotted)
     assert _sent(dotted) == _aiosmtplib(dotted)
     assert b"\r\n..starts with a dot\r\n.\r\n" in _sent(dotted)
+
+
+_ATEXT = "abzAZ09!#$%&'*+/=?^_`{|}~.-"
+_PLAIN = st.builds(
+    "{}@{}".format,
+    st.text(alphabet=st.sampled_from(list(_ATEXT)), min_size=1, max_size=12),
+    st.text(alphabet=st.sampled_from(list("abz09.-")), min_size=1, max_size=12),
+)
+#: addresses beside the plain ones: non-ASCII, quoted local parts, display names, brackets
+_OTHER = st.sampled_from(
+    [
+        "é@x.example",
+        '"a b"@x.example',
+        "Ann <a@x.example>",
+        "a@[10.0.0.1]",
+        "a@x_y.example",
+        "a@x.example> NOTIFY=NEVER",
+        "a@x.example NOTIFY=NEVER",
+    ]
+)
+
+
+@given(st.one_of(_PLAIN, _OTHER))
+def test_mail_and_rcpt_commands_quote_addresses_as_aiosmtplib_does(address: str) -> None:
+    encoding = "ascii" if address.isascii() else "utf-8"
+    quoted = quote_address(address).encode(encoding)
+    assert smtppipe.mail_command(address, [], encoding) == b"MAIL FROM:" + quoted
+    assert smtppipe.rcpt_command(address, encoding) == b"RCPT TO:" + quoted
+
+
+def test_an_address_with_a_space_is_refused_as_aiosmtplib_refuses_it() -> None:
+    with pytest.raises(ValueError, match="not permitted"):
+        smtppipe.rcpt_command("a b@x.example", "ascii")
+    with pytest.raises(ValueError, match="not permitted"):
+        smtppipe.mail_command("a b@x.example", [], "ascii")

