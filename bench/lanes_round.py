@@ -4,11 +4,13 @@ with the scenario's settings (``bench.scenarios.worker.ours_env``, its payloads,
 ``measure``: mails/s from the first to the last stamp, CPU ms per mail of the worker process).
 
 ``python -m bench.lanes_round [--rounds 3] [--mails-link 1000] [--mails-loopback 2000]
-[--lanes auto,4,8,16,32] [--base DIR]``, as root (the link is a network namespace), under
-``flock /tmp/bench.lock``. The worker runs this checkout's code (``PYTHONPATH`` to its source
-folders), not an installed copy; ``--base DIR`` adds a row ``base-auto``: ``auto`` with the
-code of another checkout (e.g. ``git archive main | tar -x -C DIR``), in the same rounds, so a
-change to the controller is compared under the same load. Prints one line per drain (with the
+[--lanes auto,4,8,16,32] [--links loopback,link] [--base DIR [--base-lanes auto]]``, as root
+(the link is a network namespace), under ``flock /tmp/bench.lock``. The worker runs this
+checkout's code (``PYTHONPATH`` to its source folders), not an installed copy; ``--base DIR``
+adds a row ``base-<lanes>`` per value of ``--base-lanes`` (default ``auto``): that setting
+with the code of another checkout (e.g. ``git archive main | tar -x -C DIR``), in the same
+rounds, each right before the same setting of this checkout, so a change (to the controller,
+or to the CPU per mail) is compared under the same load. Prints one line per drain (with the
 lane changes an auto worker logged) and the medians, each row's rounds in brackets.
 """
 
@@ -27,8 +29,9 @@ from tests.support.redis_server import RedisServer
 
 ROOT = Path(__file__).resolve().parents[1]
 LANES = "auto,4,8,16,32"
-#: the row that runs ``auto`` with ``--base``'s code
-BASE = "base-auto"
+#: the rows that run ``--base``'s code are named this prefix and their lanes
+BASE = "base-"
+LINKS = ("loopback", "link")
 
 
 def sources(root: Path) -> str:
@@ -67,11 +70,17 @@ def main() -> None:
     ap.add_argument("--mails-loopback", type=int, default=2000)
     ap.add_argument("--logs", type=Path, default=Path("/tmp/lanes-round-logs"))
     ap.add_argument("--lanes", default=LANES, help="WORKER_CONCURRENCY values, comma-separated")
-    ap.add_argument("--base", type=Path, help=f"a checkout whose auto runs as row {BASE}")
+    ap.add_argument("--links", default=",".join(LINKS), help="loopback, link or both")
+    ap.add_argument("--base", type=Path, help=f"a checkout whose code runs as rows {BASE}*")
+    ap.add_argument("--base-lanes", default="auto", help="the --base rows' WORKER_CONCURRENCY")
     args = ap.parse_args()
-    rows = [(v.strip(), ROOT) for v in args.lanes.split(",") if v.strip()]
-    if args.base is not None:
-        rows.insert(1, ("auto", args.base.resolve()))
+    rows: list[tuple[str, Path]] = []
+    base_lanes = [v.strip() for v in args.base_lanes.split(",") if v.strip()]
+    for value in (v.strip() for v in args.lanes.split(",") if v.strip()):
+        if args.base is not None and value in base_lanes:
+            rows.append((value, args.base.resolve()))
+        rows.append((value, ROOT))
+    links_wanted = {v.strip() for v in args.links.split(",")}
     args.logs.mkdir(parents=True, exist_ok=True)
     server = RedisServer().start()
     targets = smtplink.start(log=print)
@@ -81,14 +90,18 @@ def main() -> None:
         print("latency:", targets.how)
         setup = w.Setup(server, Path(sys.executable), args.logs)
         links = {
-            "loopback": (targets.loopback, args.mails_loopback),
-            "+1 ms link": (targets.delayed, args.mails_link),
+            name: got_link
+            for name, key, got_link in (
+                ("loopback", "loopback", (targets.loopback, args.mails_loopback)),
+                ("+1 ms link", "link", (targets.delayed, args.mails_link)),
+            )
+            if key in links_wanted
         }
         for rnd in range(args.rounds):
             for link, (target, mails) in links.items():
                 for lanes, code in rows:
                     d, changes = drain(setup, lanes, mails, target, code)
-                    row = lanes if code == ROOT else BASE
+                    row = lanes if code == ROOT else BASE + lanes
                     got.setdefault((link, row), []).append(d)
                     print(
                         f"round {rnd + 1}, {link}, WORKER_CONCURRENCY={row}: "

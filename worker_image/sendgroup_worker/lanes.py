@@ -26,11 +26,25 @@ scheduler raises a destination's concurrency while deliveries succeed (since 2.5
 cpu_hold``), and keeps doubling while the last doubling paid (the jobs/s rose by
 :attr:`Tuning.min_gain`), whatever ``u`` says, because the payoff is the direct measure and
 ``u`` is not (a busy CPU still gains when the CPU per mail falls). A doubling that did not
-pay goes back and the count does not grow for :attr:`Tuning.plateau_seconds` (something else
-than the lane count bounds the rate: the CPU, the relay's own capacity, the network, a busy
-node; a relay that slows down as it gets busier would otherwise draw the count to the
-ceiling). Never past the ceiling (``WORKER_CONCURRENCY_MAX``, and the provider's
-concurrency when one is set).
+pay while the CPU had room goes back and the count does not grow for
+:attr:`Tuning.plateau_seconds` (something else than the lane count bounds the rate: the
+relay's own capacity, the network, a busy node; a relay that slows down as it gets busier
+would otherwise draw the count to the ceiling). Never past the ceiling
+(``WORKER_CONCURRENCY_MAX``, and the provider's concurrency when one is set).
+
+A doubling that did not pay while the CPU was busy (``u >= cpu_hold``) is not taken back on
+that window's word: the window that judges a growth is short (tens of jobs, a few hundredths
+of a second) and, at a busy CPU, a doubling costs little (the lanes only queue for the CPU,
+whose cost per mail falls as the lanes grow) and the short window misjudges it. Scenario 2's
+lane trace (``bench/results/2026-12-04-smtp/lane-trace.md``, 3 drains per link): with the
+CPU at 86-100 %, 16 or 32 lanes "sent" 8-49 % less than the count before them in ~0.05 s
+windows, so the count went back (16 -> 8, 32 -> 16) and stopped growing for 30 s, while fixed
+16 lanes sent more than ``auto`` over whole drains on both links (2,138 vs 1,964 mails/s on
+loopback, 2,453 vs 1,921 on the +1 ms link). So the count is kept for one more window of full
+length (:data:`WINDOW_MIN`, :data:`WINDOW_JOBS`) and judged again: kept (no growth for the
+plateau) unless that window lost more than :attr:`Tuning.max_loss` of the jobs/s before the
+growth, or the CPU stopped being busy without a gain; then it goes back as above. A relay
+that slows down as it gets busier shows there as a loss or as a CPU with room.
 
 ``u`` is taken of the CPU the process may use: one core, or less under a CPU limit (the
 container's cgroup quota, ``cores``), so a pod limited to half a core is busy at 0.5 CPU
@@ -61,13 +75,19 @@ wall / cores``):
  2     calm (seconds left after a pushback)                         ``lanes``
  3     nothing finished (``wall == 0`` or ``finished == 0``)        ``lanes``
  4     ``starved >= starved_hold`` (0.2)                            ``lanes``
- 5     the last decision grew from ``n`` at ``r`` jobs/s and        ``n``, plateau for
-       ``rate < r · min_gain`` (1.05)                               ``plateau_seconds`` (30)
- 6     plateau (seconds left)                                       ``lanes``
- 7     ``lanes == ceiling``                                         ``lanes``
- 8     the last decision grew (and rule 5 did not apply: it paid)   ``min(2 · lanes, ceiling)``
- 9     ``u >= cpu_hold`` (0.85)                                     ``lanes``
- 10    otherwise (the CPU has room)                                 ``min(2 · lanes, ceiling)``
+ 5     the last decision grew from ``n`` at ``r`` jobs/s,           ``lanes``, the next window
+       ``rate < r · min_gain`` (1.05) and ``u >= cpu_hold``         full length, judged by 7
+ 6     the last decision grew from ``n`` at ``r`` jobs/s and        ``n``, plateau for
+       ``rate < r · min_gain`` (the CPU had room)                   ``plateau_seconds`` (30)
+ 7     the last decision was rule 5's for ``n`` at ``r`` and        ``lanes`` if ``u >=
+       ``rate < r · min_gain`` (if not, it paid: rule 10)           cpu_hold`` and ``rate >=
+                                                                    r · (1 - max_loss)``
+                                                                    (0.1), else ``n``; plateau
+ 8     plateau (seconds left)                                       ``lanes``
+ 9     ``lanes == ceiling``                                         ``lanes``
+ 10    the last decision grew, or was rule 5's, and it paid         ``min(2 · lanes, ceiling)``
+ 11    ``u >= cpu_hold`` (0.85)                                     ``lanes``
+ 12    otherwise (the CPU has room)                                 ``min(2 · lanes, ceiling)``
 =====  ==========================================================  =========================
 
 Windows: one closes after :data:`WINDOW_JOBS` jobs and :data:`WINDOW_MIN` seconds, or at
@@ -158,6 +178,9 @@ class Tuning:
     min_gain: float = 1.05
     #: seconds without growth after a growth that brought no gain (then it probes again)
     plateau_seconds: float = 30.0
+    #: share of the jobs/s before a growth that a busy CPU may lose over a full window after
+    #: it before the growth is taken back (rule 7)
+    max_loss: float = 0.1
 
 
 class LaneController:
@@ -166,7 +189,7 @@ class LaneController:
     ``cores``: the CPU the process may use, in cores (at most 1: one Python process; less
     under a cgroup CPU limit). The count always stays within ``[1, ceiling]``, grows at most
     ``max_growth`` times per window, and shrinks only on pushback (halved) or back to the
-    count before a growth that brought no gain."""
+    count before a growth that brought no gain (at a busy CPU: a loss over a full window)."""
 
     def __init__(
         self, lanes: int, ceiling: int, tuning: Tuning | None = None, cores: float = 1.0
@@ -181,6 +204,9 @@ class LaneController:
         self.plateau = 0.0
         #: the last decision grew the count: (the count before, its jobs/s)
         self._grew_from: tuple[int, float] | None = None
+        #: the last decision held a growth that had not paid at a busy CPU (rule 5), to be
+        #: judged again over a full window: (the count before the growth, its jobs/s)
+        self._confirming: tuple[int, float] | None = None
         #: the next window judges a climb (the first window, or one after a growth)
         self._climbing = True
 
@@ -219,6 +245,7 @@ class LaneController:
     def _decide(self, w: Window) -> Decision:
         t, lanes = self.tuning, self.lanes
         grew_from, self._grew_from = self._grew_from, None
+        confirming, self._confirming = self._confirming, None
         if w.pushback > 0:  # rule 1
             self.calm = t.calm_seconds
             return Decision(
@@ -245,20 +272,50 @@ class LaneController:
             + (f" of {self.cores:g} core" if self.cores < 1 else "")
             + f", {1000 * w.cpu / w.finished:.2f} ms CPU/job"
         )
-        if grew_from is not None and rate < grew_from[1] * t.min_gain:  # rule 5
-            self.plateau = t.plateau_seconds
+        busy = util >= t.cpu_hold
+        if grew_from is not None and rate < grew_from[1] * t.min_gain:
+            n, before = grew_from
+            if busy:  # rule 5
+                self._confirming = grew_from
+                return Decision(
+                    lanes,
+                    f"{lanes} lanes sent {rate:.0f} jobs/s, {n} sent {before:.0f}: no gain yet "
+                    f"at a busy CPU ({measured}); judged again over a full window",
+                )
+            self.plateau = t.plateau_seconds  # rule 6
             return Decision(
-                grew_from[0],
-                f"{lanes} lanes sent {rate:.0f} jobs/s, {grew_from[0]} sent {grew_from[1]:.0f}: "
-                f"no gain, back to {grew_from[0]}, no growth for {t.plateau_seconds:g}s",
+                n,
+                f"{lanes} lanes sent {rate:.0f} jobs/s, {n} sent {before:.0f}: "
+                f"no gain, back to {n}, no growth for {t.plateau_seconds:g}s",
             )
-        if self.plateau > 0:  # rule 6
+        if confirming is not None:
+            n, before = confirming
+            if rate >= before * t.min_gain:  # it paid after all: rule 10
+                grew_from = confirming
+            elif busy and rate >= before * (1 - t.max_loss):  # rule 7, kept
+                self.plateau = t.plateau_seconds
+                return Decision(
+                    lanes,
+                    f"{lanes} lanes sent {rate:.0f} jobs/s over a full window, {n} sent "
+                    f"{before:.0f}: no gain and no loss over {t.max_loss:.0%} at a busy CPU "
+                    f"({measured}): kept, no growth for {t.plateau_seconds:g}s",
+                )
+            else:  # rule 7, back
+                self.plateau = t.plateau_seconds
+                why = f"a loss over {t.max_loss:.0%}" if busy else f"the CPU has room: {measured}"
+                return Decision(
+                    n,
+                    f"{lanes} lanes sent {rate:.0f} jobs/s over a full window, {n} sent "
+                    f"{before:.0f}: no gain ({why}), back to {n}, no growth for "
+                    f"{t.plateau_seconds:g}s",
+                )
+        if self.plateau > 0:  # rule 8
             self.plateau -= w.wall
             return Decision(lanes, f"plateau (the last growth brought no gain): {measured}")
-        if lanes >= self.ceiling:  # rule 7
+        if lanes >= self.ceiling:  # rule 9
             return Decision(lanes, f"at the ceiling: {measured}")
         grown = min(max(lanes + 1, math.floor(lanes * t.max_growth)), self.ceiling)
-        if grew_from is not None:  # rule 8: the growth paid
+        if grew_from is not None:  # rule 10: the growth paid
             self._grew_from = (lanes, rate)
             gain = rate / grew_from[1] - 1 if grew_from[1] > 0 else math.inf
             return Decision(
@@ -266,9 +323,9 @@ class LaneController:
                 f"{measured}; {grew_from[0]} lanes sent {grew_from[1]:.0f} jobs/s: the growth "
                 f"paid (+{gain:.0%}), grow again",
             )
-        if util >= t.cpu_hold:  # rule 9
+        if busy:  # rule 11
             return Decision(lanes, f"CPU busy: {measured}")
-        self._grew_from = (lanes, rate)  # rule 10
+        self._grew_from = (lanes, rate)  # rule 12
         return Decision(grown, f"{measured}: the CPU has room, grow")
 
 

@@ -51,6 +51,12 @@ MAX_REPLY_BYTES: Final = 4 * 8192
 #: rule as aiosmtplib 5's ``execute_command``.
 _CONTROL: Final = re.compile(rb"[\x00-\x1f\x7f]")
 
+#: An ASCII address of RFC 5322 ``atext`` and ``.`` before the ``@`` and letters, digits,
+#: ``.`` and ``-`` after it: aiosmtplib's ``quote_address`` (``email.utils.parseaddr``, then
+#: its injection check) gives it back unchanged between ``<>`` (tests/unit/test_smtp_wire.py
+#: checks that on generated addresses), so :func:`_quoted` writes that without parsing.
+_PLAIN_ADDRESS: Final = re.compile(r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~.-]+@[A-Za-z0-9.-]+")
+
 
 class PipeliningProtocol(SMTPProtocol):
     """aiosmtplib's SMTP protocol with a reply queue (see the module docstring).
@@ -160,7 +166,12 @@ class PipeliningProtocol(SMTPProtocol):
         """Write the message after a 354 reply: lone CR or LF made CRLF, a final CRLF added,
         lines starting with ``.`` dot-stuffed (RFC 5321 section 4.5.2; aiosmtplib's own
         functions), then the terminating ``.`` line (RFC 5321 section 4.1.1.4). One reply is
-        owed."""
+        owed. A message that needs none of the rewriting (:func:`wire_ready`: what the
+        worker's builder writes) skips it."""
+        if wire_ready(message):
+            end = b".\r\n" if message.endswith(b"\r\n") else b"\r\n.\r\n"
+            self._send(message + end, 1)
+            return
         content = PERIOD_REGEX.sub(b"..", normalize_message_line_endings(message))
         self._send(content + b".\r\n", 1)
 
@@ -168,6 +179,24 @@ class PipeliningProtocol(SMTPProtocol):
         """Write a lone ``.`` line: an empty message that ends a DATA the server accepted
         when no recipient was (RFC 2920 section 3.1). One reply is owed."""
         self._send(b".\r\n", 1)
+
+
+def wire_ready(message: bytes) -> bool:
+    """Whether :meth:`PipeliningProtocol.send_content` may send ``message`` as it is (plus a
+    CRLF when it does not end with one, and the final ``.``): no lone CR or LF (every line end
+    a CRLF) and no line starting with ``.`` (nothing to dot-stuff). Three byte counts and two
+    searches in C, ~5.5 us for a 1.7 KB mail, against ~22 us for aiosmtplib's two regular
+    expressions, which rewrite every line end (``(?:\\r\\n|\\n|\\r(?!\\n))``) and look at
+    every line start (measured here, ``timeit``). The worker's builder writes CRLF line ends
+    only (``smtp._build_plain``; compat32 with ``linesep="\\r\\n"``), so a mail takes the
+    regular expressions only when a line starts with ``.``."""
+    crlf = message.count(b"\r\n")
+    return (
+        message.count(b"\n") == crlf
+        and message.count(b"\r") == crlf
+        and not message.startswith(b".")
+        and b"\n." not in message
+    )
 
 
 def adopt(client: aiosmtplib.SMTP) -> PipeliningProtocol:
@@ -191,7 +220,7 @@ def mail_command(sender: str, options: Iterable[str], encoding: str) -> bytes:
     """``MAIL FROM:<sender> [options]`` (RFC 5321 section 4.1.1.2), as aiosmtplib's
     ``SMTP.mail`` writes it; ``encoding`` ``ascii`` or ``utf-8`` (with SMTPUTF8)."""
     return b" ".join(
-        [b"MAIL", b"FROM:" + quote_address(sender).encode(encoding)]
+        [b"MAIL", b"FROM:" + _quoted(sender).encode(encoding)]
         + [option.encode("ascii") for option in options]
     )
 
@@ -199,7 +228,17 @@ def mail_command(sender: str, options: Iterable[str], encoding: str) -> bytes:
 def rcpt_command(recipient: str, encoding: str) -> bytes:
     """``RCPT TO:<recipient>`` (RFC 5321 section 4.1.1.3), as aiosmtplib's ``SMTP.rcpt``
     writes it."""
-    return b"RCPT TO:" + quote_address(recipient).encode(encoding)
+    return b"RCPT TO:" + _quoted(recipient).encode(encoding)
+
+
+def _quoted(address: str) -> str:
+    """``<address>`` as aiosmtplib's ``quote_address`` writes it (and refuses it:
+    ``ValueError`` for characters an SMTP command line cannot carry). A plain address
+    (:data:`_PLAIN_ADDRESS`, what nearly every mail has) is written directly: ~0.4 us
+    against 8-12 us for ``parseaddr``'s tokenizer, twice per mail (MAIL FROM and RCPT TO)."""
+    if _PLAIN_ADDRESS.fullmatch(address):
+        return f"<{address}>"
+    return quote_address(address)
 
 
 __all__ = [
