@@ -44,7 +44,16 @@ from typing import Any, Final, cast
 import kopf
 import pydantic
 
-from sendgroup_operator import builders, metrics, models, plan, reconcile, startup, unusable
+from sendgroup_operator import (
+    builders,
+    kopfpause,
+    metrics,
+    models,
+    plan,
+    reconcile,
+    startup,
+    unusable,
+)
 
 RESOURCE = (models.GROUP, models.VERSION, models.PLURAL)
 
@@ -64,7 +73,8 @@ async def on_startup(
 async def on_cleanup(memo: Any, logger: startup.Logger, **_: Any) -> None:
     """Stop the reaper (its passes in flight get ``CANCELLATION_TIMEOUT`` seconds), leave the
     shard set (sharding: the others take our groups at once), close the Redis pools."""
-    for name in ("orphan_task", "shard_task", "gc_task", "trim_task", "shard_follow_task"):
+    tasks = ("orphan_task", "shard_task", "gc_task", "trim_task")
+    for name in (*tasks, "shard_follow_task", "pause_follow_task"):
         task = getattr(memo, name, None)
         if task is not None:
             task.cancel()
@@ -282,9 +292,10 @@ class Reaper:
         self._count: asyncio.TimerHandle | None = None
 
     def start(self) -> asyncio.Task[None]:
-        """Start the scheduler's loop (and, sharded, :meth:`follow_shard`)."""
+        """Start the scheduler's loop, :meth:`follow_pause` and, sharded, :meth:`follow_shard`."""
         if self.rt.shard is not None:
             self.memo.shard_follow_task = asyncio.create_task(self.follow_shard())
+        self.memo.pause_follow_task = asyncio.create_task(self.follow_pause())
         return self.rt.scheduler.start(self.run, self.gate)
 
     def saw(self, type: str | None, body: Mapping[str, Any], kwargs: Mapping[str, Any]) -> None:
@@ -317,7 +328,11 @@ class Reaper:
 
     def gate(self, key: str) -> bool:
         """Whether the due group ``key`` may pass now: always unsharded; sharded, when this
-        replica may act on it (a group handed away drops what this replica held for it)."""
+        replica may act on it (a group handed away drops what this replica held for it). Never
+        while kopf has paused the operator (peering: a peer of higher priority is active; kopf
+        stopped its daemons then, :mod:`kopfpause`)."""
+        if kopfpause.paused():
+            return False
         shard = self.rt.shard
         if shard is None:
             return True
@@ -336,6 +351,15 @@ class Reaper:
             self.rt.forget(key)
             metrics.remove(namespace, name)
         return False
+
+    async def follow_pause(self) -> None:
+        """When kopf resumes after a pause (peering), every group is due (kopf restarted its
+        daemons then); while paused, :meth:`gate` parks every group that falls due."""
+        while True:
+            await kopfpause.wait_for(True)
+            self.logger.info("kopf paused the operator: no reaper pass until it resumes")
+            await kopfpause.wait_for(False)
+            self.rt.scheduler.wake_all()
 
     async def follow_shard(self) -> None:
         """Sharded: every change of the assignment makes every group due (the event is taken
