@@ -43,6 +43,7 @@ from typing import Any, Final, cast
 
 import kopf
 import pydantic
+from kopf._core.engines import posting
 
 from sendgroup_operator import (
     builders,
@@ -265,8 +266,8 @@ class Reaper:
     the last measurement; the observer kicks the group when jobs arrive), move the clocks, act
     on deadlines; again after ``requeue_after`` (2 s) while a transition is in motion, after
     ``plan.idle_wait`` (60 s) when the pass left it idle, else after ``reaperInterval``. A
-    failed pass is logged (and posted as a Warning event, kopf's ``posting.level``), counted
-    (``sendgroup_reconcile_errors_total``) and tried again after ``reaperInterval``.
+    failed pass is logged, counted (``sendgroup_reconcile_errors_total``, by ``_compute``) and
+    tried again after ``reaperInterval``; a plan's events are posted through kopf's queue.
 
     A pass reads the group from ``rt.groups`` (``provider_handlers.group_entry``: spec, status
     and the metadata a pass reads, fed by the watch), not from a body kopf keeps for it. The
@@ -290,6 +291,8 @@ class Reaper:
         #: handler's kwargs: the same live ``kopf.Index`` objects every handler gets.
         self.indexes: dict[str, Any] = {}
         self._count: asyncio.TimerHandle | None = None
+        #: kopf's event queue and its loop, from a handler's context (see :meth:`run`).
+        self._posting: tuple[Any, Any] | None = None
 
     def start(self) -> asyncio.Task[None]:
         """Start the scheduler's loop, :meth:`follow_pause` and, sharded, :meth:`follow_shard`."""
@@ -302,6 +305,9 @@ class Reaper:
         """A watch event of a group: schedule it, or drop it (being deleted, or gone)."""
         if not self.indexes:
             self.indexes = {k: kwargs[k] for k in _INDEXES if k in kwargs}
+        if self._posting is None:
+            with contextlib.suppress(LookupError):
+                self._posting = (posting.event_queue_var.get(), posting.event_queue_loop_var.get())
         meta = body.get("metadata") or {}
         key = f"{meta.get('namespace')}/{meta.get('name')}"
         shard = self.rt.shard
@@ -378,6 +384,12 @@ class Reaper:
         entry = self.rt.groups.get((namespace, name))
         if entry is None or entry["metadata"].get("deletionTimestamp"):
             return None
+        if self._posting is not None:
+            # kopf sets its event queue in the context of each object's handling task only;
+            # a pass runs in a task of ours, so kopf.event needs them here too (this task's
+            # own context: nothing else sees them)
+            posting.event_queue_var.set(self._posting[0])
+            posting.event_queue_loop_var.set(self._posting[1])
         body = kopf.Body(_body(namespace, name, entry))
         logger = kopf.ObjectLogger(body=body, settings=self.settings)
         return await _reaper_pass(body, self.memo, logger, self.indexes, namespace, name)
