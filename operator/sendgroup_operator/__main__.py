@@ -18,7 +18,7 @@ import os
 import click
 import kopf
 
-from sendgroup_operator import memtrace, slimbodies
+from sendgroup_operator import kopfpause, memtrace, slimbodies
 from sendgroup_operator.settings import Settings
 
 _ENV_HELP = """\b
@@ -59,7 +59,6 @@ def main() -> None:
     # One line per reaper pass per group, or per watch event (on_event when sharded, the
     # Deployment and SendGroup maps always) would drown the log: keep kopf's other lines.
     quiet = (
-        "Timer 'reaper' succeeded",
         "Handler 'on_event' succeeded",
         "Handler 'on_worker_deployment' succeeded",
         "Handler 'provider_groups' succeeded",
@@ -69,6 +68,7 @@ def main() -> None:
     )
     from sendgroup_operator import handlers, provider_handlers  # noqa: F401  (registers them)
 
+    kopfpause.install()  # the reaper follows kopf's peering pause (it is no kopf daemon)
     if os.environ.get("SENDGROUP_SLIM_BODIES", "true").lower() not in ("0", "false", "no"):
         slimbodies.install()  # kopf keeps bodies without managedFields, strings shared
 

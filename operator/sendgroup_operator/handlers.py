@@ -1,20 +1,23 @@
 """kopf wiring only: parse -> plan -> apply -> ``patch.status``. Handlers return None.
 
-create / update / resume / the reaper daemon all call the same :func:`reconcile.reconcile`;
+create / update / resume / the reaper all call the same :func:`reconcile.reconcile`;
 deletion runs it with the finalizer held until the plan says the group is finalized.
 
-The reaper is a kopf daemon (one coroutine per group), not a timer: a timer fires only every
-``reaperInterval``, so each step of a multi-step transition (restore -> workers, dump ->
-Dumped, workers gone -> purge) waited a whole interval. The daemon runs the next pass after
-``plan.requeue_after`` seconds while something is in motion, after ``plan.idle_wait`` when
-it is idle and watched by the observer, else after ``reaperInterval``. A change handler's pass
+The reaper is one :class:`scheduler.Scheduler` for every group (:class:`Reaper`: a heap of
+per-group deadlines and one task), not a kopf daemon per group (issue 15: a daemon's runner
+task, frames, kwargs, cause, loggers, stop flag and kopf's body copy were ~15-20 KB per group)
+nor a kopf timer (which fires only every ``reaperInterval``, so each step of a multi-step
+transition, restore -> workers, dump -> Dumped, workers gone -> purge, waited a whole interval).
+A group's next pass comes ``plan.requeue_after`` seconds after a pass while something is in
+motion, after ``plan.idle_wait`` when it is idle and watched by the observer, else after
+``reaperInterval``; the observer (jobs arrived), a change handler's follow-up and a resting
+group's Deployment change bring it closer (``Runtime.kick``). A change handler's pass
 (create, spec update, resume at the operator's start) whose plan named the next pass (an idle
-wait, a follow-up) stands for the daemon's next pass: the daemon waits that delay
-(``Runtime.hand_over``), so a start passes each resting group once, not twice. A pass that named
-none (a new group's first, which writes its status) is not handed over: the daemon settles the
-group within its initial delay.
-It writes status through the API (:meth:`Kube.patch_group_status`): kopf applies a daemon's
-``patch`` only when the daemon function returns.
+wait, a follow-up) stands for the reaper's next pass (``Runtime.hand_over``), so a start passes
+each resting group once, not twice. A pass that named none (a new group's first, which writes
+its status) is not handed over: the reaper settles the group within its initial delay
+(``scheduler.INITIAL_DELAY`` after the watch first saw it).
+The reaper writes status through the API (:meth:`Kube.patch_group_status`).
 Status is written only when the plan says something meaningful changed, so a steady group
 causes no writes, and no handler reacts to our own status patches (kopf's diff base ignores
 ``status``).
@@ -23,9 +26,9 @@ Sharding (``SENDGROUP_SHARDING``, see sharding.py and shardmember.py): every rep
 every group, and a group is acted on only by its owner (``rt.shard.may_act``). A non-owner's
 change handler returns at once (kopf records its diff base even when no handler matches: the
 first replica to see a spec change writes it, the others then see no change; two that see it
-at the same moment both write it; the owner learns of the change through :func:`on_event`); its
-reaper daemon waits for the assignment to change and runs a full pass as soon as it owns the
-group (the takeover); its deletion handler never lets kopf finish (kopf drops its finalizer
+at the same moment both write it; the owner learns of the change through :func:`on_event`); the
+reaper parks the group until the assignment changes and runs a full pass as soon as it owns
+the group (the takeover); its deletion handler never lets kopf finish (kopf drops its finalizer
 when no deletion handler is left), so only the owner purges and releases the group.
 """
 
@@ -36,12 +39,22 @@ import contextlib
 import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Final, cast
 
 import kopf
 import pydantic
+from kopf._core.engines import posting
 
-from sendgroup_operator import builders, metrics, models, plan, reconcile, startup, unusable
+from sendgroup_operator import (
+    builders,
+    kopfpause,
+    metrics,
+    models,
+    plan,
+    reconcile,
+    startup,
+    unusable,
+)
 
 RESOURCE = (models.GROUP, models.VERSION, models.PLURAL)
 
@@ -50,19 +63,25 @@ RESOURCE = (models.GROUP, models.VERSION, models.PLURAL)
 async def on_startup(
     settings: kopf.OperatorSettings, memo: Any, logger: startup.Logger, **_: Any
 ) -> None:
-    """Settings, clients and the preflight (waits for CRD and RBAC)."""
+    """Settings, clients and the preflight (waits for CRD and RBAC), then the reaper's
+    scheduler (one task for every group's passes, :class:`Reaper`)."""
     await startup.start(settings, memo, logger)
+    memo.reaper = Reaper(memo, settings, logger)
+    memo.reaper_task = memo.reaper.start()
 
 
 @kopf.on.cleanup()
 async def on_cleanup(memo: Any, logger: startup.Logger, **_: Any) -> None:
-    """Leave the shard set (sharding: the others take our groups at once), close the Redis
-    pools."""
-    for name in ("orphan_task", "shard_task", "gc_task", "trim_task"):
+    """Stop the reaper (its passes in flight get ``CANCELLATION_TIMEOUT`` seconds), leave the
+    shard set (sharding: the others take our groups at once), close the Redis pools."""
+    tasks = ("orphan_task", "shard_task", "gc_task", "trim_task")
+    for name in (*tasks, "shard_follow_task", "pause_follow_task"):
         task = getattr(memo, name, None)
         if task is not None:
             task.cancel()
     rt: reconcile.Runtime | None = getattr(memo, "runtime", None)
+    if rt is not None:
+        await rt.scheduler.stop(CANCELLATION_TIMEOUT)
     if rt is not None and rt.shard is not None:
         await rt.shard.leave(logger)
     if rt is not None:
@@ -148,7 +167,7 @@ async def _pass(
     providers: Mapping[str, Any] | None = None,
 ) -> plan.Plan | None:
     """One pass from a change handler: status through kopf's ``patch``; a follow-up pass the
-    plan asks for is the reaper daemon's, woken for it."""
+    plan asks for is the reaper's, scheduled for it."""
     result = await _compute(body, memo, logger, deployments, providers)
     if result is not None:
         _events(result, body)
@@ -159,7 +178,7 @@ async def _pass(
         key = f"{meta['namespace']}/{meta['name']}"
         if result.idle_wait is not None or result.requeue_after is not None:
             # the plan said when to look next; else (a new group's first pass, which writes
-            # its status) the daemon's first pass settles it as before, within its initial
+            # its status) the reaper's first pass settles it as before, within its initial
             # delay, so its one follow-up measurement does not land minutes later
             rt.hand_over(key, _next_delay(rt, result))
         if result.requeue_after is not None:
@@ -210,13 +229,21 @@ async def on_change(
 
 
 @kopf.on.event(*RESOURCE)
-async def on_event(body: kopf.Body, memo: Any, **_: Any) -> None:
-    """Sharding only: a spec change the owner's change handler may not have seen (another
-    replica handled it first and kopf's shared diff base then says "no change") wakes the
-    owner's reaper daemon. No API call, no write. Async: kopf runs a sync handler in a
-    thread, where there is no event loop to schedule the wake-up on."""
-    rt: reconcile.Runtime | None = getattr(memo, "runtime", None)
-    if rt is None or rt.shard is None:
+async def on_event(
+    type: str | None, body: kopf.Body, memo: Any, logger: startup.Logger, **kwargs: Any
+) -> None:
+    """Every watch event of a SendGroup: its membership in the reaper's schedule
+    (:meth:`Reaper.saw`: a new group is due after ``scheduler.INITIAL_DELAY``, a group being
+    deleted or gone is dropped), and, sharded, a spec change the owner's change handler may not
+    have seen (another replica handled it first and kopf's shared diff base then says "no
+    change") wakes the owner's next pass. No API call, no write. Async: kopf runs a sync
+    handler in a thread, where there is no event loop to schedule the wake-up on."""
+    reaper: Reaper | None = getattr(memo, "reaper", None)
+    if reaper is None:
+        return
+    reaper.saw(type, body, kwargs)
+    rt = reaper.rt
+    if rt.shard is None or type == "DELETED":
         return
     meta = body.get("metadata", {})
     observed = (body.get("status") or {}).get("observedGeneration")
@@ -224,86 +251,166 @@ async def on_event(body: kopf.Body, memo: Any, **_: Any) -> None:
         rt.kick(f"{meta.get('namespace')}/{meta.get('name')}", 0)
 
 
-@kopf.daemon(*RESOURCE, initial_delay=1.0, cancellation_timeout=10.0)
-async def reaper(
-    body: kopf.Body,
-    memo: Any,
-    logger: startup.Logger,
-    stopped: kopf.DaemonStopped,
-    **kwargs: Any,
-) -> None:
-    """The reaper: measure the queue (through ``rt.observer``: a batched round trip shared
-    with the other groups on that Redis, or, idle, the last measurement; the observer wakes
-    this daemon when jobs arrive), move the clocks, act on deadlines; again after
-    ``requeue_after`` (2 s) while a transition is in motion, after ``plan.idle_wait`` (60 s)
-    when the pass left it idle (the observer wakes it when jobs arrive), else after
-    ``reaperInterval``. A failed pass is logged and counted; the loop keeps running until kopf
-    stops it (the group is being deleted, or the operator exits)."""
-    rt: reconcile.Runtime = memo.runtime
-    namespace, name, uid = _names(body)
-    key = f"{namespace}/{name}"
-    shard = rt.shard
-    if shard is None:
-        await _reap(body, memo, logger, stopped, kwargs)
-        return
-    shard.groups[key] = uid
-    shard.count()
-    owner = False
-    try:
-        while not stopped:
-            changed = shard.changed()  # before the check: a change in between is not lost
-            if shard.may_act(uid):
-                if not owner:
-                    logger.debug("shard: this replica (%s) acts on this group", shard.identity)
-                owner = True
-                await _reap(body, memo, logger, stopped, kwargs)
-                continue
-            if owner:  # handed over: drop what this replica held for the group
-                logger.debug("shard: handed over to %s", shard.owner(uid) or "(no live member)")
-                rt.forget(key)
-                metrics.remove(namespace, name)
-            owner = False
-            await _sleep(stopped, None, None, changed)
-    finally:
-        shard.groups.pop(key, None)
-        shard.count()
+#: Seconds a scheduled pass (its passes in flight) gets at the operator's stop before it is
+#: cancelled (the former daemon's ``cancellation_timeout``).
+CANCELLATION_TIMEOUT: Final = 10.0
+#: Seconds between two refreshes of ``sendgroup_operator_owned_groups`` while groups come and
+#: go (sharded): each counts every group's owner, so not once per group at a start.
+COUNT_DEBOUNCE: Final = 1.0
 
 
-def _names(body: kopf.Body) -> tuple[str, str, str]:
-    """A daemon's group: (namespace, name, uid), plain strings. A daemon lives as long as
-    its group and kopf replaces the raw body under ``body`` with every event; a daemon that
-    kept ``body["metadata"]`` (the raw dict of the body it started with, managedFields
-    included) held that first body's metadata for good, a second copy beside kopf's current
-    one (issue 15). Here the dict is only read."""
-    meta = body["metadata"]
-    return str(meta["namespace"]), str(meta["name"]), str(meta["uid"])
+class Reaper:
+    """The reaper of every group, run by one :class:`scheduler.Scheduler` (``rt.scheduler``)
+    instead of one kopf daemon per group (issue 15): measure the queue (through
+    ``rt.observer``: a batched round trip shared with the other groups on that Redis, or, idle,
+    the last measurement; the observer kicks the group when jobs arrive), move the clocks, act
+    on deadlines; again after ``requeue_after`` (2 s) while a transition is in motion, after
+    ``plan.idle_wait`` (60 s) when the pass left it idle, else after ``reaperInterval``. A
+    failed pass is logged, counted (``sendgroup_reconcile_errors_total``, by ``_compute``) and
+    tried again after ``reaperInterval``; a plan's events are posted through kopf's queue.
 
+    A pass reads the group from ``rt.groups`` (``provider_handlers.group_entry``: spec, status
+    and the metadata a pass reads, fed by the watch), not from a body kopf keeps for it. The
+    watch's events (:func:`on_event`) add a group to the schedule and drop it when it is being
+    deleted or gone, so no reaper pass starts after that (``on_delete`` still runs).
 
-async def _reap(
-    body: kopf.Body,
-    memo: Any,
-    logger: startup.Logger,
-    stopped: kopf.DaemonStopped,
-    kwargs: Mapping[str, Any],
-) -> None:
-    """The reaper's passes, until stopped, or (sharded) until this replica may no longer act
-    on the group (checked before every pass)."""
-    rt: reconcile.Runtime = memo.runtime
-    namespace, name, uid = _names(body)
-    key = f"{namespace}/{name}"
-    shard = rt.shard
-    while not stopped:
-        if shard is not None and not shard.may_act(uid):
+    Sharded: a due group passes only when this replica may act on it (:meth:`gate`); else it is
+    parked (no deadline) until the assignment changes (:meth:`follow_shard` wakes every group)
+    and, if this replica owned it until then, what it held for the group is dropped
+    (``rt.forget``, ``metrics.remove``). ``shard.groups`` lists every group of the schedule."""
+
+    def __init__(self, memo: Any, settings: kopf.OperatorSettings, logger: startup.Logger) -> None:
+        self.memo = memo
+        self.rt: reconcile.Runtime = memo.runtime
+        self.settings = settings
+        self.logger = logger
+        #: Groups this replica acted on at their last due time (sharded only): a group that
+        #: leaves this set was handed away.
+        self.owned: set[str] = set()
+        #: kopf's provider indexes (``namespaced_providers``, ``cluster_providers``), from a
+        #: handler's kwargs: the same live ``kopf.Index`` objects every handler gets.
+        self.indexes: dict[str, Any] = {}
+        self._count: asyncio.TimerHandle | None = None
+        #: kopf's event queue and its loop, from a handler's context (see :meth:`run`).
+        self._posting: tuple[Any, Any] | None = None
+
+    def start(self) -> asyncio.Task[None]:
+        """Start the scheduler's loop, :meth:`follow_pause` and, sharded, :meth:`follow_shard`."""
+        if self.rt.shard is not None:
+            self.memo.shard_follow_task = asyncio.create_task(self.follow_shard())
+        self.memo.pause_follow_task = asyncio.create_task(self.follow_pause())
+        return self.rt.scheduler.start(self.run, self.gate)
+
+    def saw(self, type: str | None, body: Mapping[str, Any], kwargs: Mapping[str, Any]) -> None:
+        """A watch event of a group: schedule it, or drop it (being deleted, or gone)."""
+        if not self.indexes:
+            self.indexes = {k: kwargs[k] for k in _INDEXES if k in kwargs}
+        if self._posting is None:
+            with contextlib.suppress(LookupError):
+                self._posting = (posting.event_queue_var.get(), posting.event_queue_loop_var.get())
+        meta = body.get("metadata") or {}
+        key = f"{meta.get('namespace')}/{meta.get('name')}"
+        shard = self.rt.shard
+        if type == "DELETED" or meta.get("deletionTimestamp"):
+            if self.rt.scheduler.drop(key) and shard is not None:
+                shard.groups.pop(key, None)
+                self.owned.discard(key)
+                self._count_soon()
             return
-        wakeup = rt.wakeup(key)
-        changed = None if shard is None else shard.changed()
-        handed = rt.handed(key)
-        if handed is not None:  # a change handler's pass stands for this one
-            await _sleep(stopped, wakeup, handed, changed)
-            continue
-        delay = await _reaper_pass(body, memo, logger, kwargs, namespace, name)
-        # sharded: a change of the assignment ends the sleep too (the next check may stop us)
-        await _sleep(stopped, wakeup, delay, changed)
+        if self.rt.scheduler.add(key) and shard is not None:
+            shard.groups[key] = str(meta.get("uid", ""))
+            self._count_soon()
+
+    def _count_soon(self) -> None:
+        shard = self.rt.shard
+        if shard is None or self._count is not None:
+            return
+
+        def count() -> None:
+            self._count = None
+            shard.count()
+
+        self._count = asyncio.get_running_loop().call_later(COUNT_DEBOUNCE, count)
+
+    def gate(self, key: str) -> bool:
+        """Whether the due group ``key`` may pass now: always unsharded; sharded, when this
+        replica may act on it (a group handed away drops what this replica held for it). Never
+        while kopf has paused the operator (peering: a peer of higher priority is active; kopf
+        stopped its daemons then, :mod:`kopfpause`)."""
+        if kopfpause.paused():
+            return False
+        shard = self.rt.shard
+        if shard is None:
+            return True
+        if shard.may_act(shard.groups.get(key, "")):
+            if key not in self.owned:
+                self.logger.debug("shard: this replica (%s) acts on %s", shard.identity, key)
+                self.owned.add(key)
+            return True
+        if key in self.owned:  # handed over: drop what this replica held for the group
+            uid = shard.groups.get(key, "")
+            self.logger.debug(
+                "shard: %s handed over to %s", key, shard.owner(uid) or "(no live member)"
+            )
+            self.owned.discard(key)
+            namespace, _, name = key.partition("/")
+            self.rt.forget(key)
+            metrics.remove(namespace, name)
+        return False
+
+    async def follow_pause(self) -> None:
+        """When kopf resumes after a pause (peering), every group is due (kopf restarted its
+        daemons then); while paused, :meth:`gate` parks every group that falls due."""
+        while True:
+            await kopfpause.wait_for(True)
+            self.logger.info("kopf paused the operator: no reaper pass until it resumes")
+            await kopfpause.wait_for(False)
+            self.rt.scheduler.wake_all()
+
+    async def follow_shard(self) -> None:
+        """Sharded: every change of the assignment makes every group due (the event is taken
+        before the wait, so a change in between is not lost)."""
+        shard = self.rt.shard
+        assert shard is not None
+        while True:
+            changed = shard.changed()
+            await changed.wait()
+            self.rt.scheduler.wake_all()
+
+    async def run(self, key: str) -> float | None:
+        """One reaper pass of ``key`` from its ``rt.groups`` entry; the seconds until its next
+        pass (None when the group is no longer there or is being deleted: nothing scheduled)."""
+        namespace, _, name = key.partition("/")
+        entry = self.rt.groups.get((namespace, name))
+        if entry is None or entry["metadata"].get("deletionTimestamp"):
+            return None
+        if self._posting is not None:
+            # kopf sets its event queue in the context of each object's handling task only;
+            # a pass runs in a task of ours, so kopf.event needs them here too (this task's
+            # own context: nothing else sees them)
+            posting.event_queue_var.set(self._posting[0])
+            posting.event_queue_loop_var.set(self._posting[1])
+        body = kopf.Body(_body(namespace, name, entry))
+        logger = kopf.ObjectLogger(body=body, settings=self.settings)
+        return await _reaper_pass(body, self.memo, logger, self.indexes, namespace, name)
+
+
+#: The kopf indexes a pass reads (provider resolution, issue 14).
+_INDEXES: Final = ("namespaced_providers", "cluster_providers")
+
+
+def _body(namespace: str, name: str, entry: Mapping[str, Any]) -> kopf.RawBody:
+    """A SendGroup as a pass reads it, built for the pass from its ``rt.groups`` entry
+    (``provider_handlers.group_entry``; the spec and status dicts are shared, not copied)."""
+    meta = entry["metadata"]
+    raw: dict[str, Any] = {
+        "apiVersion": f"{models.GROUP}/{models.VERSION}",
+        "kind": models.KIND,
+        "metadata": {**meta, "namespace": namespace, "name": name},
+        "spec": entry["spec"],
+        "status": entry["status"],
+    }
+    return cast(kopf.RawBody, raw)
 
 
 async def _reaper_pass(
@@ -314,16 +421,14 @@ async def _reaper_pass(
     namespace: str,
     name: str,
 ) -> float:
-    """One reaper pass; returns the seconds until the next. A function of its own so that
-    its plan (the status model the planner copied: ~8-10 KB per group, tracemalloc at 1,000
-    groups) is not a local of the daemon's loop, held through the sleep that follows (60 s
-    for a resting group, i.e. always; issue 15)."""
+    """One reaper pass; returns the seconds until the next (``reaperInterval`` when it
+    failed). Its plan (the status model the planner copied: ~8-10 KB per group) lives only as
+    long as the pass (issue 15)."""
     rt: reconcile.Runtime = memo.runtime
     shard = rt.shard
     delay = rt.settings.reaper_interval
     if shard is not None:
         shard.busy += 1
-    rt.passing(f"{namespace}/{name}")
     try:
         result = await _compute(body, memo, logger, rt.deployment_index(), kwargs)
         if result is not None:
@@ -355,75 +460,6 @@ async def write_status(
     except BaseException:
         rt.written.pop(f"{namespace}/{name}", None)
         raise
-
-
-async def _sleep(
-    stopped: kopf.DaemonStopped,
-    wakeup: asyncio.Event | None,
-    delay: float | None,
-    also: asyncio.Event | None = None,
-) -> None:
-    """Until ``delay`` seconds passed (None: no limit), the daemon is stopped, a change
-    handler woke it (``wakeup``, cleared here), or ``also`` is set (the shard assignment
-    changed; never cleared: other daemons wait on the same event).
-
-    Every resting group sleeps here, so its cost is per group (issue 15): the daemon's own
-    task awaits ``wakeup`` under :func:`asyncio.timeout` (no task), and one task waits for
-    kopf's stop flag (and one for ``also``), each setting ``wakeup`` when it ends. kopf's
-    ``stopped.wait(delay)`` took three tasks (its promise, its waiter, ``wait_for``'s inner
-    task) and ``wakeup`` a fourth: ~7.5 KB per sleeping group (tracemalloc, 2,000 daemons),
-    ~3.3 KB now. Without ``wakeup``, or with a ``stopped`` that is not kopf's, the former way
-    (:func:`_sleep_tasks`)."""
-    stop = _stop_event(stopped)
-    if wakeup is None or stop is None:
-        await _sleep_tasks(stopped, wakeup, delay, also)
-        return
-
-    def wake(_: object) -> None:
-        wakeup.set()
-
-    waits = [asyncio.ensure_future(event.wait()) for event in (stop, also) if event is not None]
-    for task in waits:
-        task.add_done_callback(wake)
-    try:
-        async with asyncio.timeout(delay):
-            await wakeup.wait()
-    except TimeoutError:
-        pass  # the delay passed
-    finally:
-        for task in waits:
-            task.remove_done_callback(wake)  # before cancel(): a cancelled task calls back
-            task.cancel()
-        wakeup.clear()
-
-
-def _stop_event(stopped: Any) -> asyncio.Event | None:
-    """The asyncio event kopf sets when it stops a daemon: ``stopped`` is kopf's
-    ``AsyncFlagWaiter`` over a ``FlagSetter`` whose ``async_event`` it sets (kopf
-    ``_cogs/aiokits/aioenums.py``; ``_setter`` is kopf's own attribute, checked by
-    tests/unit/test_daemon_memory.py against the installed kopf); None for anything else."""
-    event = getattr(getattr(stopped, "_setter", None), "async_event", None)
-    return event if isinstance(event, asyncio.Event) else None
-
-
-async def _sleep_tasks(
-    stopped: kopf.DaemonStopped,
-    wakeup: asyncio.Event | None,
-    delay: float | None,
-    also: asyncio.Event | None = None,
-) -> None:
-    """:func:`_sleep` with one task per thing it waits for (kopf's ``stopped.wait``)."""
-    waits: set[asyncio.Future[Any]] = {asyncio.ensure_future(stopped.wait(delay))}
-    for event in (wakeup, also):
-        if event is not None:
-            waits.add(asyncio.ensure_future(event.wait()))
-    try:
-        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for task in waits:
-            task.cancel()
-        if wakeup is not None:
-            wakeup.clear()
 
 
 @kopf.on.delete(*RESOURCE)

@@ -69,9 +69,11 @@ _samples: dict[str, tuple[provider_plan.SendSample, ...]] = {}
 
 
 def group_entry(body: Mapping[str, Any]) -> dict[str, Any]:
-    """What a provider pass needs of a SendGroup: ``{spec, status, metadata, parsed,
-    specKey}`` (``metadata``: creationTimestamp, generation, resourceVersion; the group's own
-    passes share ``parsed`` for that version, ``Runtime.parse``); ``parsed``: the validated
+    """What a provider pass and the group's own reaper pass need of a SendGroup: ``{spec,
+    status, metadata, parsed, specKey}`` (``metadata``: uid, creationTimestamp, generation,
+    resourceVersion, deletionTimestamp: the reaper's pass builds its body from this entry,
+    ``handlers.Reaper.run``; the group's own passes share ``parsed`` for that version,
+    ``Runtime.parse``); ``parsed``: the validated
     ``SendGroupSpec`` (None when invalid: no provider
     counts it), ``specKey``: its JSON (the resolution cache key). Validated here, once per
     watch event, not by every provider's pass every second (8 default providers x 10,000 groups
@@ -85,9 +87,11 @@ def group_entry(body: Mapping[str, Any]) -> dict[str, Any]:
         "spec": spec,
         "status": dict(body.get("status") or {}),
         "metadata": {
+            "uid": body["metadata"].get("uid"),
             "creationTimestamp": body["metadata"].get("creationTimestamp"),
             "generation": body["metadata"].get("generation"),
             "resourceVersion": body["metadata"].get("resourceVersion"),
+            "deletionTimestamp": body["metadata"].get("deletionTimestamp"),
         },
         "parsed": parsed,
         "specKey": parsed.model_dump_json() if parsed is not None else "",

@@ -32,6 +32,7 @@ from sendgroup_operator import (
 from sendgroup_operator.kube import Kube, KubeError
 from sendgroup_operator.observer import Observer
 from sendgroup_operator.queueio import QueueUnavailable, RedisQueues
+from sendgroup_operator.scheduler import Scheduler
 from sendgroup_operator.settings import Settings
 from sendgroup_operator.shardmember import Shard
 from sendgroup_worker.queue import protocol
@@ -77,20 +78,14 @@ class Runtime:
     deployment_writes: dict[str, float] = field(default_factory=dict)
     #: Per group: the worker env entries of its provider (issue 14), from its last pass.
     provider_env: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
-    #: Per group: set to wake its reaper daemon before its sleep ends (a change handler's
-    #: pass asked for a follow-up pass, see :meth:`kick`).
-    wakeups: dict[str, asyncio.Event] = field(default_factory=dict)
-    #: Per group: the wake-ups :meth:`kick` scheduled that have not fired yet; a reaper pass
-    #: that starts answers them (:meth:`passing` cancels them).
-    kicks: dict[str, list[asyncio.TimerHandle]] = field(default_factory=dict)
-    #: Per group: monotonic seconds until which a change handler's pass stands for the reaper
-    #: daemon's next pass (see :meth:`handed`).
-    next_pass: dict[str, float] = field(default_factory=dict)
+    #: Every group's reaper deadlines and the one task that runs their passes (scheduler.py;
+    #: its loop is started by ``handlers.on_startup``): what a kopf daemon per group did.
+    scheduler: Scheduler = field(default_factory=Scheduler)
     #: Queue claims this process made or confirmed, (Redis URL, queue) -> (owner id, monotonic
     #: seconds): confirmed again in Redis only after CLAIM_RECHECK seconds.
     claims: dict[tuple[str, str], tuple[str, float]] = field(default_factory=dict)
     #: Measures every group's queue in batches and watches idle groups (observer.py); built
-    #: on ``queues``, waking a daemon through :meth:`kick`.
+    #: on ``queues``, waking a group's next pass through :meth:`Scheduler.kick`.
     observer: Observer = field(init=False)
     #: The worker Deployments by (namespace, name) (see :meth:`deployment_index`), fed by
     #: ``handlers.on_worker_deployment`` (a watch event handler, not a kopf index: kopf holds
@@ -122,7 +117,7 @@ class Runtime:
     def __post_init__(self) -> None:
         self.observer = Observer(
             self.queues,
-            lambda key: self.kick(key, 0),
+            lambda key: self.scheduler.kick(key, 0),
             track=self.settings.redis_client_tracking,
         )
 
@@ -146,7 +141,7 @@ class Runtime:
         key = self.resting.get(where)
         if key is not None and now != before:
             del self.resting[where]
-            self.wakeup(key).set()
+            self.kick(key, 0)
 
     def rest(self, key: str, resting: bool) -> None:
         """After a pass: group ``key`` (``namespace/name``) now rests (waits
@@ -184,55 +179,20 @@ class Runtime:
             self.parsed[key] = ((meta["uid"], version), parsed)
         return parsed
 
-    def wakeup(self, key: str) -> asyncio.Event:
-        """The event that wakes ``key``'s reaper daemon."""
-        event = self.wakeups.get(key)
-        if event is None:
-            event = self.wakeups[key] = asyncio.Event()
-        return event
-
     def kick(self, key: str, after: float) -> None:
-        """Wake ``key``'s reaper daemon in ``after`` seconds (a transition started by a change
-        handler continues without waiting for the daemon's own sleep to end), unless a pass
-        of ``key`` starts before then (:meth:`passing`)."""
-        pending = self.kicks.setdefault(key, [])
-
-        def fire() -> None:
-            if handle in pending:
-                pending.remove(handle)
-            if not pending and self.kicks.get(key) is pending:
-                del self.kicks[key]
-            self.wakeup(key).set()
-
-        handle = asyncio.get_running_loop().call_later(after, fire)
-        pending.append(handle)
-
-    def passing(self, key: str) -> None:
-        """A reaper pass of ``key`` starts: the wake-ups :meth:`kick` scheduled before it are
-        answered by this pass, and cancelled. Else a kick due just after the daemon's own
-        sleep ended (the change handler's follow-up in ``requeue_after`` seconds, also the
-        end of the daemon's handed-over wait: two timers due at the same moment, separated by
-        a busy loop) woke the daemon again after that pass, a second pass within
-        milliseconds (seen in CI, tests/unit/test_handover.py)."""
-        for handle in self.kicks.pop(key, ()):
-            handle.cancel()
+        """Pass ``key`` within ``after`` seconds (a transition started by a change handler
+        continues without waiting for the group's own deadline; jobs arrived at an idle group),
+        unless a pass of ``key`` starts before then: that pass answers the kick
+        (:meth:`Scheduler.kick`)."""
+        self.scheduler.kick(key, after)
 
     def hand_over(self, key: str, delay: float) -> None:
         """A change handler just passed ``key``, and its plan wants the next pass in ``delay``
-        seconds: the reaper daemon's next pass waits until then (:meth:`handed`) instead of
-        running the same pass again at once. At an operator's start every group gets kopf's
-        resume handler and its daemon's first pass within a second: two passes per group
+        seconds: the next reaper pass waits until then instead of running the same pass again
+        at once (:meth:`Scheduler.defer`). At an operator's start every group gets kopf's
+        resume handler and its first reaper pass within a second: two passes per group
         (issue 15: a restart's CPU)."""
-        self.next_pass[key] = time.monotonic() + delay
-
-    def handed(self, key: str) -> float | None:
-        """Seconds the reaper daemon of ``key`` still waits for a change handler's pass
-        (:meth:`hand_over`); None when no pass stands for its next one. Read once."""
-        due = self.next_pass.pop(key, None)
-        if due is None:
-            return None
-        left = due - time.monotonic()
-        return left if left > 0 else None
+        self.scheduler.defer(key, delay)
 
     def set_demand(self, key: str, demand: int) -> None:
         """Record the workers ``key`` wants (the global cap's input); a change drops the cached
@@ -263,16 +223,15 @@ class Runtime:
         return max(0, min(share, cap - others))
 
     def forget(self, key: str) -> None:
-        """The group is gone: release its share."""
+        """The group is gone, or handed to another replica: release what this process holds
+        for it (its share of the cap, locks, records). Its reaper deadline is the scheduler's
+        (:meth:`Scheduler.drop` when it is gone, parked by the gate when handed away)."""
         if self.demands.pop(key, None) is not None:
             self._shares = None
         self.granted.pop(key, None)
         self.locks.pop(key, None)
         self.written.pop(key, None)
         self.deployment_writes.pop(key, None)
-        self.wakeups.pop(key, None)
-        self.passing(key)
-        self.next_pass.pop(key, None)
         self.parsed.pop(key, None)
         self.rest(key, False)
         self.observer.forget(key)

@@ -141,17 +141,25 @@ def test_a_paused_group_at_rest_rests_like_an_idle_one() -> None:
 
 def test_a_change_of_a_resting_group_s_deployment_wakes_it_once() -> None:
     rt = Runtime(settings=SETTINGS, kube=None)  # type: ignore[arg-type]
+    rt.scheduler.add("mail/g1")
+    rt.hand_over("mail/g1", 60)  # resting: its next pass in a minute
+
+    def next_pass() -> float:
+        left = rt.scheduler.deadline("mail/g1")
+        assert left is not None
+        return left
+
     body: dict[str, Any] = {"metadata": {"name": "sg-g1"}, "spec": {"replicas": 0}}
     rt.saw_deployment("mail", "sg-g1", body)
     rt.rest("mail/g1", True)
     rt.saw_deployment("mail", "sg-g1", body)  # the same as seen: no wake
-    assert not rt.wakeup("mail/g1").is_set()
+    assert next_pass() > 59
     rt.saw_deployment("mail", "sg-g1", {**body, "spec": {"replicas": 4}})  # scaled by hand
-    assert rt.wakeup("mail/g1").is_set()
-    rt.wakeup("mail/g1").clear()
+    assert next_pass() <= 0
+    rt.hand_over("mail/g1", 60)  # its pass ran
     rt.saw_deployment("mail", "sg-g1", body)  # woken once: not resting until its next pass
-    assert not rt.wakeup("mail/g1").is_set()
+    assert next_pass() > 59
     rt.rest("mail/g1", True)
     rt.forget("mail/g1")
     rt.saw_deployment("mail", "sg-g1", None)
-    assert not rt.wakeup("mail/g1").is_set()
+    assert next_pass() > 59

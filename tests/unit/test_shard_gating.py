@@ -1,11 +1,10 @@
 """The kopf handlers under sharding (issue 15): a non-owner's change handler does nothing, its
-deletion handler never lets kopf finish (kopf would drop the finalizer), its reaper daemon
-waits for the assignment to change and runs a pass as soon as it owns the group."""
+deletion handler never lets kopf finish (kopf would drop the finalizer), its reaper
+parks the group until the assignment changes and runs a pass as soon as it owns the group."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from types import SimpleNamespace
 from typing import Any
 
@@ -14,6 +13,7 @@ import pytest
 
 from sendgroup_operator import handlers, reconcile
 from sendgroup_operator.settings import Settings
+from tests.unit import test_handover
 
 BODY = {"metadata": {"namespace": "mail", "name": "g", "uid": "uid-g", "generation": 2}}
 
@@ -98,63 +98,75 @@ def test_a_deletion_handler_that_becomes_the_owner_runs_the_pass(passes: list[st
     assert passes == ["pass"]
 
 
-class Stopped:
-    """kopf.DaemonStopped's surface the reaper uses."""
-
-    def __init__(self) -> None:
-        self.event = asyncio.Event()
-
-    def __bool__(self) -> bool:
-        return self.event.is_set()
-
-    async def wait(self, timeout: float | None = None) -> bool:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.event.wait(), timeout)
-        return True
-
-
-def start_reaper(memo: SimpleNamespace) -> tuple[Stopped, asyncio.Task[None]]:
-    """The reaper daemon of BODY running in the current loop, and its stop flag."""
-    stopped = Stopped()
-    log = SimpleNamespace(info=print, debug=print, warning=print)
-    task = asyncio.create_task(handlers.reaper(body=BODY, memo=memo, logger=log, stopped=stopped))
-    return stopped, task
-
-
 def test_a_non_owners_reaper_waits_then_takes_over(passes: list[str]) -> None:
     shard = FakeShard(mine=False)
-    memo = memo_with(shard)
+    memo = reaper_memo(shard)
 
-    async def scenario() -> None:
-        stopped, task = start_reaper(memo)
-        await asyncio.sleep(0.1)
+    async def scenario(memo: SimpleNamespace) -> None:
+        await see(memo, BODY)
+        await asyncio.sleep(INITIAL + 0.1)
         assert passes == [] and shard.groups == {"mail/g": "uid-g"}  # waits, no pass
+        memo.runtime.kick("mail/g", 0)  # a wake-up of a group it does not own: no pass
+        await asyncio.sleep(0.05)
+        assert passes == []
         shard.take()
         await asyncio.sleep(0.1)
         assert passes == ["pass"]  # the takeover: a full pass at once
-        stopped.event.set()
-        await asyncio.wait_for(task, 1)
+        await see(memo, BODY, "DELETED")
         assert shard.groups == {}
 
-    asyncio.run(scenario())
+    with_reaper(scenario, memo)
 
 
 def test_an_owners_reaper_stops_acting_when_the_group_moves(passes: list[str]) -> None:
     shard = FakeShard(mine=True)
-    memo = memo_with(shard)
+    memo = reaper_memo(shard)
 
-    async def scenario() -> None:
-        stopped, task = start_reaper(memo)
-        await asyncio.sleep(0.1)
+    async def scenario(memo: SimpleNamespace) -> None:
+        rt = memo.runtime
+        await see(memo, BODY)
+        await asyncio.sleep(INITIAL + 0.05)
         assert passes == ["pass"]
+        rt.demands["mail/g"] = 3  # what the pass recorded: its share of the cap
         shard.mine = False  # another member owns it now
         shard._changed.set()
         shard._changed = asyncio.Event()
         await asyncio.sleep(0.1)
-        memo.runtime.kick("mail/g", 0)  # a wake-up (e.g. jobs arrived) runs no pass
+        assert "mail/g" not in rt.demands  # handed away: this replica's share released
+        rt.kick("mail/g", 0)  # a wake-up (e.g. jobs arrived) runs no pass
         await asyncio.sleep(0.1)
         assert passes == ["pass"]
-        stopped.event.set()
-        await asyncio.wait_for(task, 1)
+        assert shard.groups == {"mail/g": "uid-g"}  # still watched: it may come back
 
-    asyncio.run(scenario())
+    with_reaper(scenario, memo)
+
+
+def test_a_pass_in_flight_counts_as_busy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A clean stop (``Shard.leave``) waits for ``busy`` to reach 0 before it deletes the
+    Lease: a reaper pass counts while it runs."""
+    shard = FakeShard(mine=True)
+    memo = reaper_memo(shard)
+    seen: list[int] = []
+
+    async def fake(*args: Any, **kwargs: Any) -> None:
+        seen.append(shard.busy)
+
+    monkeypatch.setattr(handlers, "_compute", fake)
+
+    async def scenario(memo: SimpleNamespace) -> None:
+        await see(memo, BODY)
+        await asyncio.sleep(INITIAL + 0.05)
+
+    with_reaper(scenario, memo)
+    assert seen == [1] and shard.busy == 0
+
+
+def reaper_memo(shard: FakeShard) -> SimpleNamespace:
+    memo = test_handover._memo()
+    memo.runtime.shard = shard
+    return memo
+
+
+see = test_handover.see
+with_reaper = test_handover.with_reaper
+INITIAL = test_handover.INITIAL
