@@ -72,6 +72,17 @@ class Installed:
         return proc.stdout.strip() == "yes"
 
 
+#: What the chart's environment points at inside the cluster; a local process gets its own.
+LOCAL_ONLY = ("SENDGROUP_DEFAULT_REDIS_URL", "SENDGROUP_METRICS_PORT", "SENDGROUP_HEALTH_PORT")
+
+
+def _drop_local(env: dict[str, str]) -> None:
+    """Take out of a chart-rendered operator environment the variables that a process run
+    here sets itself (OperatorProcess: the tests' Redis, free ports)."""
+    for name in LOCAL_ONLY:
+        env.pop(name)
+
+
 def _new_namespace(cluster: KubeCluster, prefix: str) -> str:
     name = f"{prefix}-{secrets.token_hex(3)}"
     cluster.kubectl("create", "namespace", name)
@@ -191,8 +202,7 @@ def chart_operator(
     dep = installed.get("deployment", FULLNAME)
     assert dep is not None
     env = env_of(dep, installed.namespace)
-    for local in ("SENDGROUP_DEFAULT_REDIS_URL", "SENDGROUP_METRICS_PORT", "SENDGROUP_HEALTH_PORT"):
-        env.pop(local)
+    _drop_local(env)
     env |= {
         "SENDGROUP_STANDALONE": "false",
         "SENDGROUP_PEERING_PRIORITY": "1000",
@@ -257,12 +267,7 @@ def test_ha_instances_share_the_chart_peering_and_fail_over(
     procs = []
     for i, dep in enumerate(find(rendered, "Deployment")):
         env = env_of(dep, installed.namespace)
-        for local in (
-            "SENDGROUP_DEFAULT_REDIS_URL",
-            "SENDGROUP_METRICS_PORT",
-            "SENDGROUP_HEALTH_PORT",
-        ):
-            env.pop(local)
+        _drop_local(env)
         env |= {"SENDGROUP_STANDALONE": "false", "SENDGROUP_REAPER_INTERVAL": "1"}
         procs.append(
             OperatorProcess(
@@ -359,12 +364,7 @@ def test_sharded_install_runs_every_instance_active_under_the_chart_account(
         for dep in deployments["items"]:
             env = env_of(dep, home)
             assert env["SENDGROUP_SHARDING"] == "true" and "SENDGROUP_PEERING_NAME" not in env
-            for local in (
-                "SENDGROUP_DEFAULT_REDIS_URL",
-                "SENDGROUP_METRICS_PORT",
-                "SENDGROUP_HEALTH_PORT",
-            ):
-                env.pop(local)
+            _drop_local(env)
             env |= {"SENDGROUP_STANDALONE": "false", "SENDGROUP_REAPER_INTERVAL": "1"}
             who = env["POD_ID"]
             procs[who] = OperatorProcess(
@@ -455,12 +455,7 @@ def test_all_namespaces_install_gives_cluster_wide_rights_that_suffice(
         env = env_of(dep, home)
         assert env["SENDGROUP_WATCH_NAMESPACES"] == "*"
         assert "SENDGROUP_WORKER_SERVICE_ACCOUNT" not in env
-        for local in (
-            "SENDGROUP_DEFAULT_REDIS_URL",
-            "SENDGROUP_METRICS_PORT",
-            "SENDGROUP_HEALTH_PORT",
-        ):
-            env.pop(local)
+        _drop_local(env)
         env |= {"SENDGROUP_STANDALONE": "false", "SENDGROUP_PEERING_PRIORITY": "1000"}
         proc = OperatorProcess(kubeconfig, home, redis_url, tmp_path / "all.log", **env).start()
         proc.wait_started()

@@ -33,6 +33,7 @@ from sendgroup_worker.smtp import (
 )
 from tests.support.postfix_sink import PostfixSink
 from tests.support.smtp_sink import SmtpSink
+from tests.support.smtp_transport import NoClient, RecordingTransport
 from tests.support.turn_relay import TurnRelay
 
 pytestmark = pytest.mark.timeout(60)
@@ -440,8 +441,8 @@ def test_replies_arriving_together_or_split_are_handed_out_in_order() -> None:
 
     async def go() -> list[tuple[int, str]]:
         loop = asyncio.get_running_loop()
-        protocol = smtppipe.PipeliningProtocol(loop, client=_NoClient())  # type: ignore[arg-type]
-        protocol.connection_made(_Transport())  # type: ignore[arg-type]
+        protocol = smtppipe.PipeliningProtocol(loop, client=NoClient())  # type: ignore[arg-type]
+        protocol.connection_made(RecordingTransport())  # type: ignore[arg-type]
         protocol._response_pending = False
         protocol.data_received(b"250 unsolicited\r\n")  # nothing owed: dropped
         protocol.send_group([b"MAIL FROM:<a@x>", b"RCPT TO:<b@x>", b"DATA"])
@@ -456,8 +457,8 @@ def test_replies_arriving_together_or_split_are_handed_out_in_order() -> None:
 def test_a_malformed_reply_and_a_lost_connection_come_after_the_replies_before_them() -> None:
     async def go() -> list[object]:
         loop = asyncio.get_running_loop()
-        protocol = smtppipe.PipeliningProtocol(loop, client=_NoClient())  # type: ignore[arg-type]
-        protocol.connection_made(_Transport())  # type: ignore[arg-type]
+        protocol = smtppipe.PipeliningProtocol(loop, client=NoClient())  # type: ignore[arg-type]
+        protocol.connection_made(RecordingTransport())  # type: ignore[arg-type]
         protocol._response_pending = False
         protocol.send_group([b"MAIL FROM:<a@x>", b"RCPT TO:<b@x>", b"RCPT TO:<c@x>", b"DATA"])
         protocol.data_received(b"250 ok\r\nnonsense\r\n")
@@ -482,29 +483,11 @@ def test_a_malformed_reply_and_a_lost_connection_come_after_the_replies_before_t
 def test_a_command_with_a_line_break_is_refused_before_anything_is_written() -> None:
     async def go() -> list[bytes]:
         loop = asyncio.get_running_loop()
-        protocol = smtppipe.PipeliningProtocol(loop, client=_NoClient())  # type: ignore[arg-type]
-        transport = _Transport()
+        protocol = smtppipe.PipeliningProtocol(loop, client=NoClient())  # type: ignore[arg-type]
+        transport = RecordingTransport()
         protocol.connection_made(transport)  # type: ignore[arg-type]
         with pytest.raises(ValueError, match="control character"):
             protocol.send_group([b"MAIL FROM:<a@x>", b"RCPT TO:<b@x>\r\nRCPT TO:<evil@x>"])
         return transport.written
 
     assert asyncio.run(go()) == []
-
-
-class _NoClient:
-    protocol = None
-
-
-class _Transport:
-    def __init__(self) -> None:
-        self.written: list[bytes] = []
-
-    def get_extra_info(self, name: str) -> None:
-        return None
-
-    def is_closing(self) -> bool:
-        return False
-
-    def write(self, data: bytes) -> None:
-        self.written.append(data)

@@ -8,6 +8,7 @@ import socket
 import threading
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -37,19 +38,24 @@ def _closed(port: int) -> bool:
     return False
 
 
+def _serve(which: str, port: int, host: str) -> tuple[threading.Thread, Callable[[], None], str]:
+    """Start the ``which`` server ("metrics" or "health") on ``host:port``: (its thread, the
+    function that closes it, the path it answers)."""
+    if which == "metrics":
+        metrics = WorkerMetrics("q")
+        metrics.serve(port, host)
+        assert metrics._server is not None
+        return metrics._server[1], metrics.close, "/metrics"
+    health = WorkerHealth(stall_after=30, job_limit=90, checks={})
+    assert health.serve(port, host) == port
+    assert health._server is not None
+    return health._server[1], health.close, "/livez"
+
+
 @pytest.mark.parametrize("which", ["metrics", "health"])
 def test_an_idle_server_thread_sleeps_answers_and_stops_at_once(which: str) -> None:
     port = free_port()
-    if which == "metrics":
-        metrics = WorkerMetrics("q")
-        metrics.serve(port, "127.0.0.1")
-        assert metrics._server is not None
-        thread, close, path = metrics._server[1], metrics.close, "/metrics"
-    else:
-        health = WorkerHealth(stall_after=30, job_limit=90, checks={})
-        assert health.serve(port, "127.0.0.1") == port
-        assert health._server is not None
-        thread, close, path = health._server[1], health.close, "/livez"
+    thread, close, path = _serve(which, port, "127.0.0.1")
     try:
         status, body = _get(port, path)
         assert status == 200 and body
@@ -91,16 +97,7 @@ def test_both_servers_listen_on_an_ipv6_host(which: str, host: str) -> None:
     wants ``::``) listen on IPv6, answer there, and stop at once. Before, the health server
     tried an IPv4 socket on ``::`` and only logged that it could not listen."""
     port = free_port()
-    if which == "metrics":
-        metrics = WorkerMetrics("q")
-        metrics.serve(port, host)
-        assert metrics._server is not None
-        thread, close, path = metrics._server[1], metrics.close, "/metrics"
-    else:
-        health = WorkerHealth(stall_after=30, job_limit=90, checks={})
-        assert health.serve(port, host) == port
-        assert health._server is not None
-        thread, close, path = health._server[1], health.close, "/livez"
+    thread, close, path = _serve(which, port, host)
     try:
         status, body = _get6(port, path)
         assert status == 200 and body

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from sendgroup_worker import smtppipe
 from sendgroup_worker.smtp import build_message
+from tests.support.smtp_transport import NoClient, RecordingTransport
 
 #: bytes a message may carry around its line ends and line starts
 _BYTES = st.lists(st.sampled_from([b"a", b" ", b".", b"\r", b"\n", b"\r\n", b"\xc3\xa9"])).map(
@@ -24,31 +25,13 @@ _BYTES = st.lists(st.sampled_from([b"a", b" ", b".", b"\r", b"\n", b"\r\n", b"\x
 )
 
 
-class _NoClient:
-    protocol = None
-
-
-class _Transport:
-    def __init__(self) -> None:
-        self.written: list[bytes] = []
-
-    def get_extra_info(self, name: str) -> None:
-        return None
-
-    def is_closing(self) -> bool:
-        return False
-
-    def write(self, data: bytes) -> None:
-        self.written.append(data)
-
-
 def _sent(message: bytes) -> bytes:
     """The bytes ``send_content`` writes for ``message``."""
 
     async def go() -> bytes:
         loop = asyncio.get_running_loop()
-        protocol = smtppipe.PipeliningProtocol(loop, client=_NoClient())  # type: ignore[arg-type]
-        transport = _Transport()
+        protocol = smtppipe.PipeliningProtocol(loop, client=NoClient())  # type: ignore[arg-type]
+        transport = RecordingTransport()
         protocol.connection_made(transport)  # type: ignore[arg-type]
         protocol.send_content(message)
         return b"".join(transport.written)
