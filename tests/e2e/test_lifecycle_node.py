@@ -63,6 +63,27 @@ class Node:
         return data
 
 
+def _workers_now(node: Node) -> str:
+    """What a convergence timeout reports: the Deployment's replicas and each worker pod's
+    phase, deletion time and container states, with the tail of its log."""
+    kube, ns = node.node.kube, node.namespace
+    dep = node.deployment("walk") or {}
+    lines = [f"deployment replicas={dep.get('spec', {}).get('replicas')}"]
+    for pod in worker_pods(kube, ns, "walk"):
+        meta, status = pod["metadata"], pod.get("status", {})
+        states = [
+            f"{c['name']}: {next(iter(c.get('state') or {'?': 0}))}"
+            for c in status.get("containerStatuses", [])
+        ]
+        lines.append(
+            f"pod {meta['name']} phase={status.get('phase')} "
+            f"deleting={meta.get('deletionTimestamp')} {', '.join(states)}"
+        )
+        logs = kube.kubectl("-n", ns, "logs", meta["name"], "--tail=15", check=False)
+        lines.append(logs.stdout + logs.stderr)
+    return "\n".join(lines)
+
+
 @pytest.fixture
 def node(
     node_cluster: NodeCluster, e2e_namespace: str, pod_redis: RedisServer, pod_smtp: SmtpSink
@@ -194,7 +215,12 @@ def test_random_walk_converges_never_sends_paused_and_never_twice(node: Node) ->
             for p in pods:
                 node.kubectl("delete", "pod", p["metadata"]["name"], "--grace-period=0", "--force")
         at = time.time()
-        wait_for(converged, 60, f"step {i} ({step}, spec {spec}) converged")
+        wait_for(
+            converged,
+            60,
+            f"step {i} ({step}, spec {spec}) converged",
+            describe=lambda: _workers_now(node),
+        )
         if spec["paused"]:
             settled = time.time()
             time.sleep(3)
