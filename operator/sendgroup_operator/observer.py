@@ -49,7 +49,7 @@ import dataclasses
 import hashlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Final, cast
 
@@ -501,47 +501,49 @@ class Observer:
             red.fresh.clear()
         else:
             keys = []
-        if not keys:
-            return list(named)
-        self.counts.idle_checks += len(keys)
-        chunks = self._batches(red, keys)
-        counts = await tracking.exists([names for _, names in chunks])
-        self.counts.round_trips += 1
-        candidates = [
-            (key, names[3 * i : 3 * i + 3])
-            for (part, names), n in zip(chunks, counts, strict=True)
-            if n
-            for i, key in enumerate(part)
-        ]
-        if candidates:
-            counts = await tracking.exists([list(watched) for _, watched in candidates])
-            self.counts.round_trips += 1
-            named.update(key for (key, _), n in zip(candidates, counts, strict=True) if n)
+        if keys:
+            named.update(await self._with_work(tracking.exists, self._batches(red, keys), True))
         return list(named)
 
     async def _check_idle(self, url: str, chunks: list[tuple[list[str], list[str]]]) -> list[str]:
-        """The keys of the idle groups whose queue holds jobs now; ``chunks``: per batch, the
-        group keys and their watched structures flattened (``_Redis.chunks``)."""
+        """The keys of the idle groups whose queue holds jobs now (:meth:`_with_work` over a
+        pipeline of the Redis' pooled client; one ``EXISTS`` per batch first except on Redis
+        Cluster, where a batch's keys live in different slots)."""
         client = await self.queues.client(url)
-        self.counts.idle_checks += sum(len(keys) for keys, _ in chunks)
-        if not is_cluster(client):
+
+        async def exists(commands: list[list[str]]) -> list[int]:
             pipe = cast(Any, client).pipeline(transaction=False)
-            for _, names in chunks:
+            for names in commands:
                 pipe.exists(*names)
-            counts = await pipe.execute()
+            return [int(n) for n in await pipe.execute()]
+
+        return await self._with_work(exists, chunks, not is_cluster(client))
+
+    async def _with_work(
+        self,
+        exists: Callable[[list[list[str]]], Awaitable[list[int]]],
+        chunks: list[tuple[list[str], list[str]]],
+        batched: bool,
+    ) -> list[str]:
+        """The keys of the groups of ``chunks`` (per batch, the group keys and their watched
+        structures flattened, ``_Redis.chunks``) whose queue holds jobs now. ``exists`` sends
+        one ``EXISTS`` per list of key names in one round trip (a pipeline, polled; the
+        tracked connection, :meth:`_Tracking.exists`). ``batched``: one ``EXISTS`` per batch
+        first (a count of 0 clears the whole batch), then one per group of the batches with
+        work only; else one per group."""
+        self.counts.idle_checks += sum(len(keys) for keys, _ in chunks)
+        if batched:
+            counts = await exists([names for _, names in chunks])
             self.counts.round_trips += 1
-            chunks = [c for c, n in zip(chunks, counts, strict=True) if int(n)]
+            chunks = [c for c, n in zip(chunks, counts, strict=True) if n]
             if not chunks:
                 return []
         candidates = [
             (key, names[3 * i : 3 * i + 3]) for keys, names in chunks for i, key in enumerate(keys)
         ]
-        pipe = cast(Any, client).pipeline(transaction=False)
-        for _, watched in candidates:
-            pipe.exists(*watched)
-        counts = await pipe.execute()
+        counts = await exists([watched for _, watched in candidates])
         self.counts.round_trips += 1
-        return [key for (key, _), n in zip(candidates, counts, strict=True) if int(n)]
+        return [key for (key, _), n in zip(candidates, counts, strict=True) if n]
 
 
 def _watched(keys: QueueKeys) -> tuple[str, str, str]:
