@@ -38,6 +38,13 @@ def _closed(port: int) -> bool:
     return False
 
 
+def _seconds(call: Callable[[], None]) -> float:
+    """How long ``call()`` took, in seconds."""
+    started = time.monotonic()
+    call()
+    return time.monotonic() - started
+
+
 def _serve(which: str, port: int, host: str) -> tuple[threading.Thread, Callable[[], None], str]:
     """Start the ``which`` server ("metrics" or "health") on ``host:port``: (its thread, the
     function that closes it, the path it answers)."""
@@ -64,9 +71,7 @@ def test_an_idle_server_thread_sleeps_answers_and_stops_at_once(which: str) -> N
         assert _switches(thread) - before == 0, "the server thread woke while no request came"
         assert _get(port, path)[0] == 200
     finally:
-        started = time.monotonic()
-        close()
-        took = time.monotonic() - started
+        took = _seconds(close)
     assert took < 0.5
     assert not thread.is_alive()
     assert _closed(port)
@@ -102,8 +107,6 @@ def test_both_servers_listen_on_an_ipv6_host(which: str, host: str) -> None:
         status, body = _get6(port, path)
         assert status == 200 and body
     finally:
-        started = time.monotonic()
-        close()
-        took = time.monotonic() - started
+        took = _seconds(close)
     assert took < 0.5
     assert not thread.is_alive()
