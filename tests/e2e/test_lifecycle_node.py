@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from sendgroup_contract.keys import QueueKeys
 from tests.support.cluster import wait_for
 from tests.support.e2e import (
     InstalledOperator,
@@ -68,7 +69,8 @@ def _workers_now(node: Node) -> str:
     phase, deletion time and container states, with the tail of its log."""
     kube, ns = node.node.kube, node.namespace
     dep = node.deployment("walk") or {}
-    lines = [f"deployment replicas={dep.get('spec', {}).get('replicas')}"]
+    marker = node.redis.client().exists(QueueKeys("mail-walk").paused)
+    lines = [f"deployment replicas={dep.get('spec', {}).get('replicas')} pause marker={marker}"]
     for pod in worker_pods(kube, ns, "walk"):
         meta, status = pod["metadata"], pod.get("status", {})
         states = [
@@ -145,7 +147,8 @@ def test_random_walk_converges_never_sends_paused_and_never_twice(node: Node) ->
     """A seeded random walk (``SENDGROUP_WALK_SEED`` replays one) over spec edits, pauses,
     resumes, bursts and operator-pod kills. After each step, within 60 s: a running group's
     Deployment has the spec's replicas and timeout; a paused one has no pods and sends
-    nothing. At the end every pushed recipient got exactly one mail."""
+    nothing. At the end every pushed recipient got exactly one mail. The pause marker in Redis
+    is part of it: set while paused, gone while running (workers that see it take nothing)."""
     seed = int(os.environ.get("SENDGROUP_WALK_SEED") or time.time())
     rng = random.Random(seed)
     node.log.append(f"seed {seed}")
@@ -175,11 +178,13 @@ def test_random_walk_converges_never_sends_paused_and_never_twice(node: Node) ->
         ),
     )
 
+    marker = QueueKeys("mail-walk").paused
+
     def converged() -> bool:
         dep = node.deployment("walk")
         if spec["paused"]:
-            return not worker_pods(kube, ns, "walk")
-        if dep is None:
+            return bool(client.exists(marker)) and not worker_pods(kube, ns, "walk")
+        if dep is None or client.exists(marker):  # a running group's workers take jobs
             return False
         env = {
             e["name"]: e.get("value")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import signal
+import threading
 import time
 from collections.abc import Iterator
 
@@ -14,6 +15,7 @@ import redis
 
 from tests.support.redis_server import RedisServer
 from tests.support.smtp_sink import SmtpSink
+from tests.support.turn_relay import TurnRelay
 from tests.support.workers import (
     WorkerProcess,
     counts,
@@ -241,3 +243,33 @@ def test_redis_down_at_start_and_at_sigterm_never_crashes_the_worker(
     log = w.log()
     assert log.count("Redis unreachable") == 2  # once per outage, not once per retry
     assert "Traceback" not in log
+
+
+def test_sigterm_while_the_worker_first_asks_redis_what_it_is_stops_it_before_any_job(
+    redis_server: RedisServer, smtp_sink: SmtpSink
+) -> None:
+    """A pod deleted as its worker starts (a pause or a scale-down right after a scale-up) gets
+    SIGTERM while the worker may be asking Redis whether it is a cluster (``INFO cluster`` on
+    a ``redis://`` URL). Here Redis answers that question only after the signal: the worker
+    must still stop, taking no job. Before the fix the signal was kept only for the retry loop
+    of that question, lost when the answer came, and the worker sent until SIGKILL."""
+    q = sync_queue(redis_server.url, Q)
+    q.push(mail_payload("early@x.example"))
+    gate = threading.Event()
+    with TurnRelay(redis_server.port, gate=gate) as relay:
+        w = WorkerProcess(worker_env(f"redis://127.0.0.1:{relay.port}/0", Q, smtp_sink.port))
+        try:
+            assert relay.arrived.wait(20), "the worker never connected to Redis"
+            time.sleep(0.2)  # the question is on the wire, its answer held by the relay
+            w.signal(signal.SIGTERM)
+            time.sleep(0.3)
+            gate.set()
+            assert w.wait(15) == 0
+        finally:
+            gate.set()
+            w.stop()
+    time.sleep(0.5)  # a send would have reached the sink by now
+    assert smtp_sink.snapshot() == []
+    stats = q.measure()
+    assert (stats.ready, stats.delivered) == (1, 0)
+    assert "stopping (SIGTERM" in w.log()

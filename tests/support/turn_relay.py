@@ -10,6 +10,10 @@ and through TLS (it never looks inside the bytes).
 
 ``TurnRelay(port).start()`` runs it in a thread; ``relay.port`` is where clients connect;
 ``relay.turns`` the total over every connection; ``relay.connections`` how many were opened.
+With ``gate`` (a ``threading.Event``), an accepted connection waits until the gate is set
+before the relay connects it to the server (a server that is slow to answer, e.g. while a
+client's first command is in flight); ``relay.arrived`` is set at the first accepted
+connection.
 """
 
 from __future__ import annotations
@@ -22,8 +26,15 @@ import threading
 class TurnRelay:
     """The relay (see the module docstring); thread-safe counters."""
 
-    def __init__(self, target_port: int, target_host: str = "127.0.0.1") -> None:
+    def __init__(
+        self,
+        target_port: int,
+        target_host: str = "127.0.0.1",
+        gate: threading.Event | None = None,
+    ) -> None:
         self.target = (target_host, target_port)
+        self.gate = gate
+        self.arrived = threading.Event()
         self.port = 0
         self.turns = 0
         self.connections = 0
@@ -67,6 +78,9 @@ class TurnRelay:
         self.stop()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.arrived.set()
+        if self.gate is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self.gate.wait)
         try:
             up_reader, up_writer = await asyncio.open_connection(*self.target)
         except OSError:

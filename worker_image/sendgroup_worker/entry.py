@@ -9,7 +9,9 @@ module installs plain handlers for SIGTERM and SIGINT that only record the signa
 stops at once, before taking a job, when it finds one recorded (:func:`early_signal`).
 
 Only ``work`` gets them: the dump/restore/purge commands keep the default action (the process
-ends; those commands are crash-safe by design and resume on the next run).
+ends; those commands are crash-safe by design and resume on the next run). Code that runs
+before the asyncio handlers and needs its own (the worker's first question to Redis, which
+may wait) installs :func:`record` too, so a signal is never kept anywhere else and lost.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from types import FrameType
 _received: list[str] = []
 
 
-def _record(signum: int, _frame: FrameType | None) -> None:
+def record(signum: int, _frame: FrameType | None) -> None:
+    """A ``signal.signal`` handler: remember the signal for :func:`early_signal`."""
     _received.append(signal.Signals(signum).name)
 
 
@@ -33,8 +36,8 @@ def early_signal() -> str:
 def main() -> None:
     """Install the early handlers (``work`` only), then run the click group."""
     if len(sys.argv) > 1 and sys.argv[1] == "work":
-        signal.signal(signal.SIGTERM, _record)
-        signal.signal(signal.SIGINT, _record)
+        signal.signal(signal.SIGTERM, record)
+        signal.signal(signal.SIGINT, record)
     from sendgroup_worker.cli import main as cli_main
 
     cli_main()

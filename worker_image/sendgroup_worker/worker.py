@@ -1495,10 +1495,12 @@ def _deployment_kind(target: RedisTarget) -> str:
         return target.kind
     delay = 0.2
     logged = False
-    stop: list[int] = []
-    previous = {s: signal.signal(s, lambda n, _f: stop.append(n)) for s in _STOP_SIGNALS}
+    # entry.record, not a handler of its own: a signal that arrives while a probe is in
+    # flight and the probe then succeeds must still stop the worker (Worker.run reads it);
+    # kept only here, it was lost, and a pod deleted as it started sent until SIGKILL
+    previous = {s: signal.signal(s, entry.record) for s in _STOP_SIGNALS}
     try:
-        while not stop:
+        while not entry.early_signal():
             try:
                 kind = detect_sync(target, socket_timeout=5, socket_connect_timeout=5)
             except REDIS_DOWN as exc:
@@ -1518,7 +1520,7 @@ def _deployment_kind(target: RedisTarget) -> str:
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
-    log.info("stopping (%s) before Redis was reachable", signal.Signals(stop[0]).name)
+    log.info("stopping (%s) before Redis was reachable", entry.early_signal())
     raise SystemExit(0)
 
 
