@@ -46,6 +46,17 @@ def run(scenario: Callable[[], Awaitable[None]]) -> None:
     asyncio.run(asyncio.wait_for(scenario(), 10))
 
 
+async def passed_once(passes: Passes, *keys: str) -> Scheduler:
+    """A started scheduler (no initial delay) with ``keys`` added, 50 ms later: each key's
+    first pass has run (or, with ``passes.takes``, is running)."""
+    sched = Scheduler(initial_delay=0.0)
+    sched.start(passes)
+    for key in keys:
+        sched.add(key)
+    await asyncio.sleep(0.05)
+    return sched
+
+
 def test_a_new_group_passes_after_the_initial_delay_then_at_its_own_delay() -> None:
     passes = Passes(delay=0.2)
 
@@ -68,10 +79,7 @@ def test_a_kick_brings_the_next_pass_closer_never_later() -> None:
     passes = Passes(delay=60)
 
     async def scenario() -> None:
-        sched = Scheduler(initial_delay=0.0)
-        sched.start(passes)
-        sched.add("a/g")
-        await asyncio.sleep(0.05)
+        sched = await passed_once(passes, "a/g")
         assert len(passes.calls) == 1  # resting for a minute now
         started = time.monotonic()
         sched.kick("a/g", 0.1)
@@ -94,10 +102,7 @@ def test_a_pass_answers_the_kicks_due_after_it_started() -> None:
     passes = Passes(delay=60)
 
     async def scenario() -> None:
-        sched = Scheduler(initial_delay=0.0)
-        sched.start(passes)
-        sched.add("a/g")
-        await asyncio.sleep(0.05)
+        sched = await passed_once(passes, "a/g")
         sched.kick("a/g", 0.3)
         sched.kick("a/g", 0.1)
         await asyncio.sleep(0.5)
@@ -111,10 +116,7 @@ def test_a_kick_while_its_pass_runs_passes_again_after_it() -> None:
     passes = Passes(delay=60, takes=0.1)
 
     async def scenario() -> None:
-        sched = Scheduler(initial_delay=0.0)
-        sched.start(passes)
-        sched.add("a/g")
-        await asyncio.sleep(0.05)  # the first pass runs
+        sched = await passed_once(passes, "a/g")  # the first pass runs
         sched.kick("a/g", 0)  # jobs arrived meanwhile
         await asyncio.sleep(0.3)
         assert len(passes.calls) == 2
@@ -150,11 +152,7 @@ def test_a_dropped_group_never_passes_again() -> None:
     passes = Passes(delay=0.05, takes=0.1)
 
     async def scenario() -> None:
-        sched = Scheduler(initial_delay=0.0)
-        sched.start(passes)
-        sched.add("a/g")
-        sched.add("a/h")
-        await asyncio.sleep(0.05)  # both passes run
+        sched = await passed_once(passes, "a/g", "a/h")  # both passes run
         assert sched.drop("a/g")
         sched.kick("a/g", 0)
         await asyncio.sleep(0.4)
