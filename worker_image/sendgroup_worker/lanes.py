@@ -46,6 +46,19 @@ plateau) unless that window lost more than :attr:`Tuning.max_loss` of the jobs/s
 growth, or the CPU stopped being busy without a gain; then it goes back as above. A relay
 that slows down as it gets busier shows there as a loss or as a CPU with room.
 
+Where it starts: :data:`START_LANES`, 16 lanes (fewer under a lower ceiling), not the former
+fixed 4. A near relay keeps the CPU busy from 4 lanes on, and at a busy CPU the count holds
+(rule 11) although the CPU per mail still falls as lanes are added (scenario 2 on loopback,
+``bench/results/2026-12-04-smtp-cpu19``: 0.43 ms at 4 lanes, 0.34 at 16; 2,238 against 2,989
+mails/s): in ``bench.lanes_round`` runs on 2026-12-04, 4 of 6 loopback drains read the CPU at
+>= 85 % in their first window and stayed at 4 lanes. Where the count did climb, the climb
+(4 -> 8 -> 16, each step a window and the new lanes' warm-up) took 0.05-0.12 s of drains of
+0.5-0.9 s, and auto sent 0.80x (loopback) and 0.84x (+1 ms link) of fixed 16. Started at 16,
+a busy CPU holds there and a CPU with room doubles to 32 in the first window, judged as any
+growth. What it costs: a worker that starts idle runs 16 lanes that wait (one blocking Redis
+call for all of them; one Redis connection each), and a relay that takes fewer connections
+answers the first sends with 421s, which halve the count (rule 1).
+
 ``u`` is taken of the CPU the process may use: one core, or less under a CPU limit (the
 container's cgroup quota, ``cores``), so a pod limited to half a core is busy at 0.5 CPU
 seconds per second and does not start climbing toward a CPU it will never get.
@@ -110,8 +123,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final, Literal
 
-#: Lanes at start with auto: the former fixed default, so nothing changes until measured.
-START_LANES: Final = 4
+#: Lanes at start with auto (within the ceiling, :attr:`WorkerConfig.start_lanes
+#: <sendgroup_worker.config.WorkerConfig.start_lanes>`): the count fixed lanes sent the most
+#: at in scenario 2 on both links (module docstring, "Where it starts"). Was 4, the former
+#: fixed default.
+START_LANES: Final = 16
 
 #: A window (one decision) closes once it lasted :data:`WINDOW_MIN` seconds and saw
 #: :data:`WINDOW_JOBS` jobs finish, or after :data:`WINDOW_MAX` seconds whatever it saw. 64
