@@ -54,8 +54,12 @@ mails/s): in ``bench.lanes_round`` runs on 2026-12-04, 4 of 6 loopback drains re
 >= 85 % in their first window and stayed at 4 lanes. Where the count did climb, the climb
 (4 -> 8 -> 16, each step a window and the new lanes' warm-up) took 0.05-0.12 s of drains of
 0.5-0.9 s, and auto sent 0.80x (loopback) and 0.84x (+1 ms link) of fixed 16. Started at 16,
-a busy CPU holds there and a CPU with room doubles to 32 in the first window, judged as any
-growth. What it costs: a worker that starts idle runs 16 lanes that wait (one blocking Redis
+a busy CPU holds there and a CPU with room doubles to 32 after the first window, judged as any
+growth. That first window judges the start, not a climb, so it has the full length
+(:data:`WINDOW_MIN`, :data:`WINDOW_JOBS`): in climb windows (0.01-0.03 s) 16 lanes read the
+CPU at 66-82 % in all 10 drains of a ``bench.lanes_round`` run (2026-12-04 20:15) and doubled
+to 32, where fixed 16 lanes kept it 87-98 % busy over whole drains (CPU per mail x mails/s).
+What it costs: a worker that starts idle runs 16 lanes that wait (one blocking Redis
 call for all of them; one Redis connection each), and a relay that takes fewer connections
 answers the first sends with 421s, which halve the count (rule 1).
 
@@ -104,13 +108,14 @@ wall / cores``):
 =====  ==========================================================  =========================
 
 Windows: one closes after :data:`WINDOW_JOBS` jobs and :data:`WINDOW_MIN` seconds, or at
-:data:`WINDOW_MAX` seconds; while the count is climbing (the first window, and each window
-that judges a growth) after ``max(CLIMB_JOBS, 2 x lanes)`` jobs and :data:`CLIMB_MIN`
-seconds, so a burst reaches its count within its first ~0.1 s (a 1,000-mail drain behind a
-1 ms link lasts 0.45-0.7 s). A window that judges a growth starts once every new lane
-finished its first job (:attr:`LaneMeter.cold`, the worker's tuner): a new lane's SMTP
-connection costs ~3 round trips and ~1 ms of CPU, and 16 of them in a 50 ms window made 32
-lanes look slower than 16 (bench/lanes_round.py, 2026-12-04).
+:data:`WINDOW_MAX` seconds; while the count is climbing (each window that judges a growth)
+after ``max(CLIMB_JOBS, 2 x lanes)`` jobs and :data:`CLIMB_MIN` seconds, so a climb reaches
+its count within ~0.1 s (a 1,000-mail drain behind a 1 ms link lasts 0.45-0.7 s). The first
+window (the start) has the full length, see above. A window that judges a growth starts once
+every new lane finished its first job (:attr:`LaneMeter.cold`, the worker's tuner): a new
+lane's SMTP connection costs ~3 round trips and ~1 ms of CPU, and 16 of them in a 50 ms window
+made 32 lanes look slower than 16 (bench/lanes_round.py, 2026-12-04). The same holds for the
+first window: it starts once every lane finished its first job.
 
 Nothing here does I/O or reads a clock except :class:`LaneMeter`, whose clocks are injected.
 """
@@ -138,10 +143,10 @@ START_LANES: Final = 16
 WINDOW_MIN: Final = 0.2
 WINDOW_MAX: Final = 1.0
 WINDOW_JOBS: Final = 64
-#: While the count climbs (the first window, and each one that judges a growth) a window may
-#: close after :data:`CLIMB_MIN` seconds and ``max(CLIMB_JOBS, 2 x lanes)`` jobs: at ~900
-#: mails/s (4 lanes, 1 ms link) 16 jobs take 18 ms, so 4 -> 8 -> 16 -> 32 lanes within ~0.1 s
-#: of the first mail instead of 0.6 s (a 1,000-mail drain there lasts 0.45-0.7 s). The jobs
+#: While the count climbs (each window that judges a growth) a window may close after
+#: :data:`CLIMB_MIN` seconds and ``max(CLIMB_JOBS, 2 x lanes)`` jobs: at ~900 mails/s (4
+#: lanes, 1 ms link) 16 jobs take 18 ms, so 4 -> 8 -> 16 -> 32 lanes within ~0.1 s instead
+#: of 0.6 s (a 1,000-mail drain there lasts 0.45-0.7 s). The jobs
 #: of the lanes in progress at either end are the error (sd ~ sqrt(lanes / 6) jobs): ~5 % at
 #: 16 jobs from 4 lanes and at two jobs a lane, against the 25-70 % a paying doubling gains
 #: there; a relay at its own capacity passes a doubling's 5 % check by chance ~1 in 4 times,
@@ -223,13 +228,14 @@ class LaneController:
         #: the last decision held a growth that had not paid at a busy CPU (rule 5), to be
         #: judged again over a full window: (the count before the growth, its jobs/s)
         self._confirming: tuple[int, float] | None = None
-        #: the next window judges a climb (the first window, or one after a growth)
-        self._climbing = True
+        #: the next window judges a climb (one after a growth); the first judges the start at
+        #: full length (module docstring, "Where it starts")
+        self._climbing = False
 
     @property
     def climbing(self) -> bool:
-        """Whether the next window judges a climb: before the first decision, and after a
-        growth (:meth:`window_min`, :meth:`window_jobs`)."""
+        """Whether the next window judges a climb: after a growth (:meth:`window_min`,
+        :meth:`window_jobs`); not the first window, which judges the start."""
         return self._climbing
 
     @property
