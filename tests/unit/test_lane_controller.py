@@ -26,14 +26,22 @@ from sendgroup_worker.lanes import (
     LaneMeter,
     Tuning,
     Window,
+    run_queue_wait,
     step,
 )
 
 
 def w(
-    wall: float = 1.0, cpu: float = 0.2, finished: int = 500, starved: float = 0.0, push: int = 0
+    wall: float = 1.0,
+    cpu: float = 0.2,
+    finished: int = 500,
+    starved: float = 0.0,
+    push: int = 0,
+    waited: float = 0.0,
 ) -> Window:
-    return Window(wall=wall, cpu=cpu, finished=finished, starved=starved, pushback=push)
+    return Window(
+        wall=wall, cpu=cpu, finished=finished, starved=starved, pushback=push, waited=waited
+    )
 
 
 @pytest.mark.parametrize(
@@ -289,30 +297,35 @@ class FakeClocks:
     def __init__(self) -> None:
         self.now = 100.0
         self.cpu = 5.0
+        self.waited = 2.0
 
 
 def test_the_meter_splits_waits_between_windows() -> None:
     t = FakeClocks()
-    meter = LaneMeter(clock=lambda: t.now, cpu=lambda: t.cpu)
+    meter = LaneMeter(clock=lambda: t.now, cpu=lambda: t.cpu, waited=lambda: t.waited)
     one = meter.starving()
     one.__enter__()  # a lane starts waiting at 100.0
     t.now = 100.5
     with meter.starving():  # another waits 0.25 s
         t.now = 100.75
     meter.pushback()
-    t.now, t.cpu = 101.0, 5.3
+    t.now, t.cpu, t.waited = 101.0, 5.3, 2.25
     first = meter.take(finished=40)
-    assert first == Window(wall=1.0, cpu=pytest.approx(0.3), finished=40, starved=1.25, pushback=1)
+    assert first == Window(
+        wall=1.0, cpu=pytest.approx(0.3), finished=40, starved=1.25, pushback=1, waited=0.25
+    )
     t.now, t.cpu = 101.5, 5.4
     one.__exit__(None, None, None)  # its wait ends half-way into the second window
     t.now = 102.0
     second = meter.take(finished=100)
-    assert second == Window(wall=1.0, cpu=pytest.approx(0.1), finished=60, starved=0.5, pushback=0)
+    assert second == Window(
+        wall=1.0, cpu=pytest.approx(0.1), finished=60, starved=0.5, pushback=0, waited=0.0
+    )
 
 
 def test_a_window_closes_after_enough_jobs_or_at_most_a_second() -> None:
     t = FakeClocks()
-    meter = LaneMeter(clock=lambda: t.now, cpu=lambda: t.cpu)
+    meter = LaneMeter(clock=lambda: t.now, cpu=lambda: t.cpu, waited=lambda: t.waited)
     t.now = 100.125
     assert not meter.full(finished=1000)  # too short, whatever it saw
     t.now = 100.25
@@ -363,7 +376,7 @@ def drain_with_tuner(
     (from, to, seconds after the first mail), the judged windows (lanes, jobs/s) and the
     seconds from the first to the last mail."""
     t = FakeClocks()
-    meter = LaneMeter(clock=lambda: t.now, cpu=lambda: t.cpu)
+    meter = LaneMeter(clock=lambda: t.now, cpu=lambda: t.cpu, waited=lambda: t.waited)
     c = LaneController(4, 32)
     for i in range(c.lanes):
         meter.lane_started(i)
@@ -549,6 +562,35 @@ def test_a_doubling_that_did_not_pay_with_cpu_room_goes_back_at_once() -> None:
     c.next(w(cpu=0.5, finished=1000))  # 8
     d = c.next(w(wall=0.05, cpu=0.03, finished=51))  # 1,020 jobs/s at 60 % CPU
     assert d.lanes == 4 and "no gain, back to 4" in d.reason
+
+
+def test_time_spent_waiting_for_a_cpu_counts_as_busy() -> None:
+    """16 lanes used 0.6 CPU seconds a second and waited 0.3 s for a CPU other processes held
+    (a loaded machine): the CPU is 90 % busy for the process, so the count holds; without
+    the wait the same 60 % is room and the count doubles."""
+    d = LaneController(16, 32).next(w(cpu=0.6, waited=0.3, finished=1500))
+    assert d.lanes == 16
+    assert "CPU busy: 1500 jobs/s, CPU 90% (waited for a CPU 30%), 0.40 ms CPU/job" in d.reason
+    assert LaneController(16, 32).next(w(cpu=0.6, finished=1500)).lanes == 32
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("2190461931 457320123 1032\n", 0.457320123),
+        ("0 0 1\n", 0.0),
+        ("garbage\n", 0.0),
+        ("", 0.0),
+        (None, 0.0),  # no such file (not Linux)
+    ],
+)
+def test_the_run_queue_wait_is_read_from_schedstat(
+    tmp_path: Path, text: str | None, seconds: float
+) -> None:
+    path = tmp_path / "schedstat"
+    if text is not None:
+        path.write_text(text)
+    assert run_queue_wait(str(path)) == pytest.approx(seconds)
 
 
 def test_a_cpu_limit_below_a_core_is_the_ceiling_of_utilisation() -> None:

@@ -63,6 +63,15 @@ What it costs: a worker that starts idle runs 16 lanes that wait (one blocking R
 call for all of them; one Redis connection each), and a relay that takes fewer connections
 answers the first sends with 421s, which halve the count (rule 1).
 
+``u`` counts the time the process waited for a CPU as busy time (``waited``: its event-loop
+thread was runnable while other processes ran, Linux's run-queue wait,
+``/proc/thread-self/schedstat``): on a machine whose cores other processes keep busy the
+process gets less than a core, and its own CPU share reads as room that is not there. In a
+``bench.lanes_round`` run on a loaded machine (2026-12-04 20:33, 5 rounds per link), 16 lanes
+read the CPU at 62-84 % in their first window and doubled to 32 in 6 of 10 drains; 32 went
+back for bringing no gain in 3 of them, and those 6 drains sent 0.55-1.02x (median 0.73x)
+the mails/s of the fixed 16 lanes beside them, the 4 that stayed at 16 0.89-1.26x.
+
 ``u`` is taken of the CPU the process may use: one core, or less under a CPU limit (the
 container's cgroup quota, ``cores``), so a pod limited to half a core is busy at 0.5 CPU
 seconds per second and does not start climbing toward a CPU it will never get.
@@ -81,8 +90,8 @@ listener, which answers ``421 4.3.2`` to connections over its ``max_connections`
 models: a relay that defers is saying it has too many of ours.
 
 The decision per window (:meth:`LaneController.next`; the first rule that applies; ``rate``
-= ``finished / wall`` jobs/s, ``starved`` = ``starved / (lanes · wall)``, ``u`` = ``cpu /
-wall / cores``):
+= ``finished / wall`` jobs/s, ``starved`` = ``starved / (lanes · wall)``, ``u`` = ``(cpu +
+waited) / wall / cores``):
 
 =====  ==========================================================  =========================
  rule  when                                                        next count
@@ -117,7 +126,8 @@ lane's SMTP connection costs ~3 round trips and ~1 ms of CPU, and 16 of them in 
 made 32 lanes look slower than 16 (bench/lanes_round.py, 2026-12-04). The same holds for the
 first window: it starts once every lane finished its first job.
 
-Nothing here does I/O or reads a clock except :class:`LaneMeter`, whose clocks are injected.
+Nothing here does I/O or reads a clock except :class:`LaneMeter`, whose clocks are injected
+(by default ``time.monotonic``, ``time.process_time`` and :func:`run_queue_wait`).
 """
 
 from __future__ import annotations
@@ -166,13 +176,16 @@ class Window:
     ``wall``: seconds; ``cpu``: the process' CPU seconds (user + system, all threads);
     ``finished``: jobs the lanes finished; ``starved``: lane-seconds spent waiting for work,
     rate permits, provider leases, or while paused or suspended; ``pushback``: temporary
-    answers from the relay (4xx incl. 421, connection failures, time-outs)."""
+    answers from the relay (4xx incl. 421, connection failures, time-outs); ``waited``:
+    seconds the process' event-loop thread was runnable but waited for a CPU while other
+    tasks ran (:func:`run_queue_wait`)."""
 
     wall: float
     cpu: float
     finished: int
     starved: float
     pushback: int
+    waited: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -288,10 +301,11 @@ class LaneController:
                 "bound): more lanes cannot help",
             )
         rate = w.finished / w.wall
-        util = w.cpu / w.wall / self.cores
+        util = (w.cpu + w.waited) / w.wall / self.cores
         measured = (
             f"{rate:.0f} jobs/s, CPU {util:.0%}"
             + (f" of {self.cores:g} core" if self.cores < 1 else "")
+            + (f" (waited for a CPU {w.waited / w.wall:.0%})" if w.waited > 0 else "")
             + f", {1000 * w.cpu / w.finished:.2f} ms CPU/job"
         )
         busy = util >= t.cpu_hold
@@ -367,20 +381,41 @@ class _Starving:
         self._meter._end(self._token)
 
 
+#: The calling thread's scheduler statistics on Linux: CPU time, run-queue wait (both ns),
+#: time slices (``Documentation/scheduler/sched-stats.rst``).
+SCHEDSTAT: Final = "/proc/thread-self/schedstat"
+
+
+def run_queue_wait(path: str = SCHEDSTAT) -> float:
+    """Seconds the calling thread has spent runnable but waiting for a CPU while other tasks
+    ran (the second field of :data:`SCHEDSTAT`, kept by the kernel's sched_info whatever
+    ``kernel.sched_schedstats`` says); 0.0 where it cannot be read (not Linux)."""
+    try:
+        with open(path, "rb") as f:
+            return int(f.read().split()[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
 class LaneMeter:
     """The counters of the current window, kept by the worker's lanes, read and reset by
     :meth:`take` once per window. ``clock``: monotonic seconds; ``cpu``: the process' CPU
-    seconds (``time.process_time``). A wait that spans windows is split between them."""
+    seconds (``time.process_time``); ``waited``: seconds the event-loop thread waited for a
+    CPU (:func:`run_queue_wait`; built and read in that thread). A wait that spans windows is
+    split between them."""
 
     def __init__(
         self,
         clock: Callable[[], float] = time.monotonic,
         cpu: Callable[[], float] = time.process_time,
+        waited: Callable[[], float] = run_queue_wait,
     ) -> None:
         self._clock = clock
         self._cpu = cpu
+        self._waited = waited
         self._start = clock()
         self._cpu_start = cpu()
+        self._waited_start = waited()
         self._finished_start = 0
         self._starved = 0.0
         self._pushback = 0
@@ -432,7 +467,7 @@ class LaneMeter:
     def take(self, finished: int) -> Window:
         """Close the window: ``finished`` is the process' count of finished jobs so far (the
         window's is the difference). Returns what it measured; the next window starts now."""
-        now, cpu = self._clock(), self._cpu()
+        now, cpu, waited = self._clock(), self._cpu(), self._waited()
         starved = self._starved + sum(now - max(s, self._start) for s in self._waiting.values())
         window = Window(
             wall=max(0.0, now - self._start),
@@ -440,8 +475,10 @@ class LaneMeter:
             finished=max(0, finished - self._finished_start),
             starved=max(0.0, starved),
             pushback=self._pushback,
+            waited=max(0.0, waited - self._waited_start),
         )
         self._start, self._cpu_start, self._finished_start = now, cpu, finished
+        self._waited_start = waited
         self._starved, self._pushback = 0.0, 0
         return window
 
