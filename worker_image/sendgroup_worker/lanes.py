@@ -57,8 +57,9 @@ mails/s): in ``bench.lanes_round`` runs on 2026-12-04, 4 of 6 loopback drains re
 a busy CPU holds there and a CPU with room doubles to 32 after the first window, judged as any
 growth. That first window judges the start, not a climb, so it has the full length
 (:data:`WINDOW_MIN`, :data:`WINDOW_JOBS`): in climb windows (0.01-0.03 s) 16 lanes read the
-CPU at 66-82 % in all 10 drains of a ``bench.lanes_round`` run (2026-12-04 20:15) and doubled
-to 32, where fixed 16 lanes kept it 87-98 % busy over whole drains (CPU per mail x mails/s).
+CPU at 66-82 % and doubled to 32 in 7 of 10 drains of a ``bench.lanes_round`` run
+(2026-12-04 20:15; all 5 on the +1 ms link), where fixed 16 lanes kept it 87-98 % busy over
+whole drains (CPU per mail x mails/s).
 What it costs: a worker that starts idle runs 16 lanes that wait (one blocking Redis
 call for all of them; one Redis connection each), and a relay that takes fewer connections
 answers the first sends with 421s, which halve the count (rule 1).
