@@ -59,10 +59,10 @@ growth. That first window judges the start, not a climb, so it has the full leng
 (:data:`WINDOW_MIN`, :data:`WINDOW_JOBS`): in climb windows (0.01-0.03 s) 16 lanes read the
 CPU at 66-82 % and doubled to 32 in 7 of 10 drains of a ``bench.lanes_round`` run
 (2026-12-04 20:15; all 5 on the +1 ms link), where fixed 16 lanes kept it 87-98 % busy over
-whole drains (CPU per mail x mails/s).
-What it costs: a worker that starts idle runs 16 lanes that wait (one blocking Redis
-call for all of them; one Redis connection each), and a relay that takes fewer connections
-answers the first sends with 421s, which halve the count (rule 1).
+whole drains (CPU per mail x mails/s). What it costs: a worker that starts idle runs 16 lanes
+that wait (one blocking Redis call for all of them; one Redis connection each), and a relay
+that takes fewer connections answers the first sends with 421s, which halve the count
+(rule 1).
 
 ``u`` counts the time the process waited for a CPU as busy time (``waited``: its event-loop
 thread was runnable while other processes ran, Linux's run-queue wait,
@@ -140,9 +140,9 @@ from dataclasses import dataclass
 from typing import Final, Literal
 
 #: Lanes at start with auto (within the ceiling, :attr:`WorkerConfig.start_lanes
-#: <sendgroup_worker.config.WorkerConfig.start_lanes>`): the count fixed lanes sent the most
-#: at in scenario 2 on both links (module docstring, "Where it starts"). Was 4, the former
-#: fixed default.
+#: <sendgroup_worker.config.WorkerConfig.start_lanes>`): of the fixed counts scenario 2
+#: measures (1, 4, 16), the one that sent the most on both links (module docstring, "Where it
+#: starts"). Was 4, the former fixed default.
 START_LANES: Final = 16
 
 #: A window (one decision) closes once it lasted :data:`WINDOW_MIN` seconds and saw
