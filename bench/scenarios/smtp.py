@@ -48,6 +48,7 @@ from bench import drainbench as db
 from bench import smtplink
 from bench.report import Context, Plot, Result, Scenario, Table
 from bench.scenarios import worker as w
+from sendgroup_worker.lanes import START_LANES
 from tests.support.php import php_bin
 from tests.support.redis_server import RedisServer
 
@@ -216,8 +217,8 @@ def senders() -> list[Row]:
             {"SMTP_PIPELINING": "off"},
         ),
         ("ours-16", "ours", "sendgroup-worker", 16, "reused (pool), pipelined", {}),
-        # the default: WORKER_CONCURRENCY=auto starts at 4 lanes and climbs on measured
-        # throughput (the environment overrides the 4 given here)
+        # the default: WORKER_CONCURRENCY=auto starts at START_LANES (16) and tunes on
+        # measured throughput (the environment overrides the 4 given here)
         (
             "ours-auto",
             "ours",
@@ -640,8 +641,10 @@ def trace_table(traces: dict[str, list[tuple[db.Drain, list[LaneChange]]]]) -> T
     for link, drains in traces.items():
         for rnd, (d, changes) in enumerate(drains, 1):
             steps = "; ".join(f"{c.at:.2f} s: {c.before} -> {c.after}" for c in changes)
-            last = changes[-1].after if changes else 4
-            rows.append([link, rnd, d.rate, d.seconds, last, steps or "none (4 lanes throughout)"])
+            last = changes[-1].after if changes else START_LANES
+            rows.append(
+                [link, rnd, d.rate, d.seconds, last, steps or f"none ({last} lanes throughout)"]
+            )
     return Table(
         title="Our default (WORKER_CONCURRENCY=auto): its lane count during each drain",
         columns=["link", "round", "mails/s", "drain s", "lanes at the end", "lane changes"],
@@ -650,8 +653,8 @@ def trace_table(traces: dict[str, list[tuple[db.Drain, list[LaneChange]]]]) -> T
             "The lane changes the worker logged at INFO ('lanes N -> M: reason', "
             "sendgroup_worker.worker), each at its time.time() minus the drain's first mail's "
             "stamp (s after the first mail; negative: before it); the drain lasts from the first "
-            "to the last mail. auto starts at 4 lanes. The controller's reasons are in "
-            "results.json (lane_trace)."
+            f"to the last mail. auto starts at {START_LANES} lanes. The controller's reasons are "
+            "in results.json (lane_trace)."
         ),
     )
 
@@ -663,14 +666,14 @@ def trace_findings(traces: dict[str, list[tuple[db.Drain, list[LaneChange]]]]) -
     for link, drains in traces.items():
         if not drains:
             continue
-        ends = [changes[-1].after if changes else 4 for _, changes in drains]
+        ends = [changes[-1].after if changes else START_LANES for _, changes in drains]
         climbs = [
             max((c.at for c in changes if c.after > c.before), default=None)
             for _, changes in drains
         ]
         out.append(
-            f"{link}: our default (auto) starts at 4 lanes; over the {len(drains)} drains it "
-            f"ended at {', '.join(str(e) for e in ends)} lanes, its last climb "
+            f"{link}: our default (auto) starts at {START_LANES} lanes; over the {len(drains)} "
+            f"drains it ended at {', '.join(str(e) for e in ends)} lanes, its last climb "
             + ", ".join("none" if c is None else f"{c:.2f} s" for c in climbs)
             + " after the first mail, in drains of "
             + ", ".join(f"{d.seconds:.2f} s" for d, _ in drains)
@@ -771,8 +774,8 @@ def findings_for(measured: Measured, links: list[str], rtt: dict[str, float]) ->
         if rate("ours-auto") and o4 and o16:
             out.append(
                 f"{link}: auto is {ratio_text('ours-auto', 'ours-4')} fixed 4 lanes and "
-                f"{ratio_text('ours-auto', 'ours-16')} fixed 16 (it starts at 4 and climbs on "
-                "measured throughput during the drain)."
+                f"{ratio_text('ours-auto', 'ours-16')} fixed 16 (it starts at {START_LANES} and "
+                "tunes on measured throughput during the drain)."
             )
         link_rtt = rtt.get("netns link + delay") if link != "loopback" else None
         if link_rtt and o1:

@@ -47,7 +47,7 @@ PEERS: list[tuple[str, str, str]] = [
     (
         "ours",
         "sendgroup-worker",
-        "WORKER_CONCURRENCY=4 (fixed; the default, auto, starts at 4 and is measured in "
+        "WORKER_CONCURRENCY=4 (fixed; the default, auto, starts at 16 and is measured in "
         "scenario 2), WORKER_BLOCK_FOR=5 s",
     ),
     ("ours16", "sendgroup-worker c=16", "WORKER_CONCURRENCY=16"),

@@ -177,8 +177,9 @@ CONCURRENCY: Final = WorkerSetting(
     "WORKER_CONCURRENCY",
     "lanes",
     AUTO,
-    "lanes per process (sends in flight, one SMTP connection each): auto = start at 4 and "
-    "tune from the relay's answers, up to WORKER_CONCURRENCY_MAX; or a fixed number 1-256",
+    "lanes per process (sends in flight, one SMTP connection each): auto = start at 16 and "
+    "tune from the relay's answers, up to WORKER_CONCURRENCY_MAX (which also caps the start); "
+    "or a fixed number 1-256",
 )
 CONCURRENCY_MAX: Final = WorkerSetting(
     "concurrency_max",

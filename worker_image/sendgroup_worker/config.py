@@ -191,8 +191,7 @@ class WorkerConfig(BaseModel):
     @property
     def start_lanes(self) -> int:
         """Lanes at start: the fixed count, or with auto
-        :data:`~sendgroup_worker.lanes.START_LANES` (the former fixed default) within
-        :attr:`max_lanes`."""
+        :data:`~sendgroup_worker.lanes.START_LANES` (16) within :attr:`max_lanes`."""
         if self.concurrency is not None:
             return self.concurrency
         return min(lanes.START_LANES, self.max_lanes)

@@ -46,6 +46,33 @@ plateau) unless that window lost more than :attr:`Tuning.max_loss` of the jobs/s
 growth, or the CPU stopped being busy without a gain; then it goes back as above. A relay
 that slows down as it gets busier shows there as a loss or as a CPU with room.
 
+Where it starts: :data:`START_LANES`, 16 lanes (fewer under a lower ceiling), not the former
+fixed 4. A near relay keeps the CPU busy from 4 lanes on, and at a busy CPU the count holds
+(rule 11) although the CPU per mail still falls as lanes are added (scenario 2 on loopback,
+``bench/results/2026-12-04-smtp-cpu19``: 0.43 ms at 4 lanes, 0.34 at 16; 2,238 against 2,989
+mails/s): in ``bench.lanes_round`` runs on 2026-12-04, 4 of 6 loopback drains read the CPU at
+>= 85 % in their first window and stayed at 4 lanes. Where the count did climb, the climb
+(4 -> 8 -> 16, each step a window and the new lanes' warm-up) took 0.05-0.12 s of drains of
+0.5-0.9 s, and auto sent 0.80x (loopback) and 0.84x (+1 ms link) of fixed 16. Started at 16,
+a busy CPU holds there and a CPU with room doubles to 32 after the first window, judged as any
+growth. That first window judges the start, not a climb, so it has the full length
+(:data:`WINDOW_MIN`, :data:`WINDOW_JOBS`): in climb windows (0.01-0.03 s) 16 lanes read the
+CPU at 66-82 % and doubled to 32 in 7 of 10 drains of a ``bench.lanes_round`` run
+(2026-12-04 20:15; all 5 on the +1 ms link), where fixed 16 lanes kept it 87-98 % busy over
+whole drains (CPU per mail x mails/s). What it costs: a worker that starts idle runs 16 lanes
+that wait (one blocking Redis call for all of them; one Redis connection each), and a relay
+that takes fewer connections answers the first sends with 421s, which halve the count
+(rule 1).
+
+``u`` counts the time the process waited for a CPU as busy time (``waited``: its event-loop
+thread was runnable while other processes ran, Linux's run-queue wait,
+``/proc/thread-self/schedstat``): on a machine whose cores other processes keep busy the
+process gets less than a core, and its own CPU share reads as room that is not there. In a
+``bench.lanes_round`` run on a loaded machine (2026-12-04 20:33, 5 rounds per link), 16 lanes
+read the CPU at 62-84 % in their first window and doubled to 32 in 6 of 10 drains; 32 went
+back for bringing no gain in 3 of them, and those 6 drains sent 0.55-1.02x (median 0.73x)
+the mails/s of the fixed 16 lanes beside them, the 4 that stayed at 16 0.89-1.26x.
+
 ``u`` is taken of the CPU the process may use: one core, or less under a CPU limit (the
 container's cgroup quota, ``cores``), so a pod limited to half a core is busy at 0.5 CPU
 seconds per second and does not start climbing toward a CPU it will never get.
@@ -64,8 +91,8 @@ listener, which answers ``421 4.3.2`` to connections over its ``max_connections`
 models: a relay that defers is saying it has too many of ours.
 
 The decision per window (:meth:`LaneController.next`; the first rule that applies; ``rate``
-= ``finished / wall`` jobs/s, ``starved`` = ``starved / (lanes · wall)``, ``u`` = ``cpu /
-wall / cores``):
+= ``finished / wall`` jobs/s, ``starved`` = ``starved / (lanes · wall)``, ``u`` = ``(cpu +
+waited) / wall / cores``):
 
 =====  ==========================================================  =========================
  rule  when                                                        next count
@@ -91,15 +118,17 @@ wall / cores``):
 =====  ==========================================================  =========================
 
 Windows: one closes after :data:`WINDOW_JOBS` jobs and :data:`WINDOW_MIN` seconds, or at
-:data:`WINDOW_MAX` seconds; while the count is climbing (the first window, and each window
-that judges a growth) after ``max(CLIMB_JOBS, 2 x lanes)`` jobs and :data:`CLIMB_MIN`
-seconds, so a burst reaches its count within its first ~0.1 s (a 1,000-mail drain behind a
-1 ms link lasts 0.45-0.7 s). A window that judges a growth starts once every new lane
-finished its first job (:attr:`LaneMeter.cold`, the worker's tuner): a new lane's SMTP
-connection costs ~3 round trips and ~1 ms of CPU, and 16 of them in a 50 ms window made 32
-lanes look slower than 16 (bench/lanes_round.py, 2026-12-04).
+:data:`WINDOW_MAX` seconds; while the count is climbing (each window that judges a growth)
+after ``max(CLIMB_JOBS, 2 x lanes)`` jobs and :data:`CLIMB_MIN` seconds, so a climb reaches
+its count within ~0.1 s (a 1,000-mail drain behind a 1 ms link lasts 0.45-0.7 s). The first
+window (the start) has the full length, see above. A window that judges a growth starts once
+every new lane finished its first job (:attr:`LaneMeter.cold`, the worker's tuner): a new
+lane's SMTP connection costs ~3 round trips and ~1 ms of CPU, and 16 of them in a 50 ms window
+made 32 lanes look slower than 16 (bench/lanes_round.py, 2026-12-04). The same holds for the
+first window: it starts once every lane finished its first job.
 
-Nothing here does I/O or reads a clock except :class:`LaneMeter`, whose clocks are injected.
+Nothing here does I/O or reads a clock except :class:`LaneMeter`, whose clocks are injected
+(by default ``time.monotonic``, ``time.process_time`` and :func:`run_queue_wait`).
 """
 
 from __future__ import annotations
@@ -110,8 +139,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final, Literal
 
-#: Lanes at start with auto: the former fixed default, so nothing changes until measured.
-START_LANES: Final = 4
+#: Lanes at start with auto (within the ceiling, :attr:`WorkerConfig.start_lanes
+#: <sendgroup_worker.config.WorkerConfig.start_lanes>`): of the fixed counts scenario 2
+#: measures (1, 4, 16), the one that sent the most on both links (module docstring, "Where it
+#: starts"). Was 4, the former fixed default.
+START_LANES: Final = 16
 
 #: A window (one decision) closes once it lasted :data:`WINDOW_MIN` seconds and saw
 #: :data:`WINDOW_JOBS` jobs finish, or after :data:`WINDOW_MAX` seconds whatever it saw. 64
@@ -122,10 +154,10 @@ START_LANES: Final = 4
 WINDOW_MIN: Final = 0.2
 WINDOW_MAX: Final = 1.0
 WINDOW_JOBS: Final = 64
-#: While the count climbs (the first window, and each one that judges a growth) a window may
-#: close after :data:`CLIMB_MIN` seconds and ``max(CLIMB_JOBS, 2 x lanes)`` jobs: at ~900
-#: mails/s (4 lanes, 1 ms link) 16 jobs take 18 ms, so 4 -> 8 -> 16 -> 32 lanes within ~0.1 s
-#: of the first mail instead of 0.6 s (a 1,000-mail drain there lasts 0.45-0.7 s). The jobs
+#: While the count climbs (each window that judges a growth) a window may close after
+#: :data:`CLIMB_MIN` seconds and ``max(CLIMB_JOBS, 2 x lanes)`` jobs: at ~900 mails/s (4
+#: lanes, 1 ms link) 16 jobs take 18 ms, so 4 -> 8 -> 16 -> 32 lanes within ~0.1 s instead
+#: of 0.6 s (a 1,000-mail drain there lasts 0.45-0.7 s). The jobs
 #: of the lanes in progress at either end are the error (sd ~ sqrt(lanes / 6) jobs): ~5 % at
 #: 16 jobs from 4 lanes and at two jobs a lane, against the 25-70 % a paying doubling gains
 #: there; a relay at its own capacity passes a doubling's 5 % check by chance ~1 in 4 times,
@@ -145,13 +177,16 @@ class Window:
     ``wall``: seconds; ``cpu``: the process' CPU seconds (user + system, all threads);
     ``finished``: jobs the lanes finished; ``starved``: lane-seconds spent waiting for work,
     rate permits, provider leases, or while paused or suspended; ``pushback``: temporary
-    answers from the relay (4xx incl. 421, connection failures, time-outs)."""
+    answers from the relay (4xx incl. 421, connection failures, time-outs); ``waited``:
+    seconds the process' event-loop thread was runnable but waited for a CPU while other
+    tasks ran (:func:`run_queue_wait`)."""
 
     wall: float
     cpu: float
     finished: int
     starved: float
     pushback: int
+    waited: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,13 +242,14 @@ class LaneController:
         #: the last decision held a growth that had not paid at a busy CPU (rule 5), to be
         #: judged again over a full window: (the count before the growth, its jobs/s)
         self._confirming: tuple[int, float] | None = None
-        #: the next window judges a climb (the first window, or one after a growth)
-        self._climbing = True
+        #: the next window judges a climb (one after a growth); the first judges the start at
+        #: full length (module docstring, "Where it starts")
+        self._climbing = False
 
     @property
     def climbing(self) -> bool:
-        """Whether the next window judges a climb: before the first decision, and after a
-        growth (:meth:`window_min`, :meth:`window_jobs`)."""
+        """Whether the next window judges a climb: after a growth (:meth:`window_min`,
+        :meth:`window_jobs`); not the first window, which judges the start."""
         return self._climbing
 
     @property
@@ -266,10 +302,11 @@ class LaneController:
                 "bound): more lanes cannot help",
             )
         rate = w.finished / w.wall
-        util = w.cpu / w.wall / self.cores
+        util = (w.cpu + w.waited) / w.wall / self.cores
         measured = (
             f"{rate:.0f} jobs/s, CPU {util:.0%}"
             + (f" of {self.cores:g} core" if self.cores < 1 else "")
+            + (f" (waited for a CPU {w.waited / w.wall:.0%})" if w.waited > 0 else "")
             + f", {1000 * w.cpu / w.finished:.2f} ms CPU/job"
         )
         busy = util >= t.cpu_hold
@@ -345,20 +382,41 @@ class _Starving:
         self._meter._end(self._token)
 
 
+#: The calling thread's scheduler statistics on Linux: CPU time, run-queue wait (both ns),
+#: time slices (``Documentation/scheduler/sched-stats.rst``).
+SCHEDSTAT: Final = "/proc/thread-self/schedstat"
+
+
+def run_queue_wait(path: str = SCHEDSTAT) -> float:
+    """Seconds the calling thread has spent runnable but waiting for a CPU while other tasks
+    ran (the second field of :data:`SCHEDSTAT`, kept by the kernel's sched_info whatever
+    ``kernel.sched_schedstats`` says); 0.0 where it cannot be read (not Linux)."""
+    try:
+        with open(path, "rb") as f:
+            return int(f.read().split()[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
 class LaneMeter:
     """The counters of the current window, kept by the worker's lanes, read and reset by
     :meth:`take` once per window. ``clock``: monotonic seconds; ``cpu``: the process' CPU
-    seconds (``time.process_time``). A wait that spans windows is split between them."""
+    seconds (``time.process_time``); ``waited``: seconds the event-loop thread waited for a
+    CPU (:func:`run_queue_wait`; built and read in that thread). A wait that spans windows is
+    split between them."""
 
     def __init__(
         self,
         clock: Callable[[], float] = time.monotonic,
         cpu: Callable[[], float] = time.process_time,
+        waited: Callable[[], float] = run_queue_wait,
     ) -> None:
         self._clock = clock
         self._cpu = cpu
+        self._waited = waited
         self._start = clock()
         self._cpu_start = cpu()
+        self._waited_start = waited()
         self._finished_start = 0
         self._starved = 0.0
         self._pushback = 0
@@ -410,7 +468,7 @@ class LaneMeter:
     def take(self, finished: int) -> Window:
         """Close the window: ``finished`` is the process' count of finished jobs so far (the
         window's is the difference). Returns what it measured; the next window starts now."""
-        now, cpu = self._clock(), self._cpu()
+        now, cpu, waited = self._clock(), self._cpu(), self._waited()
         starved = self._starved + sum(now - max(s, self._start) for s in self._waiting.values())
         window = Window(
             wall=max(0.0, now - self._start),
@@ -418,8 +476,10 @@ class LaneMeter:
             finished=max(0, finished - self._finished_start),
             starved=max(0.0, starved),
             pushback=self._pushback,
+            waited=max(0.0, waited - self._waited_start),
         )
         self._start, self._cpu_start, self._finished_start = now, cpu, finished
+        self._waited_start = waited
         self._starved, self._pushback = 0.0, 0
         return window
 

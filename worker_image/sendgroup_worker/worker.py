@@ -3,11 +3,11 @@
 One asyncio process runs ``WORKER_CONCURRENCY`` lanes, a fixed number, or with ``auto`` (the
 default) a number tuned every 0.05-1 s from what the process measured (:mod:`lanes`: doubled
 while the CPU has room or the last doubling raised the jobs/s, taken back when it did not,
-halved on the relay's temporary answers, held when the lanes starve for work or permits; from
-4 up to ``WORKER_CONCURRENCY_MAX``). New lanes start
-at once; a lane whose index is at or above the count leaves at the top of its loop through the
-same path as a stop (its acknowledgements flushed, its provider lease released), and the SMTP
-pool closes the idle connections beyond the count. Each lane loops:
+halved on the relay's temporary answers, held when the lanes starve for work or permits; it
+starts at 16, or ``WORKER_CONCURRENCY_MAX`` if lower, and stays within that ceiling). New
+lanes start at once; a lane whose index is at or above the count leaves at the top of its loop
+through the same path as a stop (its acknowledgements flushed, its provider lease released),
+and the SMTP pool closes the idle connections beyond the count. Each lane loops:
 
 1. wait while the group is suspended by backpressure (:mod:`backpressure`);
 2. take slots from the group's shared rate limit (:mod:`ratelimit`) *before* reserving, so
