@@ -66,8 +66,15 @@ def load_kube_config() -> k8s.ApiClient:
 
 
 #: seconds a kopf worker waits for its object's next event before freeing its slot, when
-#: ``SENDGROUP_WORKER_LIMIT`` caps the workers (kopf's default: 5)
-IDLE_WORKER_TIMEOUT: Final = 0.5
+#: ``SENDGROUP_WORKER_LIMIT`` caps the workers (kopf's default: 5). A slot is held this long
+#: after every event that needed no patch, so the workers handle at most ``limit /
+#: IDLE_WORKER_TIMEOUT`` such events a second: at 0.5 s and 100 workers, 200 groups a second,
+#: which was the whole pace of an operator restart (1,000 groups: ~5 s of its ~8.5 s, the
+#: CPU partly idle; issue 15). A worker whose handler patched the object waits for that
+#: patch's event anyway (kopf's ``consistency_timeout``), whatever this is; an event that comes
+#: after a worker left gets a new one. Must be > 0 (asyncio's ``wait_for`` with 0 cancels the
+#: queue read before it runs, and kopf's worker would retry it forever).
+IDLE_WORKER_TIMEOUT: Final = 0.05
 
 
 class StatusDiffBase(kopf.StatusDiffBaseStorage):
@@ -138,8 +145,9 @@ def configure_kopf(settings: kopf.OperatorSettings, ours: Settings) -> None:
     if ours.worker_limit > 0:
         # kopf keeps one worker task per object with events (queueing.worker_limit caps how many
         # run); a worker waits idle_timeout for its object's next event before freeing its
-        # slot: 5 s by default, so a capped cold start would idle most of its slots. Our own
-        # status patch comes back as an event within a few hundred ms.
+        # slot: 5 s by default, so a capped cold start would idle most of its slots (and a
+        # restart, whose events need no patch, would pace at limit / idle_timeout groups a
+        # second; see IDLE_WORKER_TIMEOUT).
         settings.queueing.worker_limit = ours.worker_limit
         settings.queueing.idle_timeout = IDLE_WORKER_TIMEOUT
 
