@@ -11,7 +11,8 @@ import asyncio
 import logging
 import os
 import time
-from typing import Any, Final
+from collections.abc import Iterable
+from typing import Any, Final, cast
 
 import kopf
 from kubernetes import client as k8s
@@ -98,6 +99,20 @@ class StatusDiffBase(kopf.StatusDiffBaseStorage):
         found = super().fetch(body=body)
         return found if found is not None else self._legacy.fetch(body=body)
 
+    def build(
+        self, *, body: kopf.Body, extra_fields: Iterable[Any] | None = None
+    ) -> kopf.BodyEssence:
+        """kopf's essence of ``body`` (the same dict), built from the body without its
+        ``status``: kopf deep-copies the whole body and then drops ``status``, which is most
+        of a SendGroup (conditions, queue, workers; ~0.15 ms a copy per watch event and
+        ~5 % of an operator restart's CPU, 1,000 groups, py-spy, issue 15). A handler
+        watching a status field (none does) gets kopf's own build."""
+        fields = list(extra_fields or ())
+        if "status" not in body or any(_in_status(f) for f in fields):
+            return super().build(body=body, extra_fields=fields)
+        light = {k: v for k, v in body.items() if k != "status"}
+        return super().build(body=cast(kopf.Body, light), extra_fields=fields)
+
 
 class StatusProgress(kopf.StatusProgressStorage):
     """kopf's handler progress in ``status.kopf.progress`` (and its touch field in
@@ -124,6 +139,28 @@ class StatusProgress(kopf.StatusProgressStorage):
         """Clear the record in status and, when an older operator left one, its annotation."""
         super().purge(key=key, body=body, patch=patch)
         self._legacy.purge(key=key, body=body, patch=patch)
+
+    def clear(self, *, essence: kopf.BodyEssence) -> kopf.BodyEssence:
+        """The essence without kopf's progress record (``status.kopf.progress``). An essence
+        without ``status`` (every one :class:`StatusDiffBase` builds or stored) has no record
+        to drop: kopf's own ``clear`` deep-copied it anyway, twice per watch event (the old
+        and the new essence; ~4 % of a restart's CPU, issue 15). Then only its empty stanzas
+        go, from a copy of its top level and ``metadata`` (kopf only reads and serialises the
+        result)."""
+        if "status" in essence:
+            return super().clear(essence=essence)
+        out = cast(dict[str, Any], dict(essence))
+        if isinstance(out.get("metadata"), dict):
+            out["metadata"] = dict(out["metadata"])
+        cleared = cast(kopf.BodyEssence, out)
+        self.remove_empty_stanzas(cleared)
+        return cleared
+
+
+def _in_status(field: Any) -> bool:
+    """Whether a kopf field spec (``"status.x"`` or a tuple path) lies in ``status``."""
+    path = field.split(".") if isinstance(field, str) else list(field)
+    return bool(path) and path[0] == "status"
 
 
 def configure_kopf(settings: kopf.OperatorSettings, ours: Settings) -> None:
