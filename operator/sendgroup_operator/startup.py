@@ -190,18 +190,24 @@ def configure_kopf(settings: kopf.OperatorSettings, ours: Settings) -> None:
 
 
 async def missing_permissions(kube: Kube, ours: Settings) -> list[str]:
-    """What the ServiceAccount may not do, as ``verb group/resource in namespace`` lines."""
-    missing: list[str] = []
+    """What the ServiceAccount may not do, as ``verb group/resource in namespace`` lines. The
+    reviews are asked all at once (18 per watched scope, each a round trip through a thread:
+    one after the other they were a visible part of every start, issue 15)."""
+    asks: list[tuple[str, str, str, str | None, str]] = []
     for ns in ours.list_scopes:
-        for verb, group, resource in NAMESPACED_PERMISSIONS:
-            if not await kube.can(verb, group, resource, ns):
-                where = f"in namespace {ns}" if ns else "cluster-wide"
-                missing.append(f"{verb} {group or 'core'}/{resource} {where}")
+        where = f"in namespace {ns}" if ns else "cluster-wide"
+        asks += [
+            (verb, group, resource, ns, where) for verb, group, resource in NAMESPACED_PERMISSIONS
+        ]
     if ours.sharding:
-        for verb, group, resource in SHARD_PERMISSIONS:
-            if not await kube.can(verb, group, resource, ours.namespace):
-                missing.append(f"{verb} {group}/{resource} in namespace {ours.namespace}")
-    return missing
+        where = f"in namespace {ours.namespace}"
+        asks += [(v, g, r, ours.namespace, where) for v, g, r in SHARD_PERMISSIONS]
+    allowed = await asyncio.gather(*(kube.can(v, g, r, ns) for v, g, r, ns, _ in asks))
+    return [
+        f"{verb} {group or 'core'}/{resource} {where}"
+        for (verb, group, resource, _, where), ok in zip(asks, allowed, strict=True)
+        if not ok
+    ]
 
 
 async def preflight(kube: Kube, ours: Settings, logger: Logger) -> None:
