@@ -245,6 +245,7 @@ async def start(settings: kopf.OperatorSettings, memo: Any, logger: Logger) -> N
     groups = await reconcile.load_groups(memo.runtime)
     found = await reconcile.load_deployments(memo.runtime)
     logger.info("%d SendGroup(s) and %d worker Deployment(s) found", groups, found)
+    gcfreeze.freeze_start()  # the groups' entries and the Deployments' index stay
     memo.runtime.heartbeat = time.monotonic()
     if ours.sharding:
         # the Leases on a client of their own (threads, connections, no client-side retry)
