@@ -18,7 +18,7 @@ import os
 import click
 import kopf
 
-from sendgroup_operator import kopfpause, memtrace, slimbodies
+from sendgroup_operator import gcfreeze, kopfpause, memtrace, slimbodies
 from sendgroup_operator.settings import Settings
 
 _ENV_HELP = """\b
@@ -67,6 +67,8 @@ def main() -> None:
         lambda record: not record.getMessage().startswith(quiet)
     )
     from sendgroup_operator import handlers, provider_handlers  # noqa: F401  (registers them)
+
+    gcfreeze.freeze_start()  # the imported modules: out of the start's full collections
 
     kopfpause.install()  # the reaper follows kopf's peering pause (it is no kopf daemon)
     if os.environ.get("SENDGROUP_SLIM_BODIES", "true").lower() not in ("0", "false", "no"):

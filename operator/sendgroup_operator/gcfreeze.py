@@ -48,6 +48,19 @@ def freeze_round(thaw: bool) -> tuple[int, float]:
     return gc.get_freeze_count(), time.perf_counter() - started
 
 
+def freeze_start() -> int:
+    """Freeze what the process holds now (``gc.freeze``, no collection first: nothing to pay
+    here), for the start: called after the imports and again once the start-up LISTs are
+    read. An operator's start allocates for every group at once (kopf's bodies, our entries
+    and models), and every full collection meanwhile walked the ~200,000 objects of the
+    imported modules again (one full collection of those alone: ~0.1 s, several during a
+    1,000-group restart; issue 15). Frozen objects are still freed by reference counting;
+    :func:`freeze_loop`'s periodic thaw lets a full collection see them again. Returns the
+    number of objects frozen."""
+    gc.freeze()
+    return gc.get_freeze_count()
+
+
 async def freeze_loop(
     interval: float = INTERVAL,
     thaw_every: int = THAW_EVERY,

@@ -11,7 +11,8 @@ import asyncio
 import logging
 import os
 import time
-from typing import Any, Final
+from collections.abc import Iterable
+from typing import Any, Final, cast
 
 import kopf
 from kubernetes import client as k8s
@@ -66,8 +67,15 @@ def load_kube_config() -> k8s.ApiClient:
 
 
 #: seconds a kopf worker waits for its object's next event before freeing its slot, when
-#: ``SENDGROUP_WORKER_LIMIT`` caps the workers (kopf's default: 5)
-IDLE_WORKER_TIMEOUT: Final = 0.5
+#: ``SENDGROUP_WORKER_LIMIT`` caps the workers (kopf's default: 5). A slot is held this long
+#: after every event that needed no patch, so the workers handle at most ``limit /
+#: IDLE_WORKER_TIMEOUT`` such events a second: at 0.5 s and 100 workers, 200 groups a second,
+#: which was the whole pace of an operator restart (1,000 groups: ~5 s of its ~8.5 s, the
+#: CPU partly idle; issue 15). A worker whose handler patched the object waits for that
+#: patch's event anyway (kopf's ``consistency_timeout``), whatever this is; an event that comes
+#: after a worker left gets a new one. Must be > 0 (asyncio's ``wait_for`` with 0 cancels the
+#: queue read before it runs, and kopf's worker would retry it forever).
+IDLE_WORKER_TIMEOUT: Final = 0.05
 
 
 class StatusDiffBase(kopf.StatusDiffBaseStorage):
@@ -90,6 +98,20 @@ class StatusDiffBase(kopf.StatusDiffBaseStorage):
         object)."""
         found = super().fetch(body=body)
         return found if found is not None else self._legacy.fetch(body=body)
+
+    def build(
+        self, *, body: kopf.Body, extra_fields: Iterable[Any] | None = None
+    ) -> kopf.BodyEssence:
+        """kopf's essence of ``body`` (the same dict), built from the body without its
+        ``status``: kopf deep-copies the whole body and then drops ``status``, which is most
+        of a SendGroup (conditions, queue, workers; ~0.15 ms a copy per watch event and
+        ~5 % of an operator restart's CPU, 1,000 groups, py-spy, issue 15). A handler
+        watching a status field (none does) gets kopf's own build."""
+        fields = list(extra_fields or ())
+        if "status" not in body or any(_in_status(f) for f in fields):
+            return super().build(body=body, extra_fields=fields)
+        light = {k: v for k, v in body.items() if k != "status"}
+        return super().build(body=cast(kopf.Body, light), extra_fields=fields)
 
 
 class StatusProgress(kopf.StatusProgressStorage):
@@ -118,6 +140,28 @@ class StatusProgress(kopf.StatusProgressStorage):
         super().purge(key=key, body=body, patch=patch)
         self._legacy.purge(key=key, body=body, patch=patch)
 
+    def clear(self, *, essence: kopf.BodyEssence) -> kopf.BodyEssence:
+        """The essence without kopf's progress record (``status.kopf.progress``). An essence
+        without ``status`` (every one :class:`StatusDiffBase` builds or stored) has no record
+        to drop: kopf's own ``clear`` deep-copied it anyway, twice per watch event (the old
+        and the new essence; ~4 % of a restart's CPU, issue 15). Then only its empty stanzas
+        go, from a copy of its top level and ``metadata`` (kopf only reads and serialises the
+        result)."""
+        if "status" in essence:
+            return super().clear(essence=essence)
+        out = cast(dict[str, Any], dict(essence))
+        if isinstance(out.get("metadata"), dict):
+            out["metadata"] = dict(out["metadata"])
+        cleared = cast(kopf.BodyEssence, out)
+        self.remove_empty_stanzas(cleared)
+        return cleared
+
+
+def _in_status(field: Any) -> bool:
+    """Whether a kopf field spec (``"status.x"`` or a tuple path) lies in ``status``."""
+    path = field.split(".") if isinstance(field, str) else list(field)
+    return bool(path) and path[0] == "status"
+
 
 def configure_kopf(settings: kopf.OperatorSettings, ours: Settings) -> None:
     """kopf settings: our prefix for its finalizer, its bookkeeping in ``status.kopf``
@@ -138,25 +182,32 @@ def configure_kopf(settings: kopf.OperatorSettings, ours: Settings) -> None:
     if ours.worker_limit > 0:
         # kopf keeps one worker task per object with events (queueing.worker_limit caps how many
         # run); a worker waits idle_timeout for its object's next event before freeing its
-        # slot: 5 s by default, so a capped cold start would idle most of its slots. Our own
-        # status patch comes back as an event within a few hundred ms.
+        # slot: 5 s by default, so a capped cold start would idle most of its slots (and a
+        # restart, whose events need no patch, would pace at limit / idle_timeout groups a
+        # second; see IDLE_WORKER_TIMEOUT).
         settings.queueing.worker_limit = ours.worker_limit
         settings.queueing.idle_timeout = IDLE_WORKER_TIMEOUT
 
 
 async def missing_permissions(kube: Kube, ours: Settings) -> list[str]:
-    """What the ServiceAccount may not do, as ``verb group/resource in namespace`` lines."""
-    missing: list[str] = []
+    """What the ServiceAccount may not do, as ``verb group/resource in namespace`` lines. The
+    reviews are asked all at once (18 per watched scope, each a round trip through a thread:
+    one after the other they were a visible part of every start, issue 15)."""
+    asks: list[tuple[str, str, str, str | None, str]] = []
     for ns in ours.list_scopes:
-        for verb, group, resource in NAMESPACED_PERMISSIONS:
-            if not await kube.can(verb, group, resource, ns):
-                where = f"in namespace {ns}" if ns else "cluster-wide"
-                missing.append(f"{verb} {group or 'core'}/{resource} {where}")
+        where = f"in namespace {ns}" if ns else "cluster-wide"
+        asks += [
+            (verb, group, resource, ns, where) for verb, group, resource in NAMESPACED_PERMISSIONS
+        ]
     if ours.sharding:
-        for verb, group, resource in SHARD_PERMISSIONS:
-            if not await kube.can(verb, group, resource, ours.namespace):
-                missing.append(f"{verb} {group}/{resource} in namespace {ours.namespace}")
-    return missing
+        where = f"in namespace {ours.namespace}"
+        asks += [(v, g, r, ours.namespace, where) for v, g, r in SHARD_PERMISSIONS]
+    allowed = await asyncio.gather(*(kube.can(v, g, r, ns) for v, g, r, ns, _ in asks))
+    return [
+        f"{verb} {group or 'core'}/{resource} {where}"
+        for (verb, group, resource, _, where), ok in zip(asks, allowed, strict=True)
+        if not ok
+    ]
 
 
 async def preflight(kube: Kube, ours: Settings, logger: Logger) -> None:
@@ -194,6 +245,7 @@ async def start(settings: kopf.OperatorSettings, memo: Any, logger: Logger) -> N
     groups = await reconcile.load_groups(memo.runtime)
     found = await reconcile.load_deployments(memo.runtime)
     logger.info("%d SendGroup(s) and %d worker Deployment(s) found", groups, found)
+    gcfreeze.freeze_start()  # the groups' entries and the Deployments' index stay
     memo.runtime.heartbeat = time.monotonic()
     if ours.sharding:
         # the Leases on a client of their own (threads, connections, no client-side retry)

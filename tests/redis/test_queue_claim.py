@@ -4,11 +4,13 @@ release it. Real redis-server, claims racing from many connections."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 
 import pytest
 import redis
 
+from sendgroup_operator.queueio import QueueUnavailable, RedisQueues
 from sendgroup_worker.queue import protocol as p
 from sendgroup_worker.queue.client import Queue
 from sendgroup_worker.queue.keys import QueueKeys
@@ -74,3 +76,55 @@ def test_replace_takes_over_only_from_the_named_stale_owner(redis_client: redis.
     assert redis_client.get(keys.owner) == new.encode()
     with pytest.raises(ValueError):
         p.claim_call(keys, new, release=True, replace=old)
+
+
+def test_the_operators_claims_at_a_start_share_one_round_trip_each_with_its_own_answer(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    """At an operator's start every group confirms its claim at once (issue 15): 300 claims
+    asked together take one pipeline and one connection, and each gets the answer a claim of
+    its own would (held; refused, naming the holder; a replacement and a release stay single
+    calls). A Redis that is not there fails each claim with QueueUnavailable."""
+    taken = p.owner_id("team-x", "other", "uid-x")
+    redis_client.set(QueueKeys("mail-7").owner, taken)
+    owners = {f"mail-{i}": p.owner_id("team-a", f"g{i}", f"uid-{i}") for i in range(300)}
+
+    def connected() -> int:
+        return int(redis_client.info("clients")["connected_clients"])
+
+    async def go() -> tuple[list[p.Claim], int, int, p.Claim, p.Claim]:
+        queues = RedisQueues()
+        before = connected()
+        try:
+            claims = await asyncio.gather(
+                *(queues.claim(redis_url, q, o) for q, o in owners.items())
+            )
+            trips = queues.claim_round_trips
+            clients = connected() - before
+            replaced = await queues.claim(redis_url, "mail-7", owners["mail-7"], replace=taken)
+            released = await queues.claim(redis_url, "mail-3", owners["mail-3"], release=True)
+            return list(claims), trips, clients, replaced, released
+        finally:
+            await queues.close()
+
+    claims, trips, clients, replaced, released = asyncio.run(go())
+    for (queue, owner), claim in zip(owners.items(), claims, strict=True):
+        assert claim == (p.Claim(False, taken) if queue == "mail-7" else p.Claim(True, owner))
+    assert trips == 1
+    assert clients == 1  # the operator's one connection
+    assert replaced == p.Claim(True, owners["mail-7"])
+    assert released == p.Claim(True, "")
+    assert redis_client.get(QueueKeys("mail-5").owner) == owners["mail-5"].encode()
+
+    async def unreachable() -> list[BaseException | p.Claim]:
+        queues = RedisQueues()
+        try:
+            return await asyncio.gather(
+                *(queues.claim("redis://127.0.0.1:1", f"q{i}", "a/b/c") for i in range(3)),
+                return_exceptions=True,
+            )
+        finally:
+            await queues.close()
+
+    failed = asyncio.run(unreachable())
+    assert all(isinstance(f, QueueUnavailable) for f in failed), failed

@@ -132,6 +132,55 @@ def test_a_group_handled_by_an_older_operator_is_read_from_the_annotation_unchan
     assert storage.fetch(body=kopf.Body(_group())) is None
 
 
+def _busy_group() -> Any:
+    """A group as a restart lists it: labels, annotations (kubectl's and kopf's own), a full
+    status with kopf's diff base and a progress record."""
+    group = _group(
+        annotations={
+            "kubectl.kubernetes.io/last-applied-configuration": "{}",
+            "team.example/owner": "mail",
+        },
+        status={
+            "phase": "Idle",
+            "conditions": [{"type": "Ready", "status": "True", "reason": "Idle"}],
+            "queue": {"ready": 0, "failed": 2},
+            models.KOPF_STATUS_FIELD: {
+                "last-handled-configuration": '{"spec":{"workers":2}}',
+                "progress": {"on_change": {"retries": 1}},
+            },
+        },
+    )
+    group["spec"]["worker"] = {"resources": {"limits": {"cpu": "1"}}}
+    return group
+
+
+def test_the_essence_and_its_cleared_form_are_kopfs_own_without_copying_the_status() -> None:
+    """kopf's diff base and what it compares (issue 15: built and cleared without deep copies
+    of the status, the bulk of a group): the same as kopf's own storages give, for the
+    extra field of our ``field="spec"`` handler, for none, and for a status field."""
+    ours = _kopf({}).persistence
+    theirs_diffbase = kopf.StatusDiffBaseStorage(name=models.KOPF_STATUS_FIELD)
+    theirs_progress = kopf.StatusProgressStorage(name=models.KOPF_STATUS_FIELD)
+    body = kopf.Body(_busy_group())
+    for fields in (None, [("spec",)], ["status.phase"]):
+        built = ours.diffbase_storage.build(body=body, extra_fields=fields)
+        expected = theirs_diffbase.build(body=body, extra_fields=fields)
+        assert built == expected
+        assert ours.progress_storage.clear(essence=built) == theirs_progress.clear(essence=expected)
+    essence = ours.diffbase_storage.build(body=body, extra_fields=[("spec",)])
+    assert "status" not in essence and essence["spec"] == body["spec"]
+    assert essence["spec"] is not body["spec"]  # a copy: the body may change later
+    # an essence with empty stanzas loses them, as with kopf's clear; the input is untouched
+    bare: Any = {"metadata": {"labels": {}, "annotations": {}}, "spec": {"workers": 1}}
+    assert ours.progress_storage.clear(essence=bare) == {"spec": {"workers": 1}}
+    assert bare["metadata"] == {"labels": {}, "annotations": {}}
+    # an essence with kopf's progress record in it (a status field watched): dropped
+    with_status: Any = {"spec": {}, "status": {models.KOPF_STATUS_FIELD: {"progress": {"h": 1}}}}
+    assert ours.progress_storage.clear(essence=with_status) == theirs_progress.clear(
+        essence=with_status
+    )
+
+
 def test_the_crd_keeps_the_diff_base_field_of_every_kind() -> None:
     for plural in crdgen.CRDS:
         version = yaml.safe_load(crdgen.render(plural))["spec"]["versions"][0]

@@ -3,6 +3,8 @@ version of the group (issue 15: two SendGroupSpec models per group before, ~2.4 
 
 from __future__ import annotations
 
+import asyncio
+from types import SimpleNamespace
 from typing import Any
 
 import kubernetes.client as k8s
@@ -38,3 +40,27 @@ def test_the_pass_reuses_the_watch_handlers_spec_of_the_same_version() -> None:
     newer = _body("8", host="outlook.com")
     _group, spec, _status = rt.parse(newer)
     assert spec is not rt.groups[("mail", "g")]["parsed"] and spec.host == "outlook.com"
+
+
+def test_the_watch_handler_keeps_the_entry_of_a_version_it_already_holds() -> None:
+    """kopf's first listing after a start repeats every group the start-up LIST entered: the
+    same version is not validated again (issue 15); a new version, or the same version of
+    another object (a group deleted and created again), is."""
+    rt = reconcile.Runtime(settings=Settings(), kube=Kube(k8s.ApiClient()))  # never called
+    memo = SimpleNamespace(runtime=rt)
+    rt.groups[("mail", "g")] = loaded = provider_handlers.group_entry(_body("7"))
+
+    def see(body: dict[str, Any]) -> dict[str, Any]:
+        asyncio.run(
+            provider_handlers.provider_groups(
+                type=None, namespace="mail", name="g", body=body, memo=memo
+            )
+        )
+        return rt.groups[("mail", "g")]
+
+    assert see(_body("7")) is loaded
+    newer = see(_body("8", host="outlook.com"))
+    assert newer is not loaded and newer["parsed"].host == "outlook.com"
+    again = _body("8")
+    again["metadata"]["uid"] = "uid-2"
+    assert see(again)["metadata"]["uid"] == "uid-2"
