@@ -246,14 +246,14 @@ def test_redis_down_at_start_and_at_sigterm_never_crashes_the_worker(
 
 
 def test_sigterm_while_the_worker_first_asks_redis_what_it_is_stops_it_before_any_job(
-    redis_server: RedisServer, smtp_sink: SmtpSink
+    redis_server: RedisServer, redis_url: str, smtp_sink: SmtpSink
 ) -> None:
     """A pod deleted as its worker starts (a pause or a scale-down right after a scale-up) gets
     SIGTERM while the worker may be asking Redis whether it is a cluster (``INFO cluster`` on
     a ``redis://`` URL). Here Redis answers that question only after the signal: the worker
     must still stop, taking no job. Before the fix the signal was kept only for the retry loop
     of that question, lost when the answer came, and the worker sent until SIGKILL."""
-    q = sync_queue(redis_server.url, Q)
+    q = sync_queue(redis_url, Q)  # redis_url: flushed (the tests before count deliveries)
     q.push(mail_payload("early@x.example"))
     gate = threading.Event()
     with TurnRelay(redis_server.port, gate=gate) as relay:
