@@ -32,6 +32,9 @@ from tests.support.smtp_sink import SmtpSink
 
 pytestmark = [pytest.mark.e2e]
 
+#: the random walk's pause marker (its queue is ``mail-walk``)
+WALK_PAUSED = QueueKeys("mail-walk").paused
+
 
 @dataclass
 class Node:
@@ -69,7 +72,7 @@ def _workers_now(node: Node) -> str:
     phase, deletion time and container states, with the tail of its log."""
     kube, ns = node.node.kube, node.namespace
     dep = node.deployment("walk") or {}
-    marker = node.redis.client().exists(QueueKeys("mail-walk").paused)
+    marker = node.redis.client().exists(WALK_PAUSED)
     lines = [f"deployment replicas={dep.get('spec', {}).get('replicas')} pause marker={marker}"]
     for pod in worker_pods(kube, ns, "walk"):
         meta, status = pod["metadata"], pod.get("status", {})
@@ -178,13 +181,11 @@ def test_random_walk_converges_never_sends_paused_and_never_twice(node: Node) ->
         ),
     )
 
-    marker = QueueKeys("mail-walk").paused
-
     def converged() -> bool:
         dep = node.deployment("walk")
         if spec["paused"]:
-            return bool(client.exists(marker)) and not worker_pods(kube, ns, "walk")
-        if dep is None or client.exists(marker):  # a running group's workers take jobs
+            return bool(client.exists(WALK_PAUSED)) and not worker_pods(kube, ns, "walk")
+        if dep is None or client.exists(WALK_PAUSED):  # a running group's workers take jobs
             return False
         env = {
             e["name"]: e.get("value")

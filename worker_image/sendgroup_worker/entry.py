@@ -19,6 +19,11 @@ from __future__ import annotations
 import signal
 import sys
 from types import FrameType
+from typing import Final
+
+#: The signals that stop the worker: recorded here until its asyncio handlers take over
+#: (``Worker.run``), and by the code before them that must wait (see the module docstring).
+STOP_SIGNALS: Final = (signal.SIGTERM, signal.SIGINT)
 
 _received: list[str] = []
 
@@ -36,8 +41,8 @@ def early_signal() -> str:
 def main() -> None:
     """Install the early handlers (``work`` only), then run the click group."""
     if len(sys.argv) > 1 and sys.argv[1] == "work":
-        signal.signal(signal.SIGTERM, record)
-        signal.signal(signal.SIGINT, record)
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, record)
     from sendgroup_worker.cli import main as cli_main
 
     cli_main()

@@ -363,7 +363,7 @@ class Worker:
     async def run(self) -> int:
         """Run until stopped (signal, max jobs, max time). Returns the process exit code."""
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        for sig in entry.STOP_SIGNALS:
             loop.add_signal_handler(sig, self.stop, signal.Signals(sig).name)
         early = entry.early_signal()
         if early:  # arrived before the handlers above (see entry.py): stop, take nothing
@@ -1498,7 +1498,7 @@ def _deployment_kind(target: RedisTarget) -> str:
     # entry.record, not a handler of its own: a signal that arrives while a probe is in
     # flight and the probe then succeeds must still stop the worker (Worker.run reads it);
     # kept only here, it was lost, and a pod deleted as it started sent until SIGKILL
-    previous = {s: signal.signal(s, entry.record) for s in _STOP_SIGNALS}
+    previous = {s: signal.signal(s, entry.record) for s in entry.STOP_SIGNALS}
     try:
         while not entry.early_signal():
             try:
@@ -1522,9 +1522,6 @@ def _deployment_kind(target: RedisTarget) -> str:
             signal.signal(s, handler)
     log.info("stopping (%s) before Redis was reachable", entry.early_signal())
     raise SystemExit(0)
-
-
-_STOP_SIGNALS: Final = (signal.SIGTERM, signal.SIGINT)
 
 
 def build_worker(config: WorkerConfig) -> Worker:
