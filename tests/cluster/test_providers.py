@@ -401,4 +401,13 @@ def test_a_provider_the_operator_cannot_use_holds_its_groups_until_fixed(
         30,
         "ProviderResolved after the fix",
     )
-    assert provider_ready().get("reason") != "InvalidSpec"
+    # the provider's own status follows at its next pass (one a second, PROVIDER_INTERVAL),
+    # which may come just after the group's release (CI, 2026-12-04: asserted 0.4 s early)
+    wait_for(
+        lambda: provider_ready().get("reason") not in (None, "InvalidSpec"),
+        10,
+        "the provider's Ready after the fix",
+    )
+    fixed = provider_ready()
+    assert fixed["status"] == "True", fixed
+    assert fixed["observedGeneration"] == 2, fixed
