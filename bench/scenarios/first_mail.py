@@ -27,7 +27,10 @@ Then the case that matters most to a user: jobs arriving at a SendGroup that exi
 reconciled and is **Idle**. R groups are created with one job each (``reaper.idleAfter`` 5 s,
 the rest chart defaults), deliver it, are reaped by the operator (Deployment deleted, phase
 Idle) and given two more reaper passes, after which they rest under the operator's idle check
-(``operator/sendgroup_operator/observer.py``: one EXISTS per Redis every 0.5 s). Per round, a
+(``operator/sendgroup_operator/observer.py``: with Redis' client tracking, the default on a
+standalone Redis as here, Redis names the pushed key and the check answers at once; one EXISTS
+and one PING per Redis every 60 s as a safety check; polled every 0.5 s where tracking is
+refused). Per round, a
 producer pushes 5 mail jobs exactly as the project's producer does (RPUSH ready + RPUSH notify
 in one MULTI, ``tests/support/e2e.py`` push_mails) and the same watches time push -> Deployment
 created -> Pod created -> bound -> container running -> first mail at the sink. Peers, in the
@@ -806,19 +809,21 @@ KEDA = (
 
 def _idle_check_text(wake: list[dict[str, float]]) -> str:
     """What the idle check did in the second before each push (EXISTS calls per second on the
-    groups' Redis: 2 while it polls every 0.5 s)."""
+    groups' Redis: 2 while it polls every 0.5 s; about 0 with client tracking, which sends none
+    between its 60 s checks)."""
     rates = [r["idle_check_exists_per_s"] for r in wake if "idle_check_exists_per_s" in r]
     if not rates:
         return ""
     text = (
-        f" The operator's idle check ran before every push ({min(rates):.1f}-"
+        f" The operator's idle check polled before every push ({min(rates):.1f}-"
         f"{max(rates):.1f} EXISTS/s in the second before it)."
     )
     stopped = [str(i) for i, r in enumerate(rates) if r == 0]
     if stopped:
         text = (
-            " The operator's idle check did not run in the second before the push of "
-            f"round(s) {', '.join(stopped)} (no group of that Redis watched yet)."
+            " The operator's idle check sent no EXISTS in the second before the push of "
+            f"round(s) {', '.join(stopped)} (client tracking: Redis names the pushed key, no "
+            "poll; or no group of that Redis watched yet)."
         )
     return text + " "
 
@@ -857,8 +862,9 @@ def _idle_result(idle: dict[str, Any], repeats: int) -> tuple[list[Table], Plot,
             "sink. Idle group: created with one job, delivered, then reaped by the operator "
             f"(reaper.idleAfter {idle['idle_after']}, reaperInterval {REAPER_INTERVAL} s: "
             "Deployment deleted, phase Idle), then given two more reaper passes and 5 s (the "
-            "first pass after the reaping one hands it to the operator's idle check, one EXISTS "
-            "per Redis every 0.5 s, which wakes it when jobs arrive); "
+            "first pass after the reaping one hands it to the operator's idle check, which "
+            "wakes it when jobs arrive: Redis' client tracking names the pushed key, polled "
+            "with one EXISTS per Redis every 0.5 s where tracking is refused); "
             f"{idle['setup_s']:.0f} s of setup, not timed. Workers still up: the same group "
             "pushed again once its round's mails arrived. Kept-running workers: started before "
             "the rounds, each sent one untimed round first; ours with the worker pod's "
@@ -903,7 +909,8 @@ def _idle_result(idle: dict[str, Any], repeats: int) -> tuple[list[Table], Plot,
             "every thread, nanoseconds), milliseconds per second (1000 = one core). Operator "
             "pod: every process of the pod's cgroups on the node (the operator and the pod's "
             "pause process); its idle check does not grow with the idle groups of one Redis "
-            "(one EXISTS every 0.5 s per Redis, up to 500 groups each, observer.py). "
+            "(per Redis, up to 500 groups each: with client tracking one EXISTS and one PING "
+            "every 60 s, polled one EXISTS every 0.5 s; observer.py). "
             "redis-server's share is not split per client here."
         ),
     )
@@ -931,8 +938,9 @@ def _idle_result(idle: dict[str, Any], repeats: int) -> tuple[list[Table], Plot,
         "--sleep after an empty pop, also after block_for's 5 s wait), so a push may wait up to "
         "3 s there.",
         "Where the idle group's time goes (medians): push -> Deployment created "
-        f"{wm['deployment']:.2f} s (the operator's idle check polls every 0.5 s, then one "
-        f"reconcile pass); -> Pod {wm['pod'] - wm['deployment']:.2f} s; -> scheduled "
+        f"{wm['deployment']:.2f} s (the operator's idle check: Redis' client tracking names "
+        "the pushed key, then one reconcile pass); "
+        f"-> Pod {wm['pod'] - wm['deployment']:.2f} s; -> scheduled "
         f"{wm['scheduled'] - wm['pod']:.2f} s; -> container running "
         f"{wm['running'] - wm['scheduled']:.2f} s; -> first mail "
         f"{wm['mail'] - wm['running']:.2f} s (the worker's start-up)."
