@@ -370,6 +370,10 @@ def run(
     out: dict[str, Any] = {"groups": n, "namespaces": k, "rest_s": rest, "clusterwide": clusterwide}
     out["providers"] = len(provider_docs)
     out["operator_env"] = dict(operator_env or {})
+    # what ran: this checkout's commit (the benchmark's code, and the operator's unless
+    # --operator-tree) and when the run started; the report's stamp is its end
+    out["bench_tree"] = _tree_commit(RESULTS.parent.parent)
+    out["started"] = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     tree_env: dict[str, str] = {}
     if tree is not None:
         out["operator_tree"] = _tree_commit(tree)
@@ -1305,6 +1309,19 @@ def markdown(out: dict[str, Any], compare: dict[str, Any] | None = None) -> str:
         )
         + ")",
         "",
+        *(
+            [
+                f"Run started {out['started']}; this checkout: {out['bench_tree']}"
+                + (
+                    f"; the operator's code from {out['operator_tree']}."
+                    if out.get("operator_tree")
+                    else " (the operator's code too)."
+                ),
+                "",
+            ]
+            if out.get("bench_tree")
+            else []
+        ),
         *(
             [f"Operator settings beyond the script's: `{out['operator_env']}`.", ""]
             if out.get("operator_env")
