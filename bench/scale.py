@@ -372,7 +372,10 @@ def run(
     out["operator_env"] = dict(operator_env or {})
     # what ran: this checkout's commit (the benchmark's code, and the operator's unless
     # --operator-tree) and when the run started; the report's stamp is its end
-    out["bench_tree"] = _tree_commit(RESULTS.parent.parent)
+    try:
+        out["bench_tree"] = _tree_commit(RESULTS.parent.parent)
+    except (OSError, subprocess.CalledProcessError):  # not a git checkout, or no git
+        out["bench_tree"] = "unknown (not a git checkout)"
     out["started"] = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     tree_env: dict[str, str] = {}
     if tree is not None:
