@@ -28,8 +28,10 @@ and was deleted). What building one message costs Laravel (Mailable + SwiftMaile
 
 First on loopback, then across a network-namespace link with about 1 ms of added round-trip
 time (``bench.smtplink`` says how it was added and the RTT measured). Rounds interleaved
-(every sender once per link, then the next round); the table gives the median and the range
-over the rounds, and the ratios are taken within each round, then their median and range.
+(every sender once per link, then the next round), in an order that changes each round
+(:func:`round_order`: forward, then reversed, each rotated by the round's number), so no sender
+always runs right after the same one; the table gives the median and the range over the
+rounds, and the ratios are taken within each round, then their median and range.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ import re
 import statistics
 import subprocess
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
 
@@ -400,6 +403,18 @@ def cpu_ms(measured: Measured, key: str, link: str) -> float | None:
     return statistics.median(values) if values else None
 
 
+def round_order(rows: Sequence[Row], rnd: int) -> list[Row]:
+    """The senders of round ``rnd`` (0-based): ``rows`` rotated by ``rnd``, reversed in odd
+    rounds. A rotation alone keeps every sender behind the same neighbour (the full run of
+    2026-12-04 23:09 ran one fixed order, our default always right after fixed 16 lanes, and
+    measured it at 0.77x of them on the link where a probe of the two alone found them level:
+    bench/results/2026-12-05-loglevel-probe/note.md); reversing every other round puts each
+    sender after a different one."""
+    k = rnd % len(rows) if rows else 0
+    turned = list(rows[k:]) + list(rows[:k])
+    return turned[::-1] if rnd % 2 else turned
+
+
 def run(ctx: Context) -> Result:
     mails = {"loopback": 200 if ctx.quick else 2_000, "+1 ms link": 100 if ctx.quick else 1_000}
     cap = 5.0 if ctx.quick else 10.0
@@ -434,7 +449,7 @@ def run(ctx: Context) -> Result:
         for rnd in range(rounds):
             for link, target in links.items():
                 n = mails[link]
-                for key, worker, label, conc, _, extra in rows_spec:
+                for key, worker, label, conc, _, extra in round_order(rows_spec, rnd):
                     d: db.Drain | None = None
                     smtp = f"{target[0]}:{target[1]}"
                     log = w.peer_log(setup, worker, conc, smtp, extra) if key == TRACED else None
@@ -514,7 +529,8 @@ def run(ctx: Context) -> Result:
         ],
         rows=rows,  # type: ignore[arg-type]
         note=(
-            f"{rounds} interleaved rounds; "
+            f"{rounds} interleaved rounds, the senders' order changing each round (rotated by "
+            "the round's number, reversed in every other round); "
             f"{mails['loopback']:,} mails on loopback, {mails['+1 ms link']:,} across the link "
             f"(a sender still busy {cap:g} s after its first mail is timed over the mails sent "
             "by then); mails/s between the first and the last mail; CPU = the sending process "
@@ -590,6 +606,7 @@ def run(ctx: Context) -> Result:
         "latency_how": targets.how,
         "relay_cpu_s": relay_cpu,
         "rounds": rounds,
+        "order": [[row[0] for row in round_order(rows_spec, r)] for r in range(rounds)],
         "laravel_settings": LARAVEL_SETTINGS,
         "lane_trace": {
             link: [
