@@ -79,12 +79,15 @@ class Context:
 
 @dataclass
 class Scenario:
-    """A named benchmark: ``key`` is what ``--only`` selects (e.g. "worker")."""
+    """A named benchmark: ``key`` is what ``--only`` selects (e.g. "worker");
+    ``needs_cluster``: it runs the local control plane or node and installs the chart, so the
+    Kubernetes binaries and helm are built (or found cached) before the run (``bench.__main__``)."""
 
     key: str
     number: int
     title: str
     run: Callable[[Context], Result]
+    needs_cluster: bool = False
 
 
 def fmt(value: Cell) -> str:

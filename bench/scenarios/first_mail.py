@@ -987,4 +987,5 @@ SCENARIO = Scenario(
     number=7,
     title="Time to first mail on the local node",
     run=run,
+    needs_cluster=True,
 )

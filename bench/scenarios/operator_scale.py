@@ -940,4 +940,5 @@ SCENARIO = Scenario(
     number=6,
     title="Operator scale on the local control plane (idle and busy mixes, many namespaces)",
     run=run,
+    needs_cluster=True,
 )
