@@ -40,17 +40,24 @@ def sources(root: Path) -> str:
 
 
 def drain(
-    setup: w.Setup, lanes: str, mails: int, target: tuple[str, int], code: Path = ROOT
+    setup: w.Setup,
+    lanes: str,
+    mails: int,
+    target: tuple[str, int],
+    code: Path = ROOT,
+    log_level: str = "INFO",
 ) -> tuple[db.Drain, str]:
     """One measured drain of ``mails`` mails by one worker with ``WORKER_CONCURRENCY=lanes``
-    running the code of the checkout at ``code``; the drain and the worker's lane changes."""
+    running the code of the checkout at ``code``, logging at ``log_level`` (INFO: its lane
+    changes are logged); the drain and the worker's lane changes."""
     client = setup.server.client()
     try:
         client.flushall()
         w.enqueue("ours", setup, mails)
         env = w.ours_env(setup.server.url, 4, target[0], target[1])
-        env.update(WORKER_CONCURRENCY=lanes, LOG_LEVEL="INFO", PYTHONPATH=sources(code))
+        env.update(WORKER_CONCURRENCY=lanes, LOG_LEVEL=log_level, PYTHONPATH=sources(code))
         tag = lanes if code == ROOT else f"{lanes}-{code.name}"
+        tag += "" if log_level == "INFO" else f"-{log_level}"
         log = setup.logs / f"ours-{tag}-{target[1]}.log"
         worker = db.StampedWorker(w.worker_argv("ours", setup, 4, "smtp"), env, log)
         try:

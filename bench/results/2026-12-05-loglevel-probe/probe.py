@@ -14,28 +14,11 @@ from pathlib import Path
 
 from bench import drainbench as db
 from bench import smtplink
+from bench.lanes_round import drain
 from bench.scenarios import worker as w
 from tests.support.redis_server import RedisServer
 
 SETTINGS = (("16", "WARNING"), ("16", "INFO"), ("auto", "WARNING"), ("auto", "INFO"))
-
-
-def drain(setup: w.Setup, lanes: str, level: str, mails: int, target: tuple[str, int]) -> db.Drain:
-    """One measured drain of ``mails`` mails by one worker at ``lanes`` and ``level``."""
-    client = setup.server.client()
-    try:
-        client.flushall()
-        w.enqueue("ours", setup, mails)
-        env = w.ours_env(setup.server.url, 4, target[0], target[1])
-        env.update(WORKER_CONCURRENCY=lanes, LOG_LEVEL=level)
-        log = setup.logs / f"ours-{lanes}-{level}-{target[1]}.log"
-        worker = db.StampedWorker(w.worker_argv("ours", setup, 4, "smtp"), env, log)
-        try:
-            return db.measure(worker, mails, client, setup.server.port, timeout=120, cap=10.0)
-        finally:
-            worker.stop()
-    finally:
-        client.close()
 
 
 def main() -> None:
@@ -51,7 +34,7 @@ def main() -> None:
         for rnd in range(rounds):
             for link, target, mails in links:
                 for lanes, level in SETTINGS:
-                    d = drain(setup, lanes, level, mails, target)
+                    d, _ = drain(setup, lanes, mails, target, log_level=level)
                     got.setdefault((link, lanes, level), []).append(d)
                     print(
                         f"r{rnd + 1} {link} {lanes} {level}: {d.rate:,.0f} mails/s "
