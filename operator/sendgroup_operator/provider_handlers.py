@@ -75,7 +75,8 @@ def group_entry(body: Mapping[str, Any]) -> dict[str, Any]:
     ``handlers.Reaper.run``; the group's own passes share ``parsed`` for that version,
     ``Runtime.parse``); ``parsed``: the validated
     ``SendGroupSpec`` (None when invalid: no provider
-    counts it), ``specKey``: its JSON (the resolution cache key). Validated here, once per
+    counts it), ``specKey``: its JSON (the resolution cache key); ``status`` without kopf's
+    own ``status.kopf``. Validated here, once per
     watch event, not by every provider's pass every second (8 default providers x 10,000 groups
     was 80,000 validations a second: issue 15)."""
     spec = dict(body.get("spec") or {})
@@ -85,7 +86,11 @@ def group_entry(body: Mapping[str, Any]) -> dict[str, Any]:
         parsed = None
     return {
         "spec": spec,
-        "status": dict(body.get("status") or {}),
+        # kopf's own record (``status.kopf``: the last-handled configuration, ~0.6 KB) is
+        # kopf's, read from the object it handles; no pass reads it from here
+        "status": {
+            k: v for k, v in (body.get("status") or {}).items() if k != models.KOPF_STATUS_FIELD
+        },
         "metadata": {
             "uid": body["metadata"].get("uid"),
             "creationTimestamp": body["metadata"].get("creationTimestamp"),

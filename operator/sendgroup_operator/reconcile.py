@@ -106,11 +106,6 @@ class Runtime:
     #: pass compute it while the others wait.
     provider_round: Any = None
     provider_round_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    #: The models of each group's body as last parsed, by (uid, resourceVersion); see
-    #: :meth:`parse`.
-    parsed: dict[
-        str, tuple[tuple[str, str], tuple[plan.Group, models.SendGroupSpec, models.SendGroupStatus]]
-    ] = field(default_factory=dict)
     #: This replica's shard membership when sharding is on (startup.py), else None.
     shard: Shard | None = None
 
@@ -156,28 +151,26 @@ class Runtime:
     def parse(
         self, body: Mapping[str, Any]
     ) -> tuple[plan.Group, models.SendGroupSpec, models.SendGroupStatus]:
-        """:func:`parse`, remembered per group while its ``(uid, resourceVersion)`` stays the
-        same: an idle group's passes then validate nothing (validating spec and status was
-        28 % of the operator's CPU at rest, 1,000 groups, py-spy). The models are shared
-        between passes: nothing may change them (the planner works on a copy)."""
+        """:func:`parse`, with the spec model the watch handler already validated for this
+        same version of the group (``provider_handlers.group_entry``, shared: one
+        SendGroupSpec per group, not two; a body the handler has not seen yet is validated
+        here). The status is validated from the body on every call (~11 us) and kept by no
+        one after the pass: a status model is ~12 KB against ~3.5 KB for the body's status
+        dict the entry holds anyway, and remembering one per group per version was the
+        largest single cost of a resting group (issue 15: 11.4 KB of 47 KB per group,
+        tracemalloc, 1,000 groups, ``bench/results/2026-12-05-mem``). The spec model is shared
+        between passes: nothing may change it."""
         meta = body["metadata"]
         version = meta.get("resourceVersion")
-        key = f"{meta['namespace']}/{meta['name']}"
-        known = self.parsed.get(key)
-        if version is not None and known is not None and known[0] == (meta["uid"], version):
-            return known[1]
-        # the spec model the watch handler validated for this same version (provider_handlers.
-        # group_entry), shared: one SendGroupSpec per group, not two (issue 15, ~2.4 KB each)
         entry = self.groups.get((meta["namespace"], meta["name"]))
         shared: models.SendGroupSpec | None = None
         if version is not None and entry is not None:
-            shared = (
-                entry["parsed"] if entry["metadata"].get("resourceVersion") == version else None
-            )
-        parsed = parse(body, shared)
-        if version is not None:
-            self.parsed[key] = ((meta["uid"], version), parsed)
-        return parsed
+            entry_meta = entry["metadata"]
+            if entry_meta.get("resourceVersion") == version and entry_meta.get("uid") == meta.get(
+                "uid"
+            ):
+                shared = entry["parsed"]
+        return parse(body, shared)
 
     def kick(self, key: str, after: float) -> None:
         """Pass ``key`` within ``after`` seconds (a transition started by a change handler
@@ -232,7 +225,6 @@ class Runtime:
         self.locks.pop(key, None)
         self.written.pop(key, None)
         self.deployment_writes.pop(key, None)
-        self.parsed.pop(key, None)
         self.rest(key, False)
         self.observer.forget(key)
         self.table.forget(key)
@@ -252,8 +244,8 @@ def base_status(
     """The status a pass of group ``key`` plans from: the one this process last wrote
     (``rt.written``) while the body's ``stored`` status is older (the write has not come back
     through the watch yet), else ``stored``. Once the body carries exactly what was written,
-    the record goes: the parsed status (:meth:`Runtime.parse`) is the same, and keeping both
-    was a second status model per group (~6 KB, issue 15). Shared, not copied: nothing changes
+    the record goes: the body's status is the same, and keeping the record was a second
+    status model per group (~12 KB, issue 15). Shared, not copied: nothing changes
     the status a pass plans from, the planner works on its own copy (a deep copy here too was
     14 % of the operator's CPU at rest, 3,000 groups, py-spy)."""
     cached = rt.written.get(key)

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from sendgroup_operator import models
 from sendgroup_operator import plan as p
+from sendgroup_operator.provider_handlers import group_entry
 from sendgroup_operator.reconcile import Runtime
 from tests.unit.test_plan import GROUP, SETTINGS, T0, q, run, spec
 
@@ -106,19 +107,30 @@ def _body(rv: str | None, workers: int = 3) -> dict[str, Any]:
     return {"metadata": meta, "spec": spec_, "status": {}}
 
 
-def test_the_runtime_parses_a_body_once_per_resource_version() -> None:
+def test_the_runtime_shares_the_watched_spec_and_keeps_no_status_per_group() -> None:
+    """A pass takes the spec model the watch handler validated for the same version of the
+    same object; anything else is validated on its own (a refused spec raises every time).
+    The status is read from the body every time and remembered nowhere (issue 15: a status
+    model per group was the largest single cost of a resting group)."""
     rt = Runtime(settings=SETTINGS, kube=None)  # type: ignore[arg-type]
-    first = rt.parse(_body("7"))
-    assert rt.parse(_body("7")) is first
-    changed = rt.parse(_body("8", workers=5))
-    assert changed is not first and changed[1].workers == 5
-    assert rt.parse(_body(None, workers=4))[1].workers == 4  # no version: parsed every time
-    rt.forget("mail/g1")
-    assert rt.parse(_body("8", workers=5)) is not changed
-    with pytest.raises(pydantic.ValidationError):
-        rt.parse(_body("9", workers=-1))
-    with pytest.raises(pydantic.ValidationError):  # a refused spec is not remembered
-        rt.parse(_body("9", workers=-1))
+    seen = _body("7")
+    seen["status"] = {"phase": "Idle"}
+    rt.groups[("mail", "g1")] = group_entry(seen)
+    shared = rt.groups[("mail", "g1")]["parsed"]
+    first = rt.parse(seen)
+    assert first[1] is shared and first[2].phase == "Idle"
+    later = _body("7")
+    later["status"] = {"phase": "Paused"}  # same version in tests only: the status is read again
+    assert rt.parse(later)[2].phase == "Paused"
+    assert rt.parse(_body("8", workers=5))[1].workers == 5  # newer than the watch: its own
+    other = _body("7", workers=6)
+    other["metadata"]["uid"] = "uid-2"  # same version of another object: its own
+    assert rt.parse(other)[1].workers == 6
+    assert rt.parse(_body(None, workers=4))[1].workers == 4
+    rt.groups[("mail", "g1")] = group_entry(_body("9", workers=-1))
+    for _ in range(2):  # a refused spec is refused by every pass
+        with pytest.raises(pydantic.ValidationError):
+            rt.parse(_body("9", workers=-1))
 
 
 def test_a_paused_group_at_rest_rests_like_an_idle_one() -> None:

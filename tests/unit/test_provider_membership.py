@@ -66,6 +66,14 @@ def test_the_spec_is_validated_once_at_the_event_and_an_invalid_one_kept_as_none
     assert bad["parsed"] is None and bad["spec"]["workers"] == -3
 
 
+def test_the_entry_keeps_the_groups_status_but_not_kopfs_record_in_it() -> None:
+    body = _body("a", "g1", GROUPS[("a", "g1")])
+    body["status"] = {"phase": "Idle", "kopf": {"last-handled-configuration": "{}" * 300}}
+    entry = provider_handlers.group_entry(body)
+    assert entry["status"] == {"phase": "Idle"}
+    assert body["status"]["kopf"]  # the object itself is left as it is
+
+
 def test_each_provider_gets_the_groups_a_one_by_one_resolution_gives_it() -> None:
     async def run() -> dict[Any, list[tuple[str, str]]]:
         provider_handlers._resolved.clear()
