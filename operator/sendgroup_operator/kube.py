@@ -20,7 +20,7 @@ import contextlib
 import copy
 import functools
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import Any, Final, TypeVar
 
@@ -31,6 +31,9 @@ from kubernetes.client.exceptions import ApiException
 from sendgroup_operator import metrics, models
 
 MERGE_PATCH: Final = "application/merge-patch+json"
+#: Objects per page of a start-up LIST (the API server's ``limit``; kopf's own initial LISTs
+#: use the same, ``startup.configure``): what one page of JSON holds at a time.
+LIST_PAGE: Final = 500
 T = TypeVar("T")
 
 
@@ -230,14 +233,32 @@ class Kube:
             self.batch.delete_namespaced_job, name, namespace, propagation_policy="Background"
         )
 
-    async def list_groups(self, namespace: str | None) -> list[dict[str, Any]]:
-        """The SendGroups of ``namespace`` (None: all namespaces), as the API returns them."""
+    async def list_groups(
+        self, namespace: str | None, limit: int = LIST_PAGE
+    ) -> AsyncIterator[list[dict[str, Any]]]:
+        """The SendGroups of ``namespace`` (None: all namespaces), as the API returns them, in
+        pages of at most ``limit`` objects (the API's ``limit``/``continue`` chunking): one
+        page is held at a time, not the whole list (issue 15: ~22 KB of JSON per group)."""
         plural = (models.GROUP, models.VERSION)
-        if namespace is None:
-            return await self._items(self.custom.list_cluster_custom_object, *plural, models.PLURAL)
-        return await self._items(
-            self.custom.list_namespaced_custom_object, *plural, namespace, models.PLURAL
-        )
+        token: str | None = None
+        while True:
+            extra: dict[str, Any] = {"limit": limit}
+            if token:
+                extra["_continue"] = token
+            fn: Callable[..., Any]
+            args: tuple[str, ...]
+            if namespace is None:
+                fn, args = self.custom.list_cluster_custom_object, (*plural, models.PLURAL)
+            else:
+                fn = self.custom.list_namespaced_custom_object
+                args = (*plural, namespace, models.PLURAL)
+            data = _json(await self._call(fn, *args, _preload_content=False, **extra))
+            items: list[dict[str, Any]] = data.get("items", [])
+            token = (data.get("metadata") or {}).get("continue")
+            del data
+            yield items
+            if not token:
+                return
 
     async def list_deployments(self, namespace: str | None, selector: str) -> list[dict[str, Any]]:
         """Deployments matching ``selector`` in ``namespace`` (None: all namespaces), as the

@@ -27,6 +27,7 @@ from sendgroup_operator import (
     plan,
     provider_handlers,
     provider_plan,
+    slimbodies,
     tenancy,
 )
 from sendgroup_operator.kube import Kube, KubeError
@@ -427,14 +428,18 @@ async def _deployment(
 
 async def load_groups(rt: Runtime) -> int:
     """Fill ``rt.groups`` (what the provider passes read) with one LIST of the SendGroups per
-    watched namespace (one cluster-wide when watching all), at start-up before kopf's watches
-    begin. Returns how many were found."""
+    watched namespace (one cluster-wide when watching all; in pages, ``Kube.list_groups``),
+    at start-up before kopf's watches begin. Returns how many were found."""
     found = 0
     for ns in rt.settings.list_scopes:
-        for body in await rt.kube.list_groups(ns):
-            meta = body["metadata"]
-            rt.groups[(meta["namespace"], meta["name"])] = provider_handlers.group_entry(body)
-            found += 1
+        async for page in rt.kube.list_groups(ns):
+            for raw in page:
+                # slimmed as kopf's watch events are: the entry keeps parts of the body, and
+                # parts of a raw LIST pin its pages' memory (issue 15)
+                body = slimbodies.slim(raw)
+                meta = body["metadata"]
+                rt.groups[(meta["namespace"], meta["name"])] = provider_handlers.group_entry(body)
+                found += 1
     return found
 
 

@@ -1,0 +1,59 @@
+"""The operator's start-up LIST of SendGroups reads every group in pages of the API server's
+``limit``/``continue`` chunking (one page held at a time, issue 15) and keeps each group as the
+watch would: slimmed (no managedFields, short strings interned), kopf's ``status.kopf`` left out.
+Against the real API server."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from kubernetes import config as k8s_config
+
+from sendgroup_operator import reconcile
+from sendgroup_operator.kube import Kube
+from sendgroup_operator.settings import Settings
+from tests.cluster.conftest import Objects
+from tests.support import manifests
+from tests.support.cluster import KubeCluster
+
+pytestmark = pytest.mark.cluster
+
+GROUPS = 7
+
+
+async def _pages(it: AsyncIterator[list[dict[str, Any]]]) -> list[list[dict[str, Any]]]:
+    return [page async for page in it]
+
+
+def test_the_start_up_list_reads_every_group_in_pages_and_keeps_them_slim(
+    kube_cluster: KubeCluster, sendgroup_crd: str, namespace: str, objects: Objects
+) -> None:
+    names = [f"g{i}" for i in range(GROUPS)]
+    objects.apply(
+        manifests.stream(
+            *(
+                manifests.sendgroup(n, {"campaign": "c", "host": f"{n}.example.com"}, namespace)
+                for n in names
+            )
+        )
+    )
+    api = k8s_config.new_client_from_config(config_file=str(kube_cluster.kubeconfig))
+    kube = Kube(api)
+
+    pages = asyncio.run(_pages(kube.list_groups(namespace, limit=3)))
+    assert [len(p) for p in pages] == [3, 3, 1]
+    assert sorted(g["metadata"]["name"] for p in pages for g in p) == names
+    assert "managedFields" in pages[0][0]["metadata"]  # what the API server sends
+
+    rt = reconcile.Runtime(settings=Settings(namespace=namespace), kube=kube)
+    assert asyncio.run(reconcile.load_groups(rt)) == GROUPS
+    assert sorted(name for _, name in rt.groups) == names
+    entry = rt.groups[(namespace, "g3")]
+    assert entry["parsed"] is not None and entry["parsed"].host == "g3.example.com"
+    host = entry["spec"]["host"]
+    assert host is sys.intern("g3.example.com")  # interned, as the watch's bodies are
+    assert "kopf" not in entry["status"]
