@@ -211,6 +211,13 @@ def test_cancel_asks_dry_run_saves_nothing_and_cel_keeps_cancelled_final(
     proc = plugin(kube_cluster, "cancel", "outlook", "-n", namespace)
     assert proc.returncode == 0
     assert proc.stdout == "sendgroup/outlook unchanged (spec.state is already Cancelled)\n"
+    # Resuming it says why nothing will be sent, not only that spec.paused is already false.
+    proc = plugin(kube_cluster, "resume", "outlook", "-n", namespace)
+    assert proc.returncode == 0
+    assert proc.stdout == (
+        "sendgroup/outlook unchanged (spec.paused is already false; "
+        "the group is Cancelled: it sends nothing more)\n"
+    )
 
 
 def test_selectors_pick_the_right_groups(

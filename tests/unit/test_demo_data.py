@@ -12,6 +12,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import pytest
+
 from sendgroup_operator import builders, models
 from sendgroup_operator.settings import Settings
 from sendgroup_worker.smtp import build_message
@@ -85,3 +87,17 @@ def test_the_progress_counts_worker_pods_running_and_ready() -> None:
         "spring-sale-outlook 1 running (1 ready), password-reset-urgent 0 running (0 ready)"
     )
     assert "ready/desired" in demo.WORKERS_LEGEND
+
+
+def test_the_demo_refuses_a_timeout_that_could_never_or_only_late_fail(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``--timeout`` is checked before anything is built: ``nan`` would never time out, a
+    negative one would fail only after the cluster and images were up."""
+    demo = _demo()
+    assert demo.parse_args(["--timeout", "90"]).timeout == 90.0
+    for bad in ("-5", "0", "nan", "inf", "abc"):
+        with pytest.raises(SystemExit) as exc:
+            demo.parse_args(["--timeout", bad])
+        assert exc.value.code == 2
+        assert "--timeout" in capsys.readouterr().err

@@ -10,6 +10,7 @@ from sendgroup_operator import builders, models
 from sendgroup_operator import plan as p
 from sendgroup_operator.conditions import find
 from sendgroup_operator.models import Phase
+from sendgroup_operator.plan.status import progress_percent
 from sendgroup_operator.settings import Settings
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -396,6 +397,30 @@ def test_progress_counts_dumped_jobs_as_still_to_send() -> None:
     dumped = run(s, dumping.status, dep(0), q(0, delivered=30, paused=True), at(70))
     assert dumped.status.phase is Phase.DUMPED and dumped.status.dump.total_jobs == 10
     assert dumped.status.progress.percent == 75.0
+
+
+def test_progress_holds_while_jobs_move_between_redis_and_the_volume() -> None:
+    """Mid-dump the queue reads 0 before the Job has counted what it wrote (it read 100 %);
+    mid-restore the jobs are in Redis and still on the volume's count: the percent holds."""
+    for kind, queue_total, on_volume in (("dump", 0, 0), ("restore", 2046, 2046)):
+        st = models.SendGroupStatus.model_validate(
+            {
+                "progress": {"delivered": 954, "failed": 0, "percent": 31.8},
+                "queue": {"total": queue_total},
+                "dump": {"totalJobs": on_volume},
+                "operation": {
+                    "kind": kind,
+                    "number": 1,
+                    "jobName": f"sg-g1-{kind}-1",
+                    "startedAt": "2026-12-05T03:00:00Z",
+                },
+            }
+        )
+        progress_percent(st)
+        assert st.progress.percent == 31.8, kind
+        st.operation = None  # the Job ended: computed again
+        progress_percent(st)
+        assert st.progress.percent == round(100 * 954 / (954 + queue_total + on_volume), 1)
 
 
 # --- issue 21: the lifecycle under real traffic -------------------------------------------

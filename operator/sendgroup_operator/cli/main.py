@@ -151,7 +151,12 @@ def _change_one(
     for attempt in range(3):
         current = (obj.get("spec") or {}).get(change.field, change.default)
         if current == change.value:
-            click.echo(f"{label} unchanged (spec.{change.field} is already {_js(current)}){where}")
+            final = (obj.get("spec") or {}).get("state") == "Cancelled" and change.field != "state"
+            # a Cancelled group sends nothing again, whatever spec.paused says
+            note = "; the group is Cancelled: it sends nothing more" if final else ""
+            click.echo(
+                f"{label} unchanged (spec.{change.field} is already {_js(current)}{note}){where}"
+            )
             return api.EXIT_OK
         evidence = gitops.argocd_evidence(obj)
         if evidence and attempt == 0:

@@ -67,7 +67,12 @@ def meaningful_change(
 def progress_percent(st: models.SendGroupStatus) -> None:
     """``progress.percent = 100 * delivered / (delivered + failed + queue.total +
     dump.totalJobs)``, once this pass settled the queue and the dump (jobs dumped to the
-    volume are still to be sent: without them a Dumped group read 100 %)."""
+    volume are still to be sent: without them a Dumped group read 100 %). Kept as it was
+    while a dump or restore Job is in flight: the jobs are then moving between Redis and
+    the volume, counted in neither (a dump read 100 %) or in both (a restore read low), and a
+    paused or restoring group delivers nothing meanwhile."""
+    if st.operation is not None and st.operation.kind in ("dump", "restore"):
+        return
     p = st.progress
     denominator = p.delivered + p.failed + st.queue.total + st.dump.total_jobs
     p.percent = round(100.0 * p.delivered / denominator, 1) if denominator else 0.0
