@@ -41,6 +41,8 @@ pytestmark = [pytest.mark.cluster, pytest.mark.helm]
 
 LOG = logging.getLogger("test")
 POLLS = 20
+#: at most this many rounds of 2 x POLLS flooded polls without the chart's FlowSchema
+ROUNDS = 5
 CONFIGMAPS = 1000
 FLOODERS = 12
 
@@ -245,7 +247,14 @@ def test_lease_requests_are_classified_under_the_charts_flow_schema(
         time.sleep(2)
         rejected = "apiserver_flowcontrol_rejected_requests_total"
         rejected_before = dispatched(kube_cluster, rejected, flood_schema)
-        without = polls(shard, 2 * POLLS)
+        # a 429 needs a poll's request to meet a full level: how often depends on the machine's
+        # load (stop 43's CI: 4 of 358 flood LISTs rejected and none of 40 polls), so the
+        # polls go on, up to ROUNDS rounds, until one is refused
+        without: list[tuple[bool, float]] = []
+        for _ in range(ROUNDS):
+            without += polls(shard, 2 * POLLS)
+            if any(not ok for ok, _ in without):
+                break
         rejected_without = dispatched(kube_cluster, rejected, flood_schema) - rejected_before
         # with it (applied again as the chart renders it)
         kube_cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(schema))
