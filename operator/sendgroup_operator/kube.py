@@ -233,32 +233,20 @@ class Kube:
             self.batch.delete_namespaced_job, name, namespace, propagation_policy="Background"
         )
 
-    async def list_groups(
+    def list_groups(
         self, namespace: str | None, limit: int = LIST_PAGE
     ) -> AsyncIterator[list[dict[str, Any]]]:
         """The SendGroups of ``namespace`` (None: all namespaces), as the API returns them, in
-        pages of at most ``limit`` objects (the API's ``limit``/``continue`` chunking): one
-        page is held at a time, not the whole list (issue 15: ~22 KB of JSON per group)."""
+        pages of at most ``limit`` objects (:meth:`_pages`): one page is held at a time, not
+        the whole list (issue 15: ~22 KB of JSON per group)."""
         plural = (models.GROUP, models.VERSION)
-        token: str | None = None
-        while True:
-            extra: dict[str, Any] = {"limit": limit}
-            if token:
-                extra["_continue"] = token
-            fn: Callable[..., Any]
-            args: tuple[str, ...]
-            if namespace is None:
-                fn, args = self.custom.list_cluster_custom_object, (*plural, models.PLURAL)
-            else:
-                fn = self.custom.list_namespaced_custom_object
-                args = (*plural, namespace, models.PLURAL)
-            data = _json(await self._call(fn, *args, _preload_content=False, **extra))
-            items: list[dict[str, Any]] = data.get("items", [])
-            token = (data.get("metadata") or {}).get("continue")
-            del data
-            yield items
-            if not token:
-                return
+        fn: Callable[..., Any]
+        where: tuple[str, ...]
+        if namespace is None:
+            fn, where = self.custom.list_cluster_custom_object, ()
+        else:
+            fn, where = self.custom.list_namespaced_custom_object, (namespace,)
+        return self._pages(fn, *plural, *where, models.PLURAL, limit=limit)
 
     async def list_deployments(self, namespace: str | None, selector: str) -> list[dict[str, Any]]:
         """Deployments matching ``selector`` in ``namespace`` (None: all namespaces), as the
@@ -347,6 +335,24 @@ class Kube:
         data = _json(await self._call(fn, *args, _preload_content=False, **kwargs))
         items: list[dict[str, Any]] = data.get("items", [])
         return items
+
+    async def _pages(
+        self, fn: Callable[..., Any], *args: Any, limit: int, **kwargs: Any
+    ) -> AsyncIterator[list[dict[str, Any]]]:
+        """The ``items`` of a list call, page by page (the API's ``limit`` and ``continue``:
+        at most ``limit`` objects each; raw JSON, not the client's models)."""
+        token: str | None = None
+        while True:
+            more = {"_continue": token} if token else {}
+            data = _json(
+                await self._call(fn, *args, _preload_content=False, limit=limit, **more, **kwargs)
+            )
+            items: list[dict[str, Any]] = data.get("items", [])
+            token = (data.get("metadata") or {}).get("continue")
+            del data
+            yield items
+            if not token:
+                return
 
     async def _delete(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
         try:

@@ -162,16 +162,10 @@ class Runtime:
         tracemalloc, 1,000 groups, ``bench/results/2026-12-05-mem``). The spec model is shared
         between passes: nothing may change it."""
         meta = body["metadata"]
-        version = meta.get("resourceVersion")
         entry = self.groups.get((meta["namespace"], meta["name"]))
-        shared: models.SendGroupSpec | None = None
-        if version is not None and entry is not None:
-            entry_meta = entry["metadata"]
-            if entry_meta.get("resourceVersion") == version and entry_meta.get("uid") == meta.get(
-                "uid"
-            ):
-                shared = entry["parsed"]
-        return parse(body, shared)
+        if entry is None or not provider_handlers.built_from(entry, body):
+            return parse(body)
+        return parse(body, entry["parsed"])
 
     def kick(self, key: str, after: float) -> None:
         """Pass ``key`` within ``after`` seconds (a transition started by a change handler

@@ -140,6 +140,11 @@ def _connect(t: Target) -> api.Client:
     return api.connect(t.kubeconfig, t.context)
 
 
+def _cancelled(obj: dict[str, Any]) -> bool:
+    """Whether the group's ``spec.state`` is Cancelled (final: it sends nothing more)."""
+    return bool((obj.get("spec") or {}).get("state") == CHANGES["cancel"].value)
+
+
 def _change_one(
     client: api.Client, obj: dict[str, Any], change: Change, dry_run: bool, all_ns: bool
 ) -> int:
@@ -151,8 +156,8 @@ def _change_one(
     for attempt in range(3):
         current = (obj.get("spec") or {}).get(change.field, change.default)
         if current == change.value:
-            final = (obj.get("spec") or {}).get("state") == "Cancelled" and change.field != "state"
             # a Cancelled group sends nothing again, whatever spec.paused says
+            final = _cancelled(obj) and change.field != "state"
             note = "; the group is Cancelled: it sends nothing more" if final else ""
             click.echo(
                 f"{label} unchanged (spec.{change.field} is already {_js(current)}{note}){where}"
@@ -193,7 +198,7 @@ def _run_change(verb: str, t: Target, dry_run: bool, yes: bool) -> int:
             code = api.EXIT_NOT_FOUND
         return code
     if verb == "cancel" and not yes and not dry_run:
-        todo = [o for o in objs if (o.get("spec") or {}).get("state") != "Cancelled"]
+        todo = [o for o in objs if not _cancelled(o)]
         if todo:
             names = ", ".join(_kind_name(o) + _where(o, t.all_namespaces) for o in todo)
             click.echo(
