@@ -35,6 +35,7 @@ from tests.support.cluster import wait_for
 from tests.support.e2e import (
     DUMPS_CLAIM,
     InstalledOperator,
+    PodLogs,
     operator_for_test,
     patch_spec,
     sendgroup_manifest,
@@ -71,6 +72,11 @@ class Env:
     default_redis: RedisServer
     smtp: SmtpSink
     report: list[str] = field(default_factory=list)
+    #: the worker pods' logs, kept after the pods are gone (what a stop did)
+    worker_logs: PodLogs | None = None
+
+    def workers_said(self) -> str:
+        return self.worker_logs.text() if self.worker_logs is not None else "(not followed)"
 
     def kubectl(self, *args: str) -> str:
         return self.node.kube.kubectl("-n", self.namespace, *args).stdout
@@ -128,7 +134,18 @@ def env(
         request,
         values={"allowedRedisHosts": [pod_cluster.host]},
     ) as (operator, report):
-        yield Env(node_cluster, e2e_namespace, operator, pod_cluster, pod_redis, pod_smtp, report)
+        selector = f"sendgroups.io/group={GROUP},app.kubernetes.io/component=worker"
+        with PodLogs(node_cluster.kube, e2e_namespace, selector) as logs:
+            yield Env(
+                node_cluster,
+                e2e_namespace,
+                operator,
+                pod_cluster,
+                pod_redis,
+                pod_smtp,
+                report,
+                logs,
+            )
 
 
 def _ts(text: str) -> float:
@@ -205,10 +222,10 @@ def test_group_on_a_redis_cluster_sends_pauses_dumps_restores_and_sends_each_mai
     delivered_paused = env.count()
     assert delivered_paused < JOBS, "the group finished before the pause: nothing was tested"
     m = queue.measure()
-    assert m.reserved == 0, m
+    assert m.reserved == 0, (m, delivered_paused, pods_gone_at - paused_at, env.workers_said())
     queued = m.ready + m.delayed
-    assert delivered_paused + queued == JOBS, (delivered_paused, queued)
-    assert m.delivered == delivered_paused, (m.delivered, delivered_paused)
+    assert delivered_paused + queued == JOBS, (delivered_paused, queued, env.workers_said())
+    assert m.delivered == delivered_paused, (m.delivered, delivered_paused, env.workers_said())
     # Nothing of the group went to the operator's default (standalone) Redis.
     assert list(env.default_redis.client().scan_iter(match="*mail-cl-spring*")) == []
 

@@ -273,3 +273,60 @@ def test_sigterm_while_the_worker_first_asks_redis_what_it_is_stops_it_before_an
     stats = q.measure()
     assert (stats.ready, stats.delivered) == (1, 0)
     assert "stopping (SIGTERM" in w.log()
+
+
+def test_a_lane_that_fails_stops_the_worker_and_the_other_lanes_hand_back_first(
+    redis_url: str, smtp_sink: SmtpSink, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One lane's unexpected error (injected into its stop-time flush) ends the worker with
+    that error, but only once the other lanes stopped cleanly: the mail in flight is sent and
+    acknowledged, the batch's unstarted jobs are back in ready, nothing stays reserved (it
+    would wait ``retry_after`` with an attempt counted)."""
+    import asyncio
+
+    from sendgroup_worker.config import WorkerConfig
+    from sendgroup_worker.worker import build_worker
+
+    q = sync_queue(redis_url, Q)
+    rcpts = [f"l{i}@x.example" for i in range(6)]
+    smtp_sink.script(rcpts[0], "250 OK", data_delay=1.5)
+    env = worker_env(redis_url, Q, smtp_sink.port, WORKER_CONCURRENCY=2, WORKER_RESERVE_BATCH=5)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    for r in rcpts:
+        q.push(mail_payload(r))
+
+    async def scenario() -> tuple[BaseException | None, tuple[int, int, int, int]]:
+        worker = build_worker(WorkerConfig.from_env())
+        flush = worker._flush
+        injected: list[int] = []
+
+        async def failing_flush(lane):  # type: ignore[no-untyped-def]
+            if worker.stopping.is_set() and not injected:
+                injected.append(lane.index)
+                raise RuntimeError("injected: a lane's unexpected error")
+            await flush(lane)
+
+        worker._flush = failing_flush  # type: ignore[method-assign]
+        run = asyncio.create_task(worker.run())
+        # one lane's batch of 5 is reserved and its first (slow) mail is in DATA; the other
+        # lane sent the sixth mail, acknowledged it and waits for work
+        while smtp_sink.data_waiting[rcpts[0]] < 1 or q.measure().delivered < 1:
+            await asyncio.sleep(0.02)
+        worker.stop("test")
+        error: BaseException | None = None
+        try:
+            await run
+        except RuntimeError as exc:
+            error = exc
+        assert injected, "the fault was never injected"
+        return error, counts(q.measure())
+
+    error, at_exit = asyncio.run(scenario())
+    assert isinstance(error, RuntimeError) and "injected" in str(error), error
+    # when run() ended, the other lane had finished its mail and handed its batch back:
+    # (ready, delayed, reserved, failed)
+    assert at_exit == (4, 0, 0, 0), at_exit
+    got = sorted(m.recipient for m in smtp_sink.snapshot())
+    assert got == sorted([rcpts[0], rcpts[5]]), got
+    assert q.measure().delivered == 2

@@ -10,6 +10,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import subprocess
+import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -259,3 +262,89 @@ def operator_for_test(
     if check_cluster_rbac:
         assert installed == cluster_rbac, "the chart did not create its cluster RBAC"
         assert cluster_rbac_left() == [], "helm uninstall left the release's cluster-scoped RBAC"
+
+
+class PodLogs:
+    """Follow the logs of every pod matching ``selector`` in ``namespace`` while it lives
+    (``kubectl logs -f --timestamps``, one process per pod, a new pod picked up within
+    ``poll`` seconds), so what a pod printed survives the pod: a worker's last lines before it
+    went (a pause, a stop) are what a CI failure needs and are gone with the pod otherwise.
+    Use as a context manager; :meth:`text` gives the lines seen so far, per pod."""
+
+    def __init__(self, kube: KubeCluster, namespace: str, selector: str, poll: float = 0.5):
+        self.kube, self.namespace, self.selector, self.poll = kube, namespace, selector, poll
+        self._procs: dict[str, subprocess.Popen[str]] = {}
+        self._files: dict[str, Any] = {}
+        self._dir = tempfile.TemporaryDirectory(prefix="sg-podlogs-")
+        #: pod -> container restarts last seen (a restart's earlier log is not followed)
+        self.restarts: dict[str, int] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="pod-logs", daemon=True)
+
+    def __enter__(self) -> PodLogs:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+        for proc in self._procs.values():
+            proc.terminate()
+        for proc in self._procs.values():
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=5)
+        for f in self._files.values():
+            f.close()
+        self._dir.cleanup()
+
+    def _watch(self) -> None:
+        kubectl = [str(self.kube.kubectl_bin), f"--kubeconfig={self.kube.kubeconfig}"]
+        while not self._stop.wait(self.poll):
+            got = self.kube.kubectl(
+                "-n",
+                self.namespace,
+                "get",
+                "pods",
+                "-l",
+                self.selector,
+                "-o",
+                "json",
+                check=False,
+            )
+            try:
+                pods = json.loads(got.stdout)["items"] if got.returncode == 0 else []
+            except ValueError:
+                pods = []
+            for pod in pods:
+                name = pod["metadata"]["name"]
+                statuses = pod.get("status", {}).get("containerStatuses") or []
+                self.restarts[name] = sum(int(c.get("restartCount", 0)) for c in statuses)
+                proc = self._procs.get(name)
+                # kubectl logs -f fails until the container started: try again at the next poll
+                if proc is not None and (proc.poll() is None or self._seen(name)):
+                    continue
+                if name not in self._files:
+                    self._files[name] = open(Path(self._dir.name) / name, "w")  # noqa: SIM115
+                self._procs[name] = subprocess.Popen(
+                    [*kubectl, "-n", self.namespace, "logs", "-f", "--timestamps", name],
+                    stdout=self._files[name],
+                    stderr=subprocess.DEVNULL,
+                    text=True,
+                )
+
+    def _seen(self, name: str) -> bool:
+        """The pod's log file has lines (its follower ran and ended with the pod)."""
+        return (Path(self._dir.name) / name).stat().st_size > 0
+
+    def text(self, tail: int = 60) -> str:
+        """The last ``tail`` lines of each followed pod's log."""
+        out = []
+        for name in sorted(self._files):
+            self._files[name].flush()
+            lines = (Path(self._dir.name) / name).read_text(errors="replace").splitlines()
+            out.append(
+                f"--- log of pod {name} ({len(lines)} lines, the last {tail}; container "
+                f"restarts seen: {self.restarts.get(name, '?')})"
+            )
+            out.extend(lines[-tail:])
+        return "\n".join(out)

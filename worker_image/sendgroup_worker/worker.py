@@ -420,14 +420,24 @@ class Worker:
 
     async def _run_lanes(self) -> None:
         """Wait until every lane ended (stop, ``WORKER_MAX_JOBS``), including lanes the tuner
-        starts meanwhile; a lane's unexpected exception propagates, as with ``gather``."""
+        starts meanwhile. A lane's unexpected exception stops the worker (a clean stop: the
+        other lanes hand back the jobs they reserved and did not start, and flush their
+        acknowledgements), and once every lane ended the first such exception propagates.
+        Before, it propagated at once and the process left while the other lanes still held
+        reservations: those jobs waited ``retry_after`` with an attempt counted."""
+        failed: BaseException | None = None
         while self._tasks:
             done, _ = await asyncio.wait(
                 list(self._tasks.values()), return_when=asyncio.FIRST_COMPLETED
             )
             self._tasks = {i: t for i, t in self._tasks.items() if not t.done()}
             for task in done:
-                task.result()
+                exc = None if task.cancelled() else task.exception()
+                if exc is not None and failed is None:
+                    failed = exc
+                    self.stop(f"a lane failed: {exc!r}")
+        if failed is not None:
+            raise failed
 
     def _set_lanes(self, n: int) -> None:
         """Run ``n`` lanes: start the missing ones of indexes ``0 .. n-1`` (a lane still
