@@ -61,7 +61,11 @@ def _runtime() -> _Rt:
 def test_the_spec_is_validated_once_at_the_event_and_an_invalid_one_kept_as_none() -> None:
     entry = provider_handlers.group_entry(_body("a", "g1", GROUPS[("a", "g1")]))
     assert entry["parsed"] is not None and entry["parsed"].host == "gmail.com"
-    assert entry["specKey"] == entry["parsed"].model_dump_json()
+    assert entry["specKey"] == provider_handlers.spec_key(entry["parsed"])
+    assert len(entry["specKey"]) == 16
+    # a changed spec gets another key (the resolution cache must not reuse its answer)
+    other = provider_handlers.group_entry(_body("a", "g1", {**GROUPS[("a", "g1")], "workers": 7}))
+    assert other["specKey"] != entry["specKey"]
     bad = provider_handlers.group_entry(_body("b", "bad", GROUPS[("b", "bad")]))
     assert bad["parsed"] is None and bad["spec"]["workers"] == -3
 
