@@ -248,25 +248,23 @@ class Kube:
             fn, where = self.custom.list_namespaced_custom_object, (namespace,)
         return self._pages(fn, *plural, *where, models.PLURAL, limit=limit)
 
-    async def list_deployments(self, namespace: str | None, selector: str) -> list[dict[str, Any]]:
+    def list_deployments(
+        self, namespace: str | None, selector: str, limit: int = LIST_PAGE
+    ) -> AsyncIterator[list[dict[str, Any]]]:
         """Deployments matching ``selector`` in ``namespace`` (None: all namespaces), as the
-        API returns them. Through the client's generic ``/apis/{group}/{version}`` lister (the
+        API returns them, in pages of at most ``limit`` (:meth:`_pages`: one page held at a
+        time; a worker Deployment is ~6 KB of JSON, and the orphan count lists them all every
+        ``orphanGrace``). Through the client's generic ``/apis/{group}/{version}`` lister (the
         same request as ``AppsV1Api``'s, raw JSON either way): a start lists the Deployments
         before anything else needs the apps API, whose import is ~0.3 s of CPU."""
-        where = ("apps", "v1")
+        fn: Callable[..., Any]
+        where: tuple[str, ...]
         if namespace is None:
-            return await self._items(
-                self.custom.list_cluster_custom_object,
-                *where,
-                "deployments",
-                label_selector=selector,
-            )
-        return await self._items(
-            self.custom.list_namespaced_custom_object,
-            *where,
-            namespace,
-            "deployments",
-            label_selector=selector,
+            fn, where = self.custom.list_cluster_custom_object, ()
+        else:
+            fn, where = self.custom.list_namespaced_custom_object, (namespace,)
+        return self._pages(
+            fn, "apps", "v1", *where, "deployments", limit=limit, label_selector=selector
         )
 
     async def list_pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:

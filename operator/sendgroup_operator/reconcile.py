@@ -443,10 +443,11 @@ async def load_deployments(rt: Runtime) -> int:
     kopf's watches begin: their events only add what is newer. Returns how many were found."""
     found = 0
     for ns in rt.settings.list_scopes:
-        for dep in await rt.kube.list_deployments(ns, builders.WORKER_SELECTOR):
-            meta = dep["metadata"]
-            rt.saw_deployment(meta["namespace"], meta["name"], dep)
-            found += 1
+        async for page in rt.kube.list_deployments(ns, builders.WORKER_SELECTOR):
+            for dep in page:
+                meta = dep["metadata"]
+                rt.saw_deployment(meta["namespace"], meta["name"], dep)
+                found += 1
     rt.deployments_synced = True
     return found
 
@@ -740,11 +741,12 @@ async def count_orphan_deployments(rt: Runtime) -> int:
     known = {(ns, builders.label_value(name)) for ns, name in (k.split("/", 1) for k in groups)}
     orphans = 0
     for ns in rt.settings.list_scopes:
-        for dep in await rt.kube.list_deployments(ns, builders.WORKER_SELECTOR):
-            meta = dep["metadata"]
-            group = (meta.get("labels") or {}).get(builders.LABEL_GROUP, "")
-            if (meta["namespace"], group) not in known:
-                orphans += 1
+        async for page in rt.kube.list_deployments(ns, builders.WORKER_SELECTOR):
+            for dep in page:
+                meta = dep["metadata"]
+                group = (meta.get("labels") or {}).get(builders.LABEL_GROUP, "")
+                if (meta["namespace"], group) not in known:
+                    orphans += 1
     metrics.ORPHANS.labels("deployment_without_group").set(orphans)
     return orphans
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from kubernetes import config as k8s_config
 
-from sendgroup_operator import reconcile
+from sendgroup_operator import builders, reconcile
 from sendgroup_operator.kube import Kube
 from sendgroup_operator.settings import Settings
 from tests.cluster.conftest import Objects
@@ -57,3 +57,46 @@ def test_the_start_up_list_reads_every_group_in_pages_and_keeps_them_slim(
     host = entry["spec"]["host"]
     assert host is sys.intern("g3.example.com")  # interned, as the watch's bodies are
     assert "kopf" not in entry["status"]
+
+
+def _deployment(name: str, namespace: str, labels: dict[str, str]) -> dict[str, Any]:
+    match = {"app": name}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "spec": {
+            "replicas": 0,
+            "selector": {"matchLabels": match},
+            "template": {
+                "metadata": {"labels": match},
+                "spec": {"containers": [{"name": "w", "image": "sendgroup-worker:none"}]},
+            },
+        },
+    }
+
+
+def test_worker_deployments_are_listed_in_pages_at_start_up_and_for_the_orphan_count(
+    kube_cluster: KubeCluster, sendgroup_crd: str, namespace: str, objects: Objects
+) -> None:
+    """The start-up LIST of worker Deployments and the orphan count's (every ``orphanGrace``)
+    read them page by page; only ours (``WORKER_SELECTOR``) are counted."""
+    ours = [f"sg-w{i}" for i in range(5)]
+    docs = [
+        _deployment(n, namespace, {**builders.WORKER_LABELS, builders.LABEL_GROUP: n[3:]})
+        for n in ours
+    ]
+    docs.append(_deployment("not-ours", namespace, {"app.kubernetes.io/component": "worker"}))
+    objects.apply(manifests.stream(*docs))
+    api = k8s_config.new_client_from_config(config_file=str(kube_cluster.kubeconfig))
+    kube = Kube(api)
+
+    pages = asyncio.run(_pages(kube.list_deployments(namespace, builders.WORKER_SELECTOR, 2)))
+    assert [len(p) for p in pages] == [2, 2, 1]
+    assert sorted(d["metadata"]["name"] for p in pages for d in p) == ours
+
+    rt = reconcile.Runtime(settings=Settings(namespace=namespace), kube=kube)
+    assert asyncio.run(reconcile.load_deployments(rt)) == len(ours)
+    assert sorted(name for _, name in rt.deployments) == ours
+    # no SendGroup is known: every one of ours is an orphan, the foreign one is not counted
+    assert asyncio.run(reconcile.count_orphan_deployments(rt)) == len(ours)

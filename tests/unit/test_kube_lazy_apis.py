@@ -27,7 +27,9 @@ body = b'{"items": [{"metadata": {"name": "sg-a"}}]}'
 answer = mock.Mock(status=200, response=mock.Mock(data=body))
 with mock.patch.object(k8s.ApiClient, "call_api", return_value=answer) as call:
     import asyncio
-    items = asyncio.run(kube.list_deployments(None, "app=x"))
+    async def pages():
+        return [p async for p in kube.list_deployments(None, "app=x")]
+    items = [d for page in asyncio.run(pages()) for d in page]
     method, url = call.call_args.args[:2]
 loaded = [m for m in HEAVY if m in sys.modules]
 core = kube.core  # made when first needed

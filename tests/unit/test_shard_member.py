@@ -8,7 +8,7 @@ import asyncio
 import contextlib
 import functools
 import logging
-from collections.abc import Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any, TypeVar
 
 import pytest
@@ -223,8 +223,10 @@ class FakeDeployments:
     def __init__(self, groups: list[str]) -> None:
         self.groups = groups
 
-    async def list_deployments(self, namespace: str | None, selector: str) -> list[dict[str, Any]]:
-        return [
+    async def list_deployments(
+        self, namespace: str | None, selector: str
+    ) -> AsyncIterator[list[dict[str, Any]]]:
+        yield [
             {"metadata": {"namespace": "ops", "labels": {"sendgroups.io/group": g}}}
             for g in self.groups
         ]
