@@ -25,9 +25,11 @@ and ``M = margin`` seconds:
     after the join (rule a: its view is younger than ``L - M``), has seen it, and has stopped
     acting on the groups that moved to it.
 (c) A member is dropped only after its Lease went unchanged for ``L`` of our observation:
-    a listing of ours, answered at least ``L`` after the one that first showed its current
-    record, still shows that record. Its last renewal started before we saw it change, so by
-    rule (a) it stopped acting at least ``M`` seconds before we drop it; then its groups move.
+    a listing of ours, sent at least ``L`` after the answer of the one that first showed its
+    current record, still shows that record. Its last renewal started before that first
+    listing was answered, so by rule (a) it stopped acting at least ``M`` seconds before we
+    drop it; then its groups move. (The first sighting is dated at the listing's answer, not
+    at our renewal before it: a slow LIST may read a renewal made seconds after our own.)
     The clock alone never drops a member: a replica cut off from the API server has no
     observation newer than its last poll, so it keeps every member it last saw alive until
     its own fence (rule a) closes. (Judging by ``now`` instead would let a cut-off replica
@@ -137,25 +139,36 @@ class Membership:
         if not 0 <= self.margin < self.lease_duration:
             raise ValueError("margin must be >= 0 and below the lease duration")
 
-    def polled(self, started: float, renewed: float, records: Iterable[LeaseRecord]) -> None:
+    def polled(
+        self, started: float, renewed: float, listed: float, records: Iterable[LeaseRecord]
+    ) -> None:
         """One successful poll: our Lease written by a request that started at ``started``
-        and was answered at ``renewed``, then the members listed (``records``, answered at
-        ``renewed`` or later; monotonic seconds). The first poll is the join, timed at the
-        answer (the later moment: rule b waits at least ``L`` after our Lease existed); the
-        poll counts for rule (a) from its start (the earlier moment). A member whose Lease
-        is no longer listed is gone at once (rule d: deleted on a clean stop); one whose
-        record changed is seen alive now."""
+        and was answered at ``renewed``, then the members listed by a request sent after that
+        and answered at ``listed`` (``records``; monotonic seconds, ``started <= renewed <=
+        listed``). The first poll is the join, timed at the renewal's answer (rule b waits at
+        least ``L`` after our Lease existed); the poll counts for rule (a) from its start (the
+        earlier moment). A member whose Lease is no longer listed is gone at once (rule d:
+        deleted on a clean stop).
+
+        Rule (c) needs two bounds. A member whose record changed is dated at ``listed``: the
+        renewal that wrote it started before the listing read it, so before ``listed``, and
+        that member stops acting at most ``L - M`` after it. A later listing judges the member
+        at its poll's ``renewed`` (:attr:`observed_at`), before the listing read anything.
+        Dating the change at ``renewed`` instead (as until 2026-12-05) let a slow LIST (up to
+        ``L - M`` is accepted) see a renewal made long after ``renewed``: the member was
+        dropped while it still acted (found by a fresh reader with this model: two members
+        acting on one group for ~6 s, L=15)."""
         if self.joined_at is None:
             self.joined_at = renewed
         self.last_poll = started
         self.observed_at = renewed
-        listed: dict[str, LeaseRecord] = {r.holder: r for r in records}
-        for gone in set(self.seen) - set(listed):
+        listed_now: dict[str, LeaseRecord] = {r.holder: r for r in records}
+        for gone in set(self.seen) - set(listed_now):
             del self.seen[gone]
-        for holder, record in listed.items():
+        for holder, record in listed_now.items():
             prev = self.seen.get(holder)
             if prev is None or prev.fingerprint != record.fingerprint:
-                self.seen[holder] = _Seen(record.fingerprint, renewed)
+                self.seen[holder] = _Seen(record.fingerprint, listed)
 
     def lost(self) -> None:
         """Our Lease was gone when we renewed it (deleted by someone): we join again."""

@@ -161,8 +161,9 @@ class Shard:
             leases = await self.kube.list_leases(
                 self.namespace, self.selector, timeout=self._timeout(started)
             )
+            listed = time.monotonic()
             records = [r for r in map(record, leases) if r is not None]
-            self.membership.polled(started, renewed, records)
+            self.membership.polled(started, renewed, listed, records)
             ok = True
             await self._forget_stale(leases, logger)
             if self._failing:

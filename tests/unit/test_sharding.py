@@ -70,17 +70,19 @@ def joined(identity: str, others: dict[str, str], at: float = 0.0) -> Membership
     n = 0
     while t <= at + L + 0.1:
         n += 1
-        m.polled(t, t, [rec(identity, f"{n}"), *(rec(h, f"{rv}{n}") for h, rv in others.items())])
+        m.polled(
+            t, t, t, [rec(identity, f"{n}"), *(rec(h, f"{rv}{n}") for h, rv in others.items())]
+        )
         t += L / 3
     return m
 
 
 def test_rule_b_a_new_member_waits_one_lease_duration() -> None:
     m = Membership("a", lease_duration=L)
-    m.polled(100.0, 100.2, [rec("a", "1")])
+    m.polled(100.0, 100.2, 100.2, [rec("a", "1")])
     assert m.fenced(100.2)
     assert m.fenced(100.2 + L - 0.01)
-    m.polled(100.2 + L - 5, 100.2 + L - 5, [rec("a", "2")])
+    m.polled(100.2 + L - 5, 100.2 + L - 5, 100.2 + L - 5, [rec("a", "2")])
     assert not m.fenced(100.2 + L)
     assert m.may_act("any-uid", 100.2 + L)  # the only member owns everything
 
@@ -102,12 +104,12 @@ def test_rule_c_a_member_is_dropped_after_its_lease_is_unchanged_for_l() -> None
     # b stops renewing: the same record, polled again and again
     t = now
     frozen = rec("b", "frozen")
-    m.polled(t, t, [rec("a", "100"), frozen])
+    m.polled(t, t, t, [rec("a", "100"), frozen])
     seen_b = t
     while t < seen_b + L:
         assert "b" in m.members(t)
         t += L / 3
-        m.polled(t, t, [rec("a", f"{t}"), frozen])
+        m.polled(t, t, t, [rec("a", f"{t}"), frozen])
     assert m.members(t) == ("a",)
 
 
@@ -123,7 +125,7 @@ def test_rule_c_the_dead_member_stopped_before_it_is_dropped() -> None:
     a_drops = None
     while a_drops is None:
         n += 1
-        a.polled(t, t, [rec("a", str(n)), rec("b", "last")])  # b's last write, again and again
+        a.polled(t, t, t, [rec("a", str(n)), rec("b", "last")])  # b's last write, again and again
         if "b" not in a.members(t):
             a_drops = t
         t += 0.01 if n > 1 else L / 3  # first poll, then one every 10 ms: the earliest drop
@@ -147,7 +149,7 @@ def test_rule_d_a_deleted_lease_moves_its_groups_at_the_next_poll() -> None:
     t = (m.last_poll or 0.0) + 1
     uid = next(u for u in UIDS if sharding.owner(u, ["a", "b"]) == "b")
     assert not m.may_act(uid, t)
-    m.polled(t, t, [rec("a", "z")])  # b deleted its Lease
+    m.polled(t, t, t, [rec("a", "z")])  # b deleted its Lease
     assert m.may_act(uid, t)
 
 
@@ -167,11 +169,11 @@ def test_two_replicas_never_both_act_while_one_joins() -> None:
         if tick % round(5 / step) == 0:  # a polls every 5 s
             rv += 1
             leases["a"] = str(rv)
-            a.polled(t, t, [rec(h, v) for h, v in leases.items()])
+            a.polled(t, t, t, [rec(h, v) for h, v in leases.items()])
         if t >= 40 and tick % round(5 / step) == 2:  # b from t=40, at another phase
             rv += 1
             leases["b"] = str(rv)
-            b.polled(t, t, [rec(h, v) for h, v in leases.items()])
+            b.polled(t, t, t, [rec(h, v) for h, v in leases.items()])
         for u in uids:
             assert not (a.may_act(u, t) and b.may_act(u, t)), (u, t)
         if any(b.may_act(u, t) for u in uids) and any(a.may_act(u, t) for u in uids):
@@ -199,7 +201,7 @@ def test_view_counts_owned_groups() -> None:
 def test_next_change_is_the_earliest_time_rule() -> None:
     m = Membership("a", lease_duration=L)
     assert m.next_change(0.0) is None
-    m.polled(10.0, 10.5, [rec("a", "1"), rec("b", "1")])
+    m.polled(10.0, 10.5, 10.5, [rec("a", "1"), rec("b", "1")])
     # the fence closes at 10 + L - M; the join wait ends at 10.5 + L; members change only at
     # polls, so no member expiry is a moment of its own
     assert m.margin is not None
@@ -210,11 +212,11 @@ def test_next_change_is_the_earliest_time_rule() -> None:
 
 def test_a_long_dead_member_is_stale_but_never_ourselves() -> None:
     m = Membership("a", lease_duration=L)
-    m.polled(0.0, 0.0, [rec("a", "1"), rec("b", "1")])
-    m.polled(10 * L - 0.1, 10 * L - 0.1, [rec("a", "2"), rec("b", "1")])
+    m.polled(0.0, 0.0, 0.0, [rec("a", "1"), rec("b", "1")])
+    m.polled(10 * L - 0.1, 10 * L - 0.1, 10 * L - 0.1, [rec("a", "2"), rec("b", "1")])
     assert m.stale(10 * L - 0.1) == ()
     assert m.stale(100 * L) == ()  # judged by listings, not by the clock
-    m.polled(10 * L, 10 * L, [rec("a", "3"), rec("b", "1")])
+    m.polled(10 * L, 10 * L, 10 * L, [rec("a", "3"), rec("b", "1")])
     assert m.stale(10 * L) == ("b",)  # our own record is not judged (we renew it)
 
 
@@ -255,7 +257,7 @@ def test_never_two_at_once_with_joins_and_partitions(
             if t >= next_poll[n] and (cut is None or t < cut):
                 rv += 1
                 leases[n] = str(rv)
-                views[n].polled(t, t, [rec(h, v) for h, v in leases.items()])
+                views[n].polled(t, t, t, [rec(h, v) for h, v in leases.items()])
                 next_poll[n] += period
         for u in uids:
             actors = [n for n in names_ if views[n].may_act(u, t)]
@@ -265,3 +267,90 @@ def test_never_two_at_once_with_joins_and_partitions(
     for i, n in enumerate(names_):
         if cuts[i] is None:
             assert n in acted
+
+
+def _simulate(
+    joins: list[float],
+    phases: list[float],
+    cuts: list[float | None],
+    latencies: list[list[float]],
+    until: float = 120.0,
+    step: float = 0.05,
+) -> set[str]:
+    """Replicas ``a``, ``b``, ``c`` polling every L/3 from ``joins[i] + phases[i]``: each poll
+    renews at once, then its listing takes the next of ``latencies[i]`` (in turn) seconds
+    and reads the Leases at its answer (the worst case: it sees every renewal made
+    meanwhile); a replica cut off at ``cuts[i]`` stops polling and never gets the listing
+    in flight, but keeps running. At no instant may two replicas act on one group. Returns
+    the replicas that acted."""
+    period = L / 3
+    names_ = ["a", "b", "c"]
+    views = {n: Membership(n, lease_duration=L) for n in names_}
+    leases: dict[str, str] = {}
+    rv = 0
+    next_poll = {n: joins[i] + phases[i] for i, n in enumerate(names_)}
+    in_flight: dict[str, tuple[float, float]] = {}  # replica -> its poll's start, latency
+    polls = dict.fromkeys(names_, 0)
+    acted: set[str] = set()
+    t = 0.0
+    while t < until:
+        for i, n in enumerate(names_):
+            cut = cuts[i]
+            if cut is not None and t >= cut:
+                in_flight.pop(n, None)
+                continue
+            poll = in_flight.get(n)
+            if poll is not None and t >= poll[0] + poll[1]:
+                del in_flight[n]
+                views[n].polled(poll[0], poll[0], t, [rec(h, v) for h, v in leases.items()])
+            if n not in in_flight and t >= next_poll[n]:
+                rv += 1
+                leases[n] = str(rv)
+                latency = latencies[i][polls[n] % len(latencies[i])]
+                polls[n] += 1
+                in_flight[n] = (t, latency)
+                next_poll[n] = t + max(period, latency)
+        for u in UIDS[:30]:
+            actors = [n for n in names_ if views[n].may_act(u, t)]
+            assert len(actors) <= 1, (u, round(t, 2), actors)
+            acted.update(actors)
+        t += step
+    return acted
+
+
+def test_rule_c_a_slow_listing_does_not_drop_a_member_that_renewed_while_it_ran() -> None:
+    """a's sixth listing (sent at 25.05) takes 10.95 s (the fence allows up to L - M = 12) and
+    reads b's renewal of 35.5; b is cut off right after, so it acts until 35.5 + 12. a must not
+    drop b before then: dating b's change at a's renewal (25.05), before the listing, dropped
+    b at a's next poll (41.0) and both acted on b's groups until 47.5 (a fresh reader's case,
+    2026-12-05)."""
+    acted = _simulate(
+        joins=[0.0, 0.0, 200.0],  # c never joins
+        phases=[0.05, 0.5, 0.0],
+        cuts=[None, 36.0, None],
+        latencies=[[0.0] * 5 + [10.95], [0.0], [0.0]],
+        until=90.0,
+    )
+    assert "a" in acted and "b" in acted
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    phases=st.lists(st.floats(0, 4.9), min_size=3, max_size=3),
+    joins=st.lists(st.floats(0, 40), min_size=3, max_size=3),
+    cuts=st.lists(st.one_of(st.none(), st.floats(10, 80)), min_size=3, max_size=3),
+    latencies=st.lists(
+        st.lists(st.floats(0, L - 0.2 * L + 0.5), min_size=1, max_size=4),
+        min_size=3,
+        max_size=3,
+    ),
+)
+def test_never_two_at_once_with_slow_listings(
+    phases: list[float],
+    joins: list[float],
+    cuts: list[float | None],
+    latencies: list[list[float]],
+) -> None:
+    """The partition property with listings as slow as a poll may be and still count (up to
+    ``L - M`` plus the last request's minimum timeout): never two replicas on one group."""
+    _simulate(joins, phases, cuts, latencies, until=100.0, step=0.1)
