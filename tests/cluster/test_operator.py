@@ -66,49 +66,19 @@ def ghost_worker_deployment() -> str:
     """A worker Deployment of ours (our labels) for group "ghost", which has no SendGroup:
     what the orphan count must find."""
     labels = {"sendgroups.io/group": "ghost"}
-    return json.dumps(
-        {
-            "apiVersion": "apps/v1",
-            "kind": "Deployment",
-            "metadata": {
-                "name": "sg-ghost",
-                "labels": {
-                    "app.kubernetes.io/managed-by": "sendgroup-operator",
-                    "app.kubernetes.io/component": "worker",
-                    **labels,
-                },
-            },
-            "spec": {
-                "replicas": 0,
-                "selector": {"matchLabels": labels},
-                "template": {
-                    "metadata": {"labels": labels},
-                    "spec": {"containers": [{"name": "w", "image": "registry.invalid/w:1"}]},
-                },
-            },
-        }
-    )
+    ours = {
+        "app.kubernetes.io/managed-by": "sendgroup-operator",
+        "app.kubernetes.io/component": "worker",
+        **labels,
+    }
+    return json.dumps(manifests.deployment("sg-ghost", ours, labels))
 
 
 def foreign_deployment(name: str) -> str:
     """Someone else's Deployment under ``name`` with its own (immutable) selector: adopting it
     as a group's workers fails with 422 on every attempt."""
     labels = {"app": "someone-else"}
-    return json.dumps(
-        {
-            "apiVersion": "apps/v1",
-            "kind": "Deployment",
-            "metadata": {"name": name},
-            "spec": {
-                "replicas": 0,
-                "selector": {"matchLabels": labels},
-                "template": {
-                    "metadata": {"labels": labels},
-                    "spec": {"containers": [{"name": "x", "image": "registry.invalid/x:1"}]},
-                },
-            },
-        }
-    )
+    return json.dumps(manifests.deployment(name, {}, labels, image="registry.invalid/x:1"))
 
 
 def run_job_locally(job: dict[str, Any], dumps_root: Path) -> dict[str, Any]:

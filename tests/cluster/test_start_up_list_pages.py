@@ -59,23 +59,6 @@ def test_the_start_up_list_reads_every_group_in_pages_and_keeps_them_slim(
     assert "kopf" not in entry["status"]
 
 
-def _deployment(name: str, namespace: str, labels: dict[str, str]) -> dict[str, Any]:
-    match = {"app": name}
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name, "namespace": namespace, "labels": labels},
-        "spec": {
-            "replicas": 0,
-            "selector": {"matchLabels": match},
-            "template": {
-                "metadata": {"labels": match},
-                "spec": {"containers": [{"name": "w", "image": "sendgroup-worker:none"}]},
-            },
-        },
-    }
-
-
 def test_worker_deployments_are_listed_in_pages_at_start_up_and_for_the_orphan_count(
     kube_cluster: KubeCluster, sendgroup_crd: str, namespace: str, objects: Objects
 ) -> None:
@@ -83,10 +66,16 @@ def test_worker_deployments_are_listed_in_pages_at_start_up_and_for_the_orphan_c
     read them page by page; only ours (``WORKER_SELECTOR``) are counted."""
     ours = [f"sg-w{i}" for i in range(5)]
     docs = [
-        _deployment(n, namespace, {**builders.WORKER_LABELS, builders.LABEL_GROUP: n[3:]})
+        manifests.deployment(
+            n, {**builders.WORKER_LABELS, builders.LABEL_GROUP: n[3:]}, {"app": n}, namespace
+        )
         for n in ours
     ]
-    docs.append(_deployment("not-ours", namespace, {"app.kubernetes.io/component": "worker"}))
+    docs.append(
+        manifests.deployment(
+            "not-ours", {"app.kubernetes.io/component": "worker"}, {"app": "x"}, namespace
+        )
+    )
     objects.apply(manifests.stream(*docs))
     api = k8s_config.new_client_from_config(config_file=str(kube_cluster.kubeconfig))
     kube = Kube(api)
