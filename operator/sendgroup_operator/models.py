@@ -790,9 +790,11 @@ class SendGroupSpec(_Model):
     """The relay the workers send through; unset fields come from the operator's defaults."""
     reaper: ReaperSpec = Field(default_factory=ReaperSpec)
     """The reaper's clocks: how long an empty queue keeps workers, a paused queue its Redis keys."""
-    ttl_seconds_after_finished: int | None = Field(default=None, ge=0)
+    ttl_seconds_after_finished: int | None = Field(
+        default=None, ge=0, le=_durations.MAX_DAYS * 86400, strict=True
+    )
     """Delete the SendGroup this many seconds after it became Completed (queue drained) or
-    Cancelled (purged); unset = keep."""
+    Cancelled (purged), at most 36500 days (the cap of every duration); unset = keep."""
     deletion_policy: DeletionPolicy = DeletionPolicy.PURGE
     """On delete: Purge removes the queue's keys and dump segments (after the workers are gone);
     Retain leaves them."""

@@ -186,6 +186,24 @@ def test_durations_agree(api_create: DryRun) -> None:
     assert seen[True] >= 50 and seen[False] >= 50, seen
 
 
+TTL_CAP = 36500 * 86400
+TTLS = st.one_of(
+    st.integers(min_value=-2, max_value=10**6),
+    st.integers(min_value=TTL_CAP - 3, max_value=TTL_CAP + 3),
+    st.integers(min_value=TTL_CAP, max_value=2**64),
+    st.sampled_from([0.5, "60", None, 3e11, True]),
+)
+
+
+def test_ttl_after_finished_agrees(api_create: DryRun) -> None:
+    """ttlSecondsAfterFinished: the API server and the model take the same values (at most
+    36500 days; a larger one overflowed the operator's deadline date)."""
+    seen = agree(
+        api_create, TTLS, lambda v: {**BASE, "state": "Completed", "ttlSecondsAfterFinished": v}
+    )
+    assert seen[True] >= 20 and seen[False] >= 20, seen
+
+
 URL_PARTS = st.tuples(
     st.sampled_from(
         ["redis", "rediss", "redis+cluster", "rediss+cluster", "redis+sentinel", "unix", "REDIS"]

@@ -287,6 +287,22 @@ def test_ttl_after_finished_deletes_the_group() -> None:
     assert p.DeleteGroup() in run(s, done.status, measure=q(0), now=at(60)).actions
 
 
+def test_the_longest_ttl_the_schema_accepts_plans_and_a_longer_one_is_refused() -> None:
+    """ttlSecondsAfterFinished is capped like every duration (36500 days): the cap plans (a
+    deadline a century out, no DeleteGroup), and the model refuses one over it, which before
+    the cap overflowed the deadline's date (OverflowError in every reaper pass, no status)."""
+    import pydantic
+    import pytest
+
+    longest = 36500 * 86400
+    s = spec(state="Completed", ttlSecondsAfterFinished=longest)
+    done = run(s, measure=q(0), now=at(0))
+    later = run(s, done.status, measure=q(0), now=at(86400))
+    assert p.DeleteGroup() not in later.actions
+    with pytest.raises(pydantic.ValidationError, match="less than or equal"):
+        spec(state="Completed", ttlSecondsAfterFinished=300_000_000_000)
+
+
 def test_workers_clamped_by_operator_setting() -> None:
     assert p.desired_workers(spec(workers=50), Settings(max_workers_per_group=10), "mail") == 10
 
