@@ -19,7 +19,7 @@ import click
 import kopf
 
 from sendgroup_operator import gcfreeze, kopfpause, memtrace, slimbodies
-from sendgroup_operator.settings import Settings
+from sendgroup_operator.settings import Settings, SettingsError
 
 _ENV_HELP = """\b
 Settings come from the environment (the Helm chart sets them):
@@ -44,9 +44,13 @@ The full list and defaults: docs/reference.md (generated from settings.py).
 def main() -> None:
     """Run the SendGroup operator (kopf) until SIGTERM/SIGINT.
 
-    Raises SettingsError (exit 1 with its message) when a setting is malformed.
+    A malformed setting exits 1 with its message (one line naming the variable, no
+    traceback).
     """
-    settings = Settings.from_env()
+    try:
+        settings = Settings.from_env()
+    except SettingsError as exc:
+        raise click.ClickException(str(exc)) from None
     # heap snapshots on SIGUSR2 (issue 15's measurement): nothing unless the path is set
     memtrace.install(
         os.environ.get("SENDGROUP_TRACEMALLOC", ""),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, TypeVar
@@ -93,8 +94,20 @@ def _secret_ref(env: Mapping[str, str], name: str) -> str:
     return raw
 
 
+#: Bounds of ``SENDGROUP_SHARD_LEASE_DURATION`` (seconds), the chart's too
+#: (``sharding.leaseDuration``): renewed every third, so 3 is a renewal a second; above 300 a
+#: killed replica's groups would wait over 6 minutes, and a Lease's ``leaseDurationSeconds`` is
+#: an int32 (an infinite or huge value could never be written: the replica would never act).
+LEASE_DURATION_MIN: Final = 3.0
+LEASE_DURATION_MAX: Final = 300.0
+
+#: ``SENDGROUP_SHARD_SET``: a DNS label (RFC 1123, lowercase, at most 63), so it is a valid
+#: label value of the Leases and two sets never map to one Lease name by case.
+SHARD_SET_PATTERN: Final = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+
+
 def _lease_duration(env: Mapping[str, str]) -> float:
-    """``SENDGROUP_SHARD_LEASE_DURATION``: seconds, at least 3 (renewed every third)."""
+    """``SENDGROUP_SHARD_LEASE_DURATION``: seconds, 3 to 300 (renewed every third)."""
     name = "SENDGROUP_SHARD_LEASE_DURATION"
     raw = env.get(name, "").strip()
     if not raw:
@@ -103,9 +116,25 @@ def _lease_duration(env: Mapping[str, str]) -> float:
         value = float(raw)
     except ValueError as exc:
         raise SettingsError(f"{name}={raw!r}: expected seconds") from exc
-    if not value >= 3:
-        raise SettingsError(f"{name}={raw!r}: expected at least 3 seconds")
+    if not LEASE_DURATION_MIN <= value <= LEASE_DURATION_MAX:  # nan and inf fail too
+        raise SettingsError(
+            f"{name}={raw!r}: expected {LEASE_DURATION_MIN:g} to {LEASE_DURATION_MAX:g} seconds"
+        )
     return value
+
+
+def _shard_set(env: Mapping[str, str], default: str) -> str:
+    """``SENDGROUP_SHARD_SET``: see :data:`SHARD_SET_PATTERN`."""
+    name = "SENDGROUP_SHARD_SET"
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    if not SHARD_SET_PATTERN.fullmatch(raw):
+        raise SettingsError(
+            f"{name}={raw!r}: expected a DNS label (lowercase letters, digits and '-', at "
+            "most 63, starting and ending with a letter or digit)"
+        )
+    return raw
 
 
 def _setting(default: Any, env: str, value: str, doc: str) -> Any:
@@ -314,14 +343,16 @@ class Settings:
         15.0,
         "SENDGROUP_SHARD_LEASE_DURATION",
         "sharding.leaseDuration",
-        "seconds a replica's Lease lives unrenewed (renewed every third of it): a killed "
-        "replica's groups are taken over within about 4/3 of it; a new replica acts after one",
+        "seconds a replica's Lease lives unrenewed, 3 to 300 (renewed every third of it): a "
+        "killed replica's groups are taken over within about 4/3 of it; a new replica acts "
+        "after one",
     )
     shard_set: str = _setting(
         "sendgroup-operator",
         "SENDGROUP_SHARD_SET",
         "",
-        "name of the shard set (label of its Leases; the chart sets the release's full name)",
+        "name of the shard set, a DNS label (label of its Leases; the chart sets the "
+        "release's full name)",
     )
     worker_limit: int = _setting(
         100,
@@ -509,7 +540,7 @@ class Settings:
             peering_lifetime=_req_int(e, "SENDGROUP_PEERING_LIFETIME", d.peering_lifetime),
             sharding=_bool(e, "SENDGROUP_SHARDING", False),
             shard_lease_duration=_lease_duration(e),
-            shard_set=e.get("SENDGROUP_SHARD_SET") or d.shard_set,
+            shard_set=_shard_set(e, d.shard_set),
             worker_limit=_req_int(e, "SENDGROUP_WORKER_LIMIT", d.worker_limit),
             status_refresh=float(_req_int(e, "SENDGROUP_STATUS_REFRESH", 60)),
             worker_service_account=e.get("SENDGROUP_WORKER_SERVICE_ACCOUNT") or None,
