@@ -750,6 +750,10 @@ def test_a_failing_api_call_does_not_stop_the_reaper(
     assert degraded is not None and degraded["reason"] == "ApplyFailed"
     assert "EnsureDeployment: HTTP 422" in degraded["message"]
     assert "ApplyFailed" in {e["reason"] for e in objects.events("clash")}
+    # The status still shows what waits in the queue (it kept an older, empty measurement,
+    # and `kubectl sendgroup status --watch` called the group done)
+    queue = objects.status("clash").get("queue") or {}
+    assert queue.get("ready") == 1 and queue.get("measuredAt"), queue
     # Once the obstacle is gone, the group recovers by itself and the condition clears.
     objects.cluster.kubectl("delete", "deployment", "sg-clash", "-n", objects.namespace)
     wait_for(lambda: replicas(objects, "clash") == 1, 30, "workers once the clash is gone")

@@ -110,8 +110,20 @@ def apply_failed(
 ) -> Plan:
     """The plan could not be carried out: keep the old status (clocks, operations, the old
     ``observedGeneration``) and say so with ``Degraded=True`` (reason ``ApplyFailed``) and a
-    Warning event on the transition. The next pass tries again."""
+    Warning event on the transition. The next pass tries again.
+
+    What the pass measured (``status.queue``, ``status.progress``) is taken from ``result``
+    when the planner meant to write its status (its refresh rules): a group whose Deployment
+    the API server refuses still shows the jobs waiting in its queue. Before, its status kept
+    the measurement of its last good pass (an empty queue, before the jobs were pushed), and
+    ``kubectl sendgroup status --watch`` called the group done (found by a fresh user)."""
     status = old.model_copy(deep=True)
+    measured = result.write_status and (
+        status.queue != result.status.queue or status.progress != result.status.progress
+    )
+    if measured:
+        status.queue = result.status.queue.model_copy(deep=True)
+        status.progress = result.status.progress.model_copy(deep=True)
     before = conditions.find(status.conditions, conditions.DEGRADED)
     flipped = before is None or before.status != "True" or before.reason != REASON_APPLY_FAILED
     changed = conditions.set_condition(
@@ -123,6 +135,7 @@ def apply_failed(
         now,
         group.generation,
     )
+    changed = changed or measured
     if changed:
         status.last_refresh = now
     events = [Event("Warning", REASON_APPLY_FAILED, message)] if flipped else []
