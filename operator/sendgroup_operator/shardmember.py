@@ -302,7 +302,10 @@ class Shard:
 
     async def leave(self, logger: Logger, wait: float = 10.0) -> None:
         """A clean stop (rule d): act on nothing any more, wait up to ``wait`` seconds for
-        the passes in flight, then delete our Lease so the others take over at once."""
+        the passes in flight, then delete our Lease so the others take over at once. A pass
+        still running after ``wait`` keeps the Lease: the others then take our groups as
+        after a crash (rule c, about ``4/3 L`` later), not while that pass may still act
+        (before 2026-12-05 the Lease was deleted regardless: found by a fresh reader)."""
         self.membership.stopping = True
         self.publish(logger)
         if self._timer is not None:
@@ -310,6 +313,15 @@ class Shard:
         deadline = time.monotonic() + wait
         while self.busy and time.monotonic() < deadline:
             await asyncio.sleep(0.1)
+        if self.busy:
+            logger.warning(
+                "shard: %d pass(es) still running after %.0f s; Lease %s kept, the others "
+                "take our groups once it expires",
+                self.busy,
+                wait,
+                self.name,
+            )
+            return
         with contextlib.suppress(KubeError, OSError):
             await self.kube.delete_lease(self.namespace, self.name, timeout=self.budget)
             logger.info("shard: left the set (Lease %s deleted)", self.name)

@@ -219,6 +219,19 @@ async def test_a_clean_leave_waits_for_passes_then_deletes_the_lease() -> None:
     assert not a.may_act("uid-1")
 
 
+@sync
+async def test_a_leave_with_a_pass_still_running_keeps_the_lease() -> None:
+    """A pass that outlasts the wait may still act: the Lease stays, so the others take the
+    groups only once it expired (as after a crash), not at once."""
+    fake = FakeLeases()
+    a = shard(fake, "a")
+    await a.poll(LOG)
+    a.busy = 1
+    await a.leave(LOG, wait=0.3)
+    assert "sgo-a" in fake.leases
+    assert not a.may_act("uid-1")
+
+
 class FakeDeployments:
     def __init__(self, groups: list[str]) -> None:
         self.groups = groups
