@@ -83,6 +83,7 @@ import yaml
 
 from bench.kubebench import SA_FLOW_SCHEMA, apf_dispatched, proc_stats, redis_calls
 from sendgroup_operator import sharding
+from sendgroup_operator.reconcile import CLAIM_RECHECK
 from sendgroup_worker.producer import make_mail_payload
 from sendgroup_worker.queue.keys import QueueKeys
 from tests.support import manifests
@@ -1332,7 +1333,15 @@ def markdown(out: dict[str, Any], compare: dict[str, Any] | None = None) -> str:
         ),
         f"Mix: 70 % idle, 20 % paused, 10 % busy (3 jobs each); created in {out['create_s']:.0f} s "
         f"before the operator started. Phases at first reconcile: {out['phases']}. Rest window "
-        f"{rest['window_s']:.0f} s. Idle groups on their own Redis, so its commandstats are theirs "
+        f"{rest['window_s']:.0f} s"
+        + (
+            f" (shorter than the operator's {CLAIM_RECHECK:.0f} s claim recheck per group: "
+            "the Redis and CPU figures may leave out the idle groups' periodic work; "
+            "`--rest 300` or more for those figures)"
+            if rest["window_s"] < CLAIM_RECHECK
+            else ""
+        )
+        + ". Idle groups on their own Redis, so its commandstats are theirs "
         + (
             "and the providers' (the default Redis also holds every provider's state, read and "
             "written by its pass every second)"
