@@ -34,6 +34,11 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_STATE_DIR = ROOT / ".state" / "demo"
 DEFAULT_TIMEOUT = 900.0
+#: written into its state dir by ``hack/cluster/cluster up`` (the demo's cluster makes the
+#: demo's state dir) and kept by ``down --keep-logs``: a dir the demo may delete
+STATE_MARKER = ".sendgroup-state-dir"
+#: the first line of the cluster.env ``up`` writes (a state dir made before the marker existed)
+CLUSTER_ENV_HEADER = "# written by hack/cluster/cluster up"
 
 
 def _seconds(text: str) -> float:
@@ -46,6 +51,26 @@ def _seconds(text: str) -> float:
     if not math.isfinite(value) or value <= 0:
         raise argparse.ArgumentTypeError(f"must be a finite number of seconds above 0: {text!r}")
     return value
+
+
+def state_dir_deletable(path: Path) -> bool:
+    """Whether the demo may delete ``path`` (it does at its start): missing, an empty
+    directory, or a state dir ``hack/cluster/cluster up`` made (its marker, or its cluster.env
+    from before the marker). ``--state-dir .`` or ``~`` would otherwise lose the checkout or
+    the home directory."""
+    if not path.exists() and not path.is_symlink():
+        return True
+    if not path.is_dir():
+        return False
+    if (path / STATE_MARKER).is_file():
+        return True
+    try:
+        if next(path.iterdir(), None) is None:
+            return True
+        with (path / "cluster.env").open() as env:
+            return env.readline().rstrip("\n") == CLUSTER_ENV_HEADER
+    except (OSError, UnicodeDecodeError):
+        return False
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -77,10 +102,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=Path,
         default=DEFAULT_STATE_DIR,
         metavar="DIR",
-        help="the demo cluster's state dir, logs in DIR/logs (default: "
+        help="the demo cluster's state dir, logs in DIR/logs; deleted at the start, so it must "
+        "be missing, empty or a state dir hack/demo or hack/cluster/cluster made (with the "
+        f"marker file {STATE_MARKER}): any other DIR is refused (default: "
         f"{DEFAULT_STATE_DIR.relative_to(ROOT)} in the checkout)",
     )
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if not state_dir_deletable(args.state_dir):
+        parser.error(
+            f"--state-dir {args.state_dir}: not empty and not a state dir hack/demo or "
+            f"hack/cluster/cluster made (no {STATE_MARKER} in it); refusing to delete it: "
+            "name a new or empty dir"
+        )
+    return args
 
 
 if __name__ == "__main__":

@@ -118,6 +118,114 @@ def test_good_options_go_on_to_the_install_steps(checkout: Path) -> None:
     assert installed == ["hack/bootstrap ", "hack/cluster/cluster build", "hack/helm/build "]
 
 
+def _foreign_dirs(checkout: Path) -> dict[str, tuple[Path, Path]]:
+    """State dirs the scripts must not delete: name -> (dir, a file in it that must survive)."""
+    home = checkout / "home"
+    (home / "projects").mkdir(parents=True)
+    (home / "projects" / "notes.txt").write_text("mine\n")
+    logs_only = checkout / "logs-only"
+    (logs_only / "logs").mkdir(parents=True)
+    (logs_only / "logs" / "app.log").write_text("mine\n")
+    a_file = checkout / "a-file"
+    a_file.write_text("mine\n")
+    return {
+        "checkout": (checkout, checkout / "hack" / "demo.py"),
+        "home": (home, home / "projects" / "notes.txt"),
+        "logs-only": (logs_only, logs_only / "logs" / "app.log"),
+        "a-file": (a_file, a_file),
+    }
+
+
+@pytest.mark.parametrize("which", ["checkout", "home", "logs-only", "a-file"])
+def test_demo_refuses_a_state_dir_it_did_not_make(checkout: Path, which: str) -> None:
+    """`hack/demo --state-dir .` (or ~) deleted the checkout (the home dir) at its start: a
+    DIR that is not empty and not a state dir made by hack/cluster/cluster up is refused like
+    a bad option (exit 2, usage), before anything is installed or deleted."""
+    state, survivor = _foreign_dirs(checkout)[which]
+    before = tree(checkout)
+    proc = run_demo(checkout, "--state-dir", str(state))
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith("usage: hack/demo "), proc.stderr
+    (error,) = [line for line in proc.stderr.splitlines() if line.startswith("hack/demo: error:")]
+    assert f"--state-dir {state}: not empty and not a state dir" in error
+    assert survivor.read_text()
+    assert tree(checkout) == before, "an install step ran or something was deleted"
+
+
+@pytest.mark.parametrize("kind", ["marker", "old cluster.env", "empty"])
+def test_demo_takes_a_state_dir_the_cluster_script_made(checkout: Path, kind: str) -> None:
+    """The control: a state dir with the marker `hack/cluster/cluster up` writes, one from an
+    older `up` (its cluster.env), or an empty dir passes the check (the install steps run)."""
+    state = checkout / "state"
+    (state / "logs").mkdir(parents=True)
+    (state / "logs" / "etcd.log").write_text("log\n")
+    if kind == "marker":
+        (state / ".sendgroup-state-dir").write_text("made by hack/cluster/cluster up\n")
+    elif kind == "old cluster.env":
+        (state / "cluster.env").write_text("# written by hack/cluster/cluster up\nBIN_DIR=/x\n")
+    else:
+        shutil.rmtree(state / "logs")
+    proc = run_demo(checkout, "--state-dir", str(state))
+    assert proc.returncode != 2, proc.stderr
+    assert (checkout / "installed").read_text().splitlines()[0] == "hack/bootstrap "
+
+
+def _cluster(state: Path, bin_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``hack/cluster/cluster --state-dir STATE ARGS`` with a PATH (in the empty ``bin_dir``)
+    without openssl or curl: an `up` that got past the state dir check stops at its missing
+    tools (exit 1), never builds or starts anything."""
+    if not any(bin_dir.iterdir()):
+        for tool in ("bash", "dirname", "date", "ls", "head", "rm", "find", "tac", "cat"):
+            real = shutil.which(tool, path=SYSTEM_PATH)
+            assert real, f"{tool} is needed to run this test"
+            (bin_dir / tool).symlink_to(real)
+    return subprocess.run(
+        ["bash", str(ROOT / "hack" / "cluster" / "cluster"), "--state-dir", str(state), *args],
+        capture_output=True,
+        text=True,
+        env={"PATH": str(bin_dir), "HOME": str(bin_dir)},
+        timeout=60,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize("which", ["checkout", "home", "logs-only", "a-file"])
+@pytest.mark.parametrize("command", [("down",), ("down", "--keep-logs"), ("up",)])
+def test_cluster_script_refuses_a_state_dir_it_did_not_make(
+    checkout: Path, tmp_path_factory: pytest.TempPathFactory, which: str, command: tuple[str, ...]
+) -> None:
+    """`hack/cluster/cluster --state-dir ~ down` removed the home dir (`up` too, as stale
+    state): a non-empty DIR without the marker `up` writes is refused (exit 2, one line)
+    before anything is stopped, built or deleted."""
+    state, survivor = _foreign_dirs(checkout)[which]
+    before = tree(checkout)
+    proc = _cluster(state, tmp_path_factory.mktemp("bin"), *command)
+    assert proc.returncode == 2, proc.stderr
+    (line,) = proc.stderr.splitlines()
+    assert f"ERROR: --state-dir {state}: not empty and not a state dir" in line
+    assert survivor.read_text()
+    assert tree(checkout) == before, "something was deleted or created"
+
+
+@pytest.mark.parametrize("keep_logs", [False, True])
+def test_cluster_script_down_removes_a_state_dir_it_made(tmp_path: Path, keep_logs: bool) -> None:
+    """The control: `down` removes a state dir with the marker `up` writes (nothing running in
+    it); `--keep-logs` keeps DIR/logs and the marker, so the next `up` or demo may delete it."""
+    state = tmp_path / "state"
+    (state / "logs").mkdir(parents=True)
+    (state / "logs" / "etcd.log").write_text("log\n")
+    (state / "kubeconfig").write_text("x\n")
+    (state / ".sendgroup-state-dir").write_text("made by hack/cluster/cluster up\n")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    proc = _cluster(state, bin_dir, "down", *(["--keep-logs"] if keep_logs else []))
+    assert proc.returncode == 0, proc.stderr
+    if keep_logs:
+        assert sorted(p.name for p in state.iterdir()) == [".sendgroup-state-dir", "logs"]
+        assert _cluster(state, bin_dir, "down").returncode == 0
+    assert not state.exists()
+
+
 def test_demo_py_parses_its_options_with_the_standard_library_alone() -> None:
     """demo.py parses its options before its third-party imports (the system python3 has
     none of them), with the env switch hack/demo uses."""
