@@ -173,6 +173,16 @@ def test_argocd_evidence() -> None:
         (["resume", "a", "--campaign", "c"], "not both"),
         (["status", "-n", "x", "-A"], "-n and -A exclude each other"),
         (["pause", "a", "--dry-run=client"], "'client' is not one of 'none', 'server'"),
+        # nan, inf and 1e400 (= inf) passed click.FloatRange: time.sleep(nan) was a traceback
+        # and --timeout nan never ran out
+        (["status", "a", "-w", "--interval", "nan"], "'nan' is not a finite number of seconds"),
+        (["status", "a", "-w", "--interval", "inf"], "'inf' is not a finite number of seconds"),
+        (["status", "a", "-w", "--interval", "1e400"], "'1e400' is not a finite number"),
+        (["status", "a", "-w", "--interval", "0"], "0.0 is not in the range 0.2<=x<=3600"),
+        (["status", "a", "-w", "--interval", "1e10"], "is not in the range 0.2<=x<=3600"),
+        (["status", "a", "-w", "--timeout", "nan"], "'nan' is not a finite number of seconds"),
+        (["status", "a", "-w", "--timeout", "inf"], "'inf' is not a finite number of seconds"),
+        (["status", "a", "-w", "--timeout", "-1"], "-1.0 is not in the range x>=0"),
     ],
 )
 def test_usage_errors_exit_2_before_connecting(args: list[str], message: str) -> None:

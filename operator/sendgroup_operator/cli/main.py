@@ -12,6 +12,7 @@ unreachable. docs/cli.md has the long story.
 from __future__ import annotations
 
 import json
+import math
 import sys
 import time
 from collections.abc import Callable
@@ -282,6 +283,23 @@ _change_command(
 )
 
 
+class Seconds(click.FloatRange):
+    """A finite number of seconds within the range: ``click.FloatRange`` alone lets ``nan``
+    through (it compares false with every bound) and ``inf``/``1e400`` when there is no
+    maximum, so ``--timeout nan`` never ran out and ``time.sleep(nan)`` was a traceback."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = click.FLOAT.convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number of seconds.", param, ctx)
+        return super().convert(number, param, ctx)
+
+
+#: --interval's maximum: the operator refreshes a group's status every few seconds, so a
+#: longer pause between refreshes shows nothing new (and time.sleep overflows near 1e10)
+MAX_INTERVAL: Final = 3600.0
+
+
 def _render(rows: list[render.Row], t: Target, output: str, ascii_only: bool) -> str:
     if output == "json":
         return json.dumps([r.to_json() for r in rows], indent=2)
@@ -327,12 +345,15 @@ def _run_status(t: Target, output: str, watch: bool, interval: float, timeout: f
 @click.option("-w", "--watch", is_flag=True, help="Refresh until every group is done.")
 @click.option(
     "--interval",
-    type=click.FloatRange(min=0.2),
+    type=Seconds(min=0.2, max=MAX_INTERVAL),
     default=2.0,
     show_default=True,
-    help="Seconds between refreshes with --watch.",
+    help="Seconds between refreshes with --watch, 0.2 to 3600 (the operator refreshes the "
+    "status every few seconds: an hour apart is already more than enough).",
 )
-@click.option("--timeout", type=click.FloatRange(min=0), help="Give up --watch after seconds.")
+@click.option(
+    "--timeout", type=Seconds(min=0), help="Give up --watch after seconds (finite, >= 0)."
+)
 def status(output: str, watch: bool, interval: float, timeout: float | None, **kw: Any) -> None:
     """Per-group table: campaign, host, phase, workers ready/desired, queue ready/delayed/
     reserved/failed, progress, oldest job age, and the conditions that are not ok.
