@@ -52,6 +52,16 @@ class Rejected(CliError):
     exit_code = EXIT_REJECTED
 
 
+class BadRequest(Rejected):
+    """The API server refused the request itself as malformed (400)."""
+
+
+class BadSelector(CliError):
+    """The API server refused ``-l``'s label selector as malformed: a usage error."""
+
+    exit_code = EXIT_USAGE
+
+
 class Conflict(Rejected):
     """The object changed between read and write (409): read it again and retry."""
 
@@ -134,7 +144,9 @@ class Client:
             return Forbidden(message)
         if status == 409:
             return Conflict(f"{what} changed while being updated, try again: {message}")
-        if status == 422 or status == 400:
+        if status == 400:
+            return BadRequest(message)
+        if status == 422:
             return Rejected(message)
         if status is None or status == 0:
             return Unreachable(f"cannot reach the API server at {self.server}: {exc}")
@@ -162,25 +174,32 @@ class Client:
         kwargs: dict[str, Any] = {"label_selector": selector} if selector else {}
         where = "in all namespaces" if namespace is None else f"in namespace {namespace!r}"
         what = f"sendgroups {where}"
-        if namespace is None:
-            data = self._call(
-                custom.list_cluster_custom_object,
-                models.GROUP,
-                models.VERSION,
-                models.PLURAL,
-                what=what,
-                **kwargs,
-            )
-        else:
-            data = self._call(
-                custom.list_namespaced_custom_object,
-                models.GROUP,
-                models.VERSION,
-                namespace,
-                models.PLURAL,
-                what=what,
-                **kwargs,
-            )
+        try:
+            if namespace is None:
+                data = self._call(
+                    custom.list_cluster_custom_object,
+                    models.GROUP,
+                    models.VERSION,
+                    models.PLURAL,
+                    what=what,
+                    **kwargs,
+                )
+            else:
+                data = self._call(
+                    custom.list_namespaced_custom_object,
+                    models.GROUP,
+                    models.VERSION,
+                    namespace,
+                    models.PLURAL,
+                    what=what,
+                    **kwargs,
+                )
+        except BadRequest as exc:
+            # The selector is the only query parameter of this LIST: a 400 (BadRequest, e.g.
+            # "unable to parse requirement") is the API server refusing it, a usage error.
+            if selector:
+                raise BadSelector(f"-l {selector!r}: not a valid label selector: {exc}") from None
+            raise
         items: list[dict[str, Any]] = data.get("items", [])
         return sorted(
             items, key=lambda o: (o["metadata"].get("namespace", ""), o["metadata"]["name"])
