@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import re
+from collections.abc import Callable
 from datetime import date, datetime, timedelta
 from enum import Enum, StrEnum
 from typing import Annotated, Any, Final, Literal, TypeVar, cast
@@ -152,10 +154,193 @@ IntOrPercent = Annotated[
     ),
 ]
 
-#: A label or annotation map.
-StringMap = Annotated[
-    dict[str, str],
-    WithJsonSchema({"type": "object", "additionalProperties": {"type": "string"}}),
+#: A Kubernetes qualified name (k8s.io/apimachinery/pkg/util/validation IsQualifiedName): an
+#: optional prefix, a lower-case DNS subdomain of at most :data:`QUALIFIED_PREFIX_MAX`
+#: characters, and ``/``; then a name of 1 to 63 of ``A-Za-z0-9-_.``, alphanumeric at both
+#: ends. Label keys, toleration keys and (lower-cased) annotation keys. ``[.]`` for a dot: the
+#: same text is a CEL string literal without escapes.
+QUALIFIED_NAME_PATTERN: Final = (
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
+QUALIFIED_PREFIX_MAX: Final = 253
+#: A label value (IsValidLabelValue): empty, or 1 to 63 of ``A-Za-z0-9-_.``, alphanumeric at
+#: both ends.
+LABEL_VALUE_PATTERN: Final = r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$"
+LABEL_VALUE_MAX: Final = 63
+#: Entries of a label, annotation or nodeSelector map of spec.podTemplate (a bound the CEL
+#: cost estimate of the key rule needs; the API server has none).
+POD_MAP_MAX: Final = 64
+#: Pod labels the API server sets on a Job's pods and refuses when a template carries another
+#: value (the Job's name and uid): refused in podTemplate.metadata.labels.
+JOB_POD_LABELS: Final = (
+    "controller-uid",
+    "job-name",
+    "batch.kubernetes.io/controller-uid",
+    "batch.kubernetes.io/job-name",
+)
+#: Pod annotations the API server reads as pod settings and validates against the pod spec
+#: (the legacy tolerations, seccomp and AppArmor annotations, the mirror pod marker, the
+#: deletion cost): refused in podTemplate.metadata.annotations (exact keys, then prefixes).
+POD_SETTING_ANNOTATIONS: Final = (
+    "scheduler.alpha.kubernetes.io/tolerations",
+    "seccomp.security.alpha.kubernetes.io/pod",
+    "kubernetes.io/config.mirror",
+    "controller.kubernetes.io/pod-deletion-cost",
+)
+POD_SETTING_ANNOTATION_PREFIXES: Final = (
+    "container.seccomp.security.alpha.kubernetes.io/",
+    "container.apparmor.security.beta.kubernetes.io/",
+)
+_QUALIFIED_HELP: Final = (
+    "a qualified name: an optional lower-case DNS subdomain prefix (at most 253 characters) "
+    "and '/', then 1 to 63 of A-Z a-z 0-9 - _ . beginning and ending with a letter or digit, "
+    "e.g. kubernetes.io/hostname"
+)
+_LABEL_VALUE_HELP: Final = (
+    "empty or 1 to 63 of A-Z a-z 0-9 - _ . beginning and ending with a letter or digit"
+)
+
+
+def _qualified_cel(name: str) -> str:
+    """CEL: the string ``name`` is a qualified name (the pattern, and the prefix's length)."""
+    return (
+        f"(!{name}.contains('/') || {name}.indexOf('/') <= {QUALIFIED_PREFIX_MAX}) "
+        f"&& {name}.matches('{QUALIFIED_NAME_PATTERN}')"
+    )
+
+
+def is_qualified_name(text: str) -> bool:
+    """The model's side of :func:`_qualified_cel` (whole string, ASCII only as RE2 reads it)."""
+    prefix, slash, _ = text.partition("/")
+    return bool(
+        text.isascii()
+        and re.fullmatch(QUALIFIED_NAME_PATTERN, text)
+        and (not slash or len(prefix) <= QUALIFIED_PREFIX_MAX)
+    )
+
+
+def is_label_value(text: str) -> bool:
+    """The label value rule (:data:`LABEL_VALUE_PATTERN`) on the whole string."""
+    return bool(text.isascii() and re.fullmatch(LABEL_VALUE_PATTERN, text))
+
+
+def _ascii_lower(text: str) -> str:
+    """CEL's ``lowerAscii()``: only A-Z change."""
+    return "".join(c.lower() if "A" <= c <= "Z" else c for c in text)
+
+
+def _label_map_schema(field: str, reserved: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Schema of a label map (``ValidateLabels``: keys qualified names, values label values),
+    as pod labels and nodeSelector take it; ``reserved`` keys are refused too."""
+    rules = [
+        _cel(
+            f"self.all(k, {_qualified_cel('k')})",
+            f"{field}: every key must be {_QUALIFIED_HELP} (rule: label key)",
+        )
+    ]
+    if reserved:
+        rules.append(
+            _cel(
+                f"self.all(k, !(k in {list(reserved)!r}))",
+                f"{field}: {', '.join(reserved)} are the Job's own pod labels, set by the API "
+                "server (rule: no Job pod labels)",
+            )
+        )
+    return {
+        "type": "object",
+        "maxProperties": POD_MAP_MAX,
+        "additionalProperties": {
+            "type": "string",
+            "maxLength": LABEL_VALUE_MAX,
+            "pattern": LABEL_VALUE_PATTERN,
+        },
+        **_validations(*rules),
+    }
+
+
+def _label_map_check(
+    field: str, reserved: tuple[str, ...] = ()
+) -> Callable[[dict[str, str]], dict[str, str]]:
+    """The model's side of :func:`_label_map_schema`."""
+
+    def check(value: dict[str, str]) -> dict[str, str]:
+        for key, text in value.items():
+            if not is_qualified_name(key):
+                raise ValueError(
+                    f"{field}: key {key!r} must be {_QUALIFIED_HELP} (rule: label key)"
+                )
+            if key in reserved:
+                raise ValueError(
+                    f"{field}: {key} is the Job's own pod label (rule: no Job pod labels)"
+                )
+            if not is_label_value(text):
+                raise ValueError(f"{field}.{key}: value {text!r} must be {_LABEL_VALUE_HELP}")
+        return value
+
+    return check
+
+
+#: podTemplate.nodeSelector: a label map.
+NodeSelectorMap = Annotated[
+    dict[str, StrictStr],
+    Field(max_length=POD_MAP_MAX),
+    AfterValidator(_label_map_check("podTemplate.nodeSelector")),
+    WithJsonSchema(_label_map_schema("podTemplate.nodeSelector")),
+]
+#: podTemplate.metadata.labels: a label map without the Job's own pod labels.
+PodLabelMap = Annotated[
+    dict[str, StrictStr],
+    Field(max_length=POD_MAP_MAX),
+    AfterValidator(_label_map_check("podTemplate.metadata.labels", JOB_POD_LABELS)),
+    WithJsonSchema(_label_map_schema("podTemplate.metadata.labels", JOB_POD_LABELS)),
+]
+
+
+def _annotation_keys_ok(value: dict[str, str]) -> dict[str, str]:
+    field = "podTemplate.metadata.annotations"
+    for key in value:
+        if not is_qualified_name(_ascii_lower(key)):
+            raise ValueError(
+                f"{field}: key {key!r} must be {_QUALIFIED_HELP}, upper case allowed "
+                "(rule: annotation key)"
+            )
+        if key in POD_SETTING_ANNOTATIONS or key.startswith(POD_SETTING_ANNOTATION_PREFIXES):
+            raise ValueError(f"{field}: {key} is a pod setting (rule: no pod setting annotations)")
+    return value
+
+
+#: Pod annotations: keys qualified names once lower-cased (ValidateAnnotations), values free;
+#: the annotations the API server reads as pod settings refused. The API server's limit on
+#: the total size of a pod's annotations (256 KiB) is not checked.
+AnnotationMap = Annotated[
+    dict[str, StrictStr],
+    Field(max_length=POD_MAP_MAX),
+    AfterValidator(_annotation_keys_ok),
+    WithJsonSchema(
+        {
+            "type": "object",
+            "maxProperties": POD_MAP_MAX,
+            "additionalProperties": {"type": "string"},
+            **_validations(
+                _cel(
+                    f"self.all(k, {_qualified_cel('k.lowerAscii()')})",
+                    f"podTemplate.metadata.annotations: every key must be {_QUALIFIED_HELP}, "
+                    "upper case allowed (rule: annotation key)",
+                ),
+                _cel(
+                    f"self.all(k, !(k in {list(POD_SETTING_ANNOTATIONS)!r}) && "
+                    + " && ".join(f"!k.startsWith('{p}')" for p in POD_SETTING_ANNOTATION_PREFIXES)
+                    + ")",
+                    "podTemplate.metadata.annotations: "
+                    f"{', '.join(POD_SETTING_ANNOTATIONS)} and keys starting with "
+                    f"{', '.join(POD_SETTING_ANNOTATION_PREFIXES)} are pod settings the API "
+                    "server checks against the pod spec; set them on the pod spec or not at all "
+                    "(rule: no pod setting annotations)",
+                ),
+            ),
+        }
+    ),
 ]
 #: Longest default queue name (the queue rule's limit, sendgroup_contract.keys).
 DEFAULT_QUEUE_MAX: Final = QUEUE_NAME_MAX
@@ -469,26 +654,90 @@ class WorkerProbesSpec(_Model):
     """Readiness probe timing; default period 10 s, timeout 5 s, 3 failures."""
 
 
-class Toleration(_Model):
-    """core/v1 Toleration."""
+INT32_MAX: Final = 2**31 - 1
 
-    key: str | None = Field(default=None, max_length=316)
+
+class Toleration(_Model):
+    """core/v1 Toleration, with the API server's rules (ValidateTolerations): a key is a
+    qualified name; without a key the operator is Exists; Exists has no value, Equal a label
+    value; tolerationSeconds only with effect NoExecute."""
+
+    model_config = ConfigDict(
+        json_schema_extra=_validations(
+            _cel(
+                "(has(self.key) && self.key != '') "
+                "|| (has(self.operator) && self.operator == 'Exists')",
+                "podTemplate.tolerations: a toleration without key must have operator Exists "
+                "(it then tolerates every taint) (rule: empty key needs Exists)",
+            ),
+            _cel(
+                "!has(self.operator) || self.operator != 'Exists' "
+                "|| !has(self.value) || self.value == ''",
+                "podTemplate.tolerations: a toleration with operator Exists must have no value "
+                "(rule: Exists has no value)",
+            ),
+            _cel(
+                "!has(self.tolerationSeconds) || (has(self.effect) && self.effect == 'NoExecute')",
+                "podTemplate.tolerations: tolerationSeconds needs effect NoExecute "
+                "(rule: tolerationSeconds with NoExecute)",
+            ),
+        )
+    )
+
+    key: str | None = Field(
+        default=None,
+        max_length=316,
+        json_schema_extra=_validations(
+            _cel(
+                f"self == '' || ({_qualified_cel('self')})",
+                f"podTemplate.tolerations[].key must be {_QUALIFIED_HELP} (rule: toleration key)",
+            )
+        ),
+    )
     """Taint key; empty with operator Exists = every taint."""
     operator: Literal["Exists", "Equal"] | None = None
     """Exists or Equal (default Equal)."""
-    value: str | None = Field(default=None, max_length=63)
-    """Taint value (operator Equal)."""
+    value: str | None = Field(default=None, max_length=LABEL_VALUE_MAX, pattern=LABEL_VALUE_PATTERN)
+    """Taint value (operator Equal), a label value; none with operator Exists."""
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
     """Taint effect; empty = all effects."""
-    toleration_seconds: int | None = None
-    """NoExecute only: how long the pod stays bound after the taint appears."""
+    toleration_seconds: int | None = Field(
+        default=None, ge=0, le=_durations.MAX_DAYS * 86400, strict=True
+    )
+    """NoExecute only: how long the pod stays bound after the taint appears, 0 to 36500 days
+    (the cap of every duration; Kubernetes reads a negative value as 0)."""
+
+    @model_validator(mode="after")
+    def _api_server_rules(self) -> Toleration:
+        where = "podTemplate.tolerations"
+        if self.key and not is_qualified_name(self.key):
+            raise ValueError(f"{where}: key {self.key!r} must be {_QUALIFIED_HELP}")
+        if not self.key and self.operator != "Exists":
+            raise ValueError(f"{where}: a toleration without key must have operator Exists")
+        if self.operator == "Exists" and self.value:
+            raise ValueError(f"{where}: a toleration with operator Exists must have no value")
+        if self.value is not None and not is_label_value(self.value):
+            raise ValueError(f"{where}: value {self.value!r} must be {_LABEL_VALUE_HELP}")
+        if self.toleration_seconds is not None and self.effect != "NoExecute":
+            raise ValueError(f"{where}: tolerationSeconds needs effect NoExecute")
+        return self
 
 
 class TopologySpreadConstraint(_Model):
     """core/v1 TopologySpreadConstraint; without labelSelector the operator selects the pod's own
     group and component (its workers, or its Job's pods)."""
 
-    max_skew: int = Field(ge=1)
+    model_config = ConfigDict(
+        json_schema_extra=_validations(
+            _cel(
+                "!has(self.minDomains) || self.whenUnsatisfiable == 'DoNotSchedule'",
+                "podTemplate.topologySpreadConstraints: minDomains needs whenUnsatisfiable "
+                "DoNotSchedule (rule: minDomains with DoNotSchedule)",
+            )
+        )
+    )
+
+    max_skew: int = Field(ge=1, le=INT32_MAX)
     """Largest allowed difference of matching pods between two topology domains."""
     topology_key: str = Field(min_length=1, max_length=316)
     """Node label that defines the domains (kubernetes.io/hostname, topology.kubernetes.io/zone)."""
@@ -496,16 +745,45 @@ class TopologySpreadConstraint(_Model):
     """DoNotSchedule or ScheduleAnyway."""
     label_selector: FreeObject | None = None
     """Pods counted (metav1.LabelSelector); default: this group's pods of the same component."""
-    min_domains: int | None = Field(default=None, ge=1)
+    min_domains: int | None = Field(default=None, ge=1, le=INT32_MAX)
     """Minimum number of eligible domains (DoNotSchedule only)."""
     node_affinity_policy: Literal["Honor", "Ignore"] | None = None
     """Whether nodeAffinity/nodeSelector limit the domains counted."""
     node_taints_policy: Literal["Honor", "Ignore"] | None = None
     """Whether node taints limit the domains counted."""
-    match_label_keys: list[Annotated[str, Field(max_length=316)]] | None = Field(
-        default=None, max_length=16
-    )
+    match_label_keys: (
+        list[
+            Annotated[
+                str,
+                Field(max_length=316),
+                WithJsonSchema(
+                    {
+                        "type": "string",
+                        "maxLength": 316,
+                        **_validations(
+                            _cel(
+                                _qualified_cel("self"),
+                                "podTemplate.topologySpreadConstraints[].matchLabelKeys: each "
+                                f"must be {_QUALIFIED_HELP} (rule: label key)",
+                            )
+                        ),
+                    }
+                ),
+            ]
+        ]
+        | None
+    ) = Field(default=None, max_length=16)
     """Pod label keys whose values further narrow the pods counted (e.g. pod-template-hash)."""
+
+    @model_validator(mode="after")
+    def _api_server_rules(self) -> TopologySpreadConstraint:
+        where = "podTemplate.topologySpreadConstraints"
+        if self.min_domains is not None and self.when_unsatisfiable != "DoNotSchedule":
+            raise ValueError(f"{where}: minDomains needs whenUnsatisfiable DoNotSchedule")
+        for key in self.match_label_keys or []:
+            if not is_qualified_name(key):
+                raise ValueError(f"{where}: matchLabelKeys {key!r} must be {_QUALIFIED_HELP}")
+        return self
 
 
 class LocalObjectReference(_Model):
@@ -518,10 +796,13 @@ class LocalObjectReference(_Model):
 class PodMetadata(_Model):
     """Labels and annotations added to the pods (the operator's own labels always win)."""
 
-    labels: StringMap | None = None
-    """Extra pod labels."""
-    annotations: StringMap | None = None
-    """Extra pod annotations."""
+    labels: PodLabelMap | None = None
+    """Extra pod labels: keys qualified names, values label values; not the Job's own
+    (controller-uid, job-name and their batch.kubernetes.io/ forms)."""
+    annotations: AnnotationMap | None = None
+    """Extra pod annotations: keys qualified names (upper case allowed); not the ones the API
+    server reads as pod settings (legacy tolerations, seccomp, AppArmor, mirror pod, deletion
+    cost)."""
 
 
 class PodTemplateSpec(_Model):
@@ -532,16 +813,40 @@ class PodTemplateSpec(_Model):
 
     metadata: PodMetadata | None = None
     """Extra labels and annotations of the pods."""
-    node_selector: StringMap | None = None
-    """Node labels the pods require."""
+    node_selector: NodeSelectorMap | None = None
+    """Node labels the pods require (keys qualified names, values label values)."""
     tolerations: list[Toleration] | None = Field(default=None, max_length=64)
     """Taints the pods tolerate."""
     affinity: FreeObject | None = None
     """core/v1 Affinity (node, pod and pod anti-affinity), passed as given."""
     topology_spread_constraints: list[TopologySpreadConstraint] | None = Field(
-        default=None, max_length=16
+        default=None,
+        max_length=16,
+        json_schema_extra=_validations(
+            _cel(
+                "self.all(c, self.exists_one(d, d.topologyKey == c.topologyKey "
+                "&& d.whenUnsatisfiable == c.whenUnsatisfiable))",
+                "podTemplate.topologySpreadConstraints: at most one constraint per topologyKey "
+                "and whenUnsatisfiable (rule: no repeated constraint)",
+            )
+        ),
     )
-    """How the pods spread over nodes or zones (a node drain then stops only part of a group)."""
+    """How the pods spread over nodes or zones (a node drain then stops only part of a group);
+    one constraint per topologyKey and whenUnsatisfiable."""
+
+    @field_validator("topology_spread_constraints")
+    @classmethod
+    def _constraints_not_repeated(
+        cls, value: list[TopologySpreadConstraint] | None
+    ) -> list[TopologySpreadConstraint] | None:
+        pairs = [(c.topology_key, c.when_unsatisfiable) for c in value or []]
+        if len(set(pairs)) != len(pairs):
+            raise ValueError(
+                "podTemplate.topologySpreadConstraints: at most one constraint per topologyKey "
+                "and whenUnsatisfiable (rule: no repeated constraint)"
+            )
+        return value
+
     priority_class_name: str | None = Field(default=None, min_length=1, max_length=253)
     """PriorityClass of the pods."""
     image_pull_secrets: list[LocalObjectReference] | None = Field(default=None, max_length=16)
