@@ -142,14 +142,35 @@ FreeObject = Annotated[
     WithJsonSchema({"type": "object", "x-kubernetes-preserve-unknown-fields": True}),
 ]
 
-#: A count or a percentage (``2``, ``"50%"``), as policy/v1 PodDisruptionBudget takes it.
+#: Largest count of an int-or-string field: Kubernetes' IntOrString holds an int32 (a larger
+#: count cannot be decoded into a PodDisruptionBudget at all).
+INT_OR_STRING_INT_MAX: Final = 2**31 - 1
+#: A percentage of 0% to 100% (no sign, no leading zero, no fraction).
+PERCENT_PATTERN: Final = r"^(100|[1-9]?[0-9])%$"
+
+
+def _percent(value: str) -> str:
+    """The model's side of :data:`PERCENT_PATTERN` (``fullmatch``: Python's ``$`` would take a
+    trailing newline, the API server's does not)."""
+    if re.fullmatch(PERCENT_PATTERN[1:-1], value) is None:
+        raise ValueError(f"must be a count or a percentage from 0% to 100%, not {value!r}")
+    return value
+
+
+#: A count or a percentage (``2``, ``"50%"``), as policy/v1 PodDisruptionBudget takes it: a
+#: count of at least 0 (a JSON integer, int32), a percentage of 0% to 100%
+#: (``ValidatePositiveIntOrPercent`` and ``IsNotMoreThan100Percent`` of its validation). Strict:
+#: the API server refuses ``"5"`` (not a percentage) and ``true``.
 IntOrPercent = Annotated[
-    int | str,
+    Annotated[StrictInt, Field(ge=0, le=INT_OR_STRING_INT_MAX)]
+    | Annotated[StrictStr, AfterValidator(_percent)],
     WithJsonSchema(
         {
             "anyOf": [{"type": "integer"}, {"type": "string"}],
             "x-kubernetes-int-or-string": True,
-            "pattern": r"^[0-9]{1,3}%$",
+            "pattern": PERCENT_PATTERN,
+            "minimum": 0,
+            "maximum": INT_OR_STRING_INT_MAX,
         }
     ),
 ]
@@ -875,9 +896,18 @@ class DisruptionBudgetSpec(_Model):
     )
 
     min_available: IntOrPercent | None = None
-    """Workers that must stay up: a count or a percentage (50%)."""
+    """Workers that must stay up: a count (0 or more) or a percentage from 0% to 100% (50%)."""
     max_unavailable: IntOrPercent | None = None
-    """Workers that may be evicted at once: a count or a percentage (50%)."""
+    """Workers that may be evicted at once: a count (0 or more) or a percentage from 0% to 100%
+    (50%)."""
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> DisruptionBudgetSpec:
+        """The model's side of the CEL rule (the API server refuses a PodDisruptionBudget with
+        both; with neither the operator would render one without a budget)."""
+        if (self.min_available is None) == (self.max_unavailable is None):
+            raise ValueError("disruptionBudget: set exactly one of minAvailable or maxUnavailable")
+        return self
 
 
 class WorkerSpec(_Model):

@@ -10,8 +10,10 @@ rule and the model's own reading of a quantity must agree, down to ParseQuantity
 1n and its cap at 2^63-1), and resource names (cpu, memory, ephemeral-storage only: the API
 server's rules for other names, extended resources and huge pages are not the model's), and
 spec.podTemplate (nodeSelector, pod labels and annotations, tolerations, topology spread
-constraints: the pod template rules of the worker Deployment and the Jobs).
-Deterministic (``derandomize``), a few hundred examples per field, one API request each."""
+constraints: the pod template rules of the worker Deployment and the Jobs), and
+spec.disruptionBudget (counts and percentages), whose rendered PodDisruptionBudget the API
+server must accept too. Deterministic (``derandomize``), a few hundred examples per field,
+one API request each."""
 
 from __future__ import annotations
 
@@ -46,8 +48,9 @@ EXAMPLES = settings(
 #: applied, ``1.0`` read as ``1``: what the operator is handed), or its refusal message.
 DryRun = Callable[..., dict[str, Any] | str]
 SpecOf = Callable[[Any], dict[str, Any]]
-#: ``children(spec, name)``: the rendered worker Deployment and a dump Job, each dry-run
-#: created; returns the API server's refusals (``[]`` when both were accepted).
+#: ``children(spec, name)``: the rendered worker Deployment, a dump Job and the worker
+#: PodDisruptionBudget (when spec.disruptionBudget is set), each dry-run created; returns the
+#: API server's refusals (``[]`` when all were accepted).
 Children = Callable[[models.SendGroupSpec, str], list[str]]
 
 
@@ -99,10 +102,12 @@ SETTINGS = Settings(default_image="sendgroup-worker:grammar", default_redis_url=
 @pytest.fixture
 def children_accepted(api_client: k8s.ApiClient, namespace: str) -> Children:
     """What the builders render for an accepted group, dry-run created: the worker Deployment
-    (``spec.worker.resources``, name ``sg-<name>`` shortened) and a dump Job
-    (``spec.jobs.resources``, name ``sg-<name>-dump-<n>`` shortened)."""
+    (``spec.worker.resources``, name ``sg-<name>`` shortened), a dump Job
+    (``spec.jobs.resources``, name ``sg-<name>-dump-<n>`` shortened) and, when
+    ``spec.disruptionBudget`` is set, the worker PodDisruptionBudget (``sg-<name>``)."""
     apps = k8s.AppsV1Api(api_client)
     batch = k8s.BatchV1Api(api_client)
+    policy = k8s.PolicyV1Api(api_client)
 
     def refusals(spec: models.SendGroupSpec, name: str) -> list[str]:
         ref = builders.GroupRef(namespace, name, "0d9e6f3c-uid", "c", spec.host)
@@ -114,6 +119,15 @@ def children_accepted(api_client: k8s.ApiClient, namespace: str) -> Children:
             ),
             _dry_run(lambda: batch.create_namespaced_job(namespace, job, dry_run="All")),
         ]
+        budget = builders.pod_disruption_budget(ref, spec)
+        if budget is not None:
+            found.append(
+                _dry_run(
+                    lambda: policy.create_namespaced_pod_disruption_budget(
+                        namespace, budget, dry_run="All"
+                    )
+                )
+            )
         return [message for message in found if isinstance(message, str)]
 
     return refusals
@@ -204,6 +218,48 @@ def test_ttl_after_finished_agrees(api_create: DryRun) -> None:
         api_create, TTLS, lambda v: {**BASE, "state": "Completed", "ttlSecondsAfterFinished": v}
     )
     assert seen[True] >= 20 and seen[False] >= 20, seen
+
+
+INT32_MAX = 2**31 - 1
+BUDGET_VALUES = st.one_of(
+    st.integers(min_value=-5, max_value=1000),
+    st.integers(min_value=0, max_value=100).map(lambda n: f"{n}%"),
+    st.integers(min_value=INT32_MAX - 2, max_value=INT32_MAX + 2),
+    st.integers(min_value=INT32_MAX, max_value=2**64),
+    st.integers(min_value=-5, max_value=1005).map(lambda n: f"{n}%"),
+    st.from_regex(r"[0-9]{1,4}%", fullmatch=True),
+    st.text(alphabet="0123456789%-+. \n", max_size=6),
+    st.sampled_from(
+        [
+            *["0%", "100%", "101%", "999%", "1000%", "-5%", "-5", "5", "50", "05%", "007%"],
+            *["50%\n", " 50%", "50 %", "50.5%", "1e2%", "%", "", "\u0665%"],
+            *[0.5, 5.0, 1e3, -1.0, True, False, None, [], {}],
+        ]
+    ),
+)
+
+
+def _budget_spec(p: tuple[str, Any]) -> dict[str, Any]:
+    field, value = p
+    if field == "both":  # refused by the CEL rule (exactly one), whatever the value
+        return {**BASE, "disruptionBudget": {"minAvailable": value, "maxUnavailable": value}}
+    return {**BASE, "disruptionBudget": {field: value}}
+
+
+def test_disruption_budgets_agree(api_create: DryRun, children_accepted: Children) -> None:
+    """spec.disruptionBudget: ``minAvailable: -5`` and ``maxUnavailable: '999%'`` passed the CRD,
+    then the API server refused the rendered PodDisruptionBudget (422) and the group ran with
+    none. Now the CRD and the model take the same counts and percentages, and every accepted
+    one renders a PodDisruptionBudget (and Deployment and Job) the API server accepts."""
+    seen = agree(
+        api_create,
+        st.tuples(
+            st.sampled_from(["minAvailable", "maxUnavailable"] * 3 + ["both"]), BUDGET_VALUES
+        ),
+        _budget_spec,
+        children=children_accepted,
+    )
+    assert seen[True] >= 50 and seen[False] >= 50, seen
 
 
 URL_PARTS = st.tuples(

@@ -216,3 +216,25 @@ def test_a_long_metadata_name_still_gives_a_valid_default_queue() -> None:
         assert queue.startswith("mail-") and len(queue) <= 200
     assert _spec().queue_name("a" * 253) != _spec().queue_name("a" * 252)
     assert _spec().queue_name("gmail") == "mail-gmail"  # short names unchanged
+
+
+def test_disruption_budget_takes_what_a_pdb_takes() -> None:
+    """minAvailable / maxUnavailable: a count 0..2^31-1 (int32, strict: not "5", not true) or a
+    percentage 0%..100%; ``-5`` and ``'999%'`` passed before and the API server then refused the
+    PodDisruptionBudget. Exactly one of the two (the CRD's CEL rule)."""
+    for good in (0, 1, 2**31 - 1, "0%", "50%", "100%"):
+        for field in ("minAvailable", "maxUnavailable"):
+            budget = builders.pod_disruption_budget(REF, _spec(disruptionBudget={field: good}))
+            assert budget is not None and budget["spec"][field] == good
+    bad: list[dict[str, Any]] = [
+        *({"minAvailable": v} for v in (-5, -1, 2**31, "999%", "101%", "-5", "5", "05%", True)),
+        *({"maxUnavailable": v} for v in (-1, "999%", "50%\n", " 50%", 1.5, None)),
+        {"minAvailable": 1, "maxUnavailable": 1},
+        {},
+    ]
+    for budget_spec in bad:
+        try:
+            models.DisruptionBudgetSpec.model_validate(budget_spec)
+        except ValueError:
+            continue
+        raise AssertionError(f"accepted {budget_spec!r}")
