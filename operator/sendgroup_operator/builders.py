@@ -457,15 +457,26 @@ def pod_disruption_budget(ref: GroupRef, spec: models.SendGroupSpec) -> dict[str
     }
 
 
+def budget_pending_hash(template_hash: str) -> str:
+    """The template-hash annotation of a Deployment applied while its PodDisruptionBudget was
+    refused (:func:`deployment` with ``budget_applied`` False): never the wanted hash, so the
+    planner plans the Deployment again (and with it the budget) and knows why."""
+    return _digest(f"budget-pending:{template_hash}")
+
+
 def deployment(
     ref: GroupRef,
     spec: models.SendGroupSpec,
     settings: Settings,
     replicas: int,
     provider_env: Sequence[Mapping[str, Any]] = (),
+    budget_applied: bool = True,
 ) -> dict[str, Any]:
     """The worker Deployment ``sg-<name>`` with ``replicas`` pods; ``provider_env`` as in
     :func:`worker_env` (part of the template, so a provider change rolls the workers).
+    ``budget_applied`` False: the PodDisruptionBudget the spec asks for was refused, so the
+    template-hash annotation is :func:`budget_pending_hash` of the wanted one (the next pass
+    sees it and applies both again) instead of claiming the budget.
 
     Grace period = ``worker.timeout`` + 30 s, so a stopping worker finishes its job.
     """
@@ -498,7 +509,10 @@ def deployment(
     # noticed and applied with the Deployment (reconcile's EnsureDeployment).
     budget = pod_disruption_budget(ref, spec)
     hashed: Any = template if budget is None else [template, budget["spec"]]
-    meta["annotations"] = {ANNOTATION_TEMPLATE_HASH: _digest(json.dumps(hashed, sort_keys=True))}
+    want = _digest(json.dumps(hashed, sort_keys=True))
+    meta["annotations"] = {
+        ANNOTATION_TEMPLATE_HASH: want if budget_applied else budget_pending_hash(want)
+    }
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",

@@ -594,6 +594,11 @@ class ApplyError(Exception):
     a URL or a Secret's value)."""
 
 
+class BudgetRefused(Exception):
+    """The group's PodDisruptionBudget could not be applied (the Deployment was): the message
+    names the PodDisruptionBudget and the API's reason."""
+
+
 def _reason(exc: Exception) -> str:
     return str(exc)[:300]
 
@@ -606,14 +611,20 @@ async def apply(
     observed: plan.Observed,
     url: str | None,
     logger: logging.Logger | logging.LoggerAdapter[Any],
-) -> None:
+) -> str | None:
     """Carry out the plan's actions, each idempotent (404 on delete and 409 on create are
-    outcomes, not errors)."""
+    outcomes, not errors). Returns why the group's PodDisruptionBudget was refused (the other
+    actions are still carried out), else None."""
+    refused: str | None = None
     for action in result.actions:
         try:
             await _apply_one(rt, group, spec, action, observed, url, logger)
+        except BudgetRefused as exc:
+            logger.warning("%s", exc)
+            refused = str(exc)
         except (KubeError, QueueUnavailable) as exc:
             raise ApplyError(f"{type(action).__name__}: {_reason(exc)}") from exc
+    return refused
 
 
 async def _apply_one(
@@ -635,16 +646,28 @@ async def _apply_one(
         logger.info("pause marker %s", "set" if action.paused else "cleared")
     elif isinstance(action, plan.EnsureDeployment):
         env = rt.provider_env.get(key, [])
-        body = builders.deployment(ref, spec, settings, action.replicas, env)
+        name = builders.deployment_name(group.name)
+        # issue 20: the workers' PodDisruptionBudget (the Deployment's hash covers it), applied
+        # first: when it fails (a 422: an object stored before the CRD's rule, an admission
+        # policy), the Deployment is still written, the workers run, but its hash annotation
+        # says the budget is pending, so every later pass applies both again until it goes in
+        budget = builders.pod_disruption_budget(ref, spec)
+        refused: KubeError | None = None
+        try:
+            await rt.kube.apply_disruption_budget(group.namespace, name, budget)
+        except KubeError as exc:
+            refused = exc
+        body = builders.deployment(
+            ref, spec, settings, action.replicas, env, budget_applied=refused is None
+        )
         try:
             await rt.kube.apply_deployment(body, exists=observed.deployment is not None)
         finally:  # failed or not, the index may be behind the API server now
             rt.deployment_writes[key] = time.monotonic()
         rt.granted[key] = action.replicas
         logger.info("deployment %s replicas=%d", body["metadata"]["name"], action.replicas)
-        # issue 20: the workers' PodDisruptionBudget follows the Deployment (its hash covers it)
-        budget = builders.pod_disruption_budget(ref, spec)
-        await rt.kube.apply_disruption_budget(group.namespace, body["metadata"]["name"], budget)
+        if refused is not None:
+            raise BudgetRefused(f"PodDisruptionBudget {name}: {_reason(refused)}") from refused
     elif isinstance(action, plan.DeleteDeployment):
         try:
             await rt.kube.delete_deployment(group.namespace, builders.deployment_name(group.name))
@@ -693,14 +716,20 @@ async def _apply_plan(
     now: datetime,
 ) -> plan.Plan:
     """Apply ``result``; the plan as applied, or the planner's ApplyFailed status when an
-    action failed (logged and counted; the old status otherwise kept)."""
+    action failed (logged and counted; the old status otherwise kept). A refused
+    PodDisruptionBudget fails no other action: the plan as applied, with
+    ``Degraded=True`` reason ``DisruptionBudgetRefused`` (counted as an error too)."""
     try:
-        await apply(rt, group, spec, result, observed, url, logger)
+        refused = await apply(rt, group, spec, result, observed, url, logger)
     except ApplyError as exc:
         metrics.ERRORS.labels(group.namespace).inc()
         logger.warning("apply failed: %s", exc)
         return plan.apply_failed(group, status, result, str(exc), now)
     plan.applied(result)
+    if refused is not None:
+        metrics.ERRORS.labels(group.namespace).inc()
+    if any(isinstance(a, plan.EnsureDeployment) for a in result.actions):
+        plan.budget_applied(group, status, result, refused, now)
     return result
 
 

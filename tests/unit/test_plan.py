@@ -515,3 +515,54 @@ def test_passes_close_together_do_not_call_a_trickle_idle() -> None:
     # a new group's first measurement, nothing queued and nothing ever sent: idle at once (200
     # idle groups each wrote their status a second time, 10 s later, without this)
     assert run(s, measure=q(0), now=at(20)).status.idle_since == at(20)
+
+
+# --- a PodDisruptionBudget the API server refuses ----------------------------------------
+
+
+def test_a_refused_budget_is_retried_every_pass_not_at_the_busy_pace() -> None:
+    """The Deployment written while its PodDisruptionBudget was refused carries
+    builders.budget_pending_hash of the wanted hash: the planner plans the Deployment (and
+    with it the budget) again, without a Scaled event and without the 2 s busy requeue; any
+    other hash is a stale template (busy); the wanted hash, nothing to do."""
+    s = spec(workers=2, disruptionBudget={"minAvailable": 1})
+    st = run(s, measure=q(5)).status
+    want = builders.template_hash(GROUP.ref(s), s, SETTINGS)
+    assert builders.budget_pending_hash(want) != want
+
+    def with_hash(h: str) -> p.Observed:
+        return p.Observed(p.DeploymentObs(2, 2, template_hash=h), jobs_listed=True)
+
+    pending = run(s, st, with_hash(builders.budget_pending_hash(want)), q(5), at(10))
+    assert pending.actions == [p.EnsureDeployment(2)]
+    assert pending.events == [] and pending.requeue_after is None
+    stale = run(s, st, with_hash("old"), q(5), at(10))
+    assert stale.actions == [p.EnsureDeployment(2)] and stale.requeue_after == p.BUSY_REQUEUE
+    assert run(s, st, with_hash(want), q(5), at(10)).actions == []
+    # the Deployment's body claims the budget only when it was applied
+    ref = GROUP.ref(s)
+    applied = builders.deployment(ref, s, SETTINGS, 2)
+    refused = builders.deployment(ref, s, SETTINGS, 2, budget_applied=False)
+    hash_of = builders.ANNOTATION_TEMPLATE_HASH
+    assert applied["metadata"]["annotations"][hash_of] == want
+    assert refused["metadata"]["annotations"][hash_of] == builders.budget_pending_hash(want)
+    assert refused["spec"] == applied["spec"]  # same pods: no rollout
+
+
+def test_a_refused_budget_degrades_the_group_once_and_clears_when_applied() -> None:
+    s = spec(workers=2, disruptionBudget={"minAvailable": 1})
+    old = run(s, measure=q(5)).status
+    result = run(s, old, dep(2), q(5), at(10))
+    p.budget_applied(GROUP, old, result, "PodDisruptionBudget sg-g1: HTTP 422: no", at(10))
+    assert cond(result, "Degraded") == ("True", "DisruptionBudgetRefused")
+    assert result.write_status
+    assert [(e.type, e.reason) for e in result.events] == [("Warning", "DisruptionBudgetRefused")]
+    # refused again on the next pass: the condition stays, no second event, no status write
+    again = run(s, result.status, dep(2), q(5), at(11))
+    p.budget_applied(GROUP, result.status, again, "PodDisruptionBudget sg-g1: HTTP 422: no", at(11))
+    assert cond(again, "Degraded") == ("True", "DisruptionBudgetRefused")
+    assert again.events == [] and not again.write_status
+    # applied: the degradation ends (a status write)
+    done = run(s, again.status, dep(2), q(5), at(12))
+    p.budget_applied(GROUP, again.status, done, None, at(12))
+    assert find(done.status.conditions, "Degraded") is None and done.write_status

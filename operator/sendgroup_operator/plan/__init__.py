@@ -19,6 +19,7 @@ everything arrives as plain data, so every decision is unit-tested with an injec
 from sendgroup_operator.plan.apply import (
     applied,
     apply_failed,
+    budget_applied,
     granted_after,
     idle_wait,
     needs_children,
@@ -87,6 +88,7 @@ __all__ = [
     "SetPauseMarker",
     "applied",
     "apply_failed",
+    "budget_applied",
     "demand",
     "desired_workers",
     "granted_after",

@@ -26,6 +26,8 @@ NO_DEPLOYMENT_REASONS: Final = frozenset(
 )
 #: Degraded reason while the last plan could not be carried out.
 REASON_APPLY_FAILED: Final = "ApplyFailed"
+#: Degraded reason while the group's PodDisruptionBudget is refused (its workers run).
+REASON_BUDGET_REFUSED: Final = "DisruptionBudgetRefused"
 
 
 def needs_children(
@@ -157,3 +159,33 @@ def granted_after(result: Plan, observed: Observed) -> int | None:
     if observed.deployment is not None:
         return observed.deployment.replicas
     return 0 if not result.actions else None
+
+
+def budget_applied(
+    group: Group, old: models.SendGroupStatus, result: Plan, refused: str | None, now: datetime
+) -> None:
+    """After a pass that wrote the worker Deployment and, before it, its PodDisruptionBudget:
+    ``refused`` (the API's reason) sets ``Degraded=True`` reason ``DisruptionBudgetRefused``
+    with a Warning event when it appears (the Deployment says the budget is pending, so the
+    next pass tries again: :func:`~sendgroup_operator.builders.budget_pending_hash`); None
+    (applied, or deleted with the field) ends that degradation."""
+    conds = result.status.conditions
+    if refused is None:
+        if conditions.remove_reason(conds, conditions.DEGRADED, REASON_BUDGET_REFUSED):
+            result.write_status = True
+        return
+    before = conditions.find(old.conditions, conditions.DEGRADED)
+    flipped = before is None or before.status != "True" or before.reason != REASON_BUDGET_REFUSED
+    if conditions.set_condition(
+        conds,
+        conditions.DEGRADED,
+        "True",
+        REASON_BUDGET_REFUSED,
+        refused,
+        now,
+        group.generation,
+    ):
+        result.write_status = True
+        result.status.last_refresh = now
+    if flipped:
+        result.events.append(Event("Warning", REASON_BUDGET_REFUSED, refused))

@@ -470,25 +470,45 @@ def _throttled(b: Decisions, active: bool, allowed: int) -> None:
         b.cond(conditions.THROTTLED, "False", "WithinCap", "no global cap or provider rule applies")
 
 
-def _stale(b: Decisions, dep: DeploymentObs, settings: Settings) -> bool:
+#: :func:`_stale`'s answers besides False: the template differs, or only the group's
+#: PodDisruptionBudget is still to be applied (it was refused when the Deployment was written).
+STALE: Final = "stale"
+BUDGET_PENDING: Final = "budget-pending"
+
+
+def _stale(b: Decisions, dep: DeploymentObs, settings: Settings) -> str | None:
     """Whether the Deployment's pod template differs from what the spec asks for: its
     template-hash annotation (a spec change), or what the operator owns in it as read back
-    (someone edited the Deployment: :func:`~sendgroup_operator.builders.owned_fingerprint`)."""
+    (someone edited the Deployment: :func:`~sendgroup_operator.builders.owned_fingerprint`):
+    :data:`STALE`; :data:`BUDGET_PENDING` when the template is as wanted but the annotation
+    says its PodDisruptionBudget was refused (:func:`~sendgroup_operator.builders.
+    budget_pending_hash`); None when up to date."""
     want_hash, want_owned = builders.template_fingerprints(
         b.group.ref(b.spec), b.spec, settings, b.provider_env
     )
-    return dep.template_hash != want_hash or (dep.owned is not None and dep.owned != want_owned)
+    if dep.owned is not None and dep.owned != want_owned:
+        return STALE
+    if dep.template_hash == want_hash:
+        return None
+    if dep.template_hash == builders.budget_pending_hash(want_hash):
+        return BUDGET_PENDING
+    return STALE
 
 
 def _converge(b: Decisions, dep: DeploymentObs | None, replicas: int, settings: Settings) -> None:
     """Plan :class:`EnsureDeployment` when the Deployment is missing, has other replicas, or a
-    stale pod template (any spec field the template carries: env, resources, image, grace)."""
-    if dep is not None and dep.replicas == replicas and not _stale(b, dep, settings):
+    stale pod template (any spec field the template carries: env, resources, image, grace), or
+    its PodDisruptionBudget was refused when it was written (retried every pass, not at the
+    busy pace: the API server refuses it again until something changes)."""
+    stale = _stale(b, dep, settings) if dep is not None else STALE
+    if dep is not None and dep.replicas == replicas and stale is None:
         return
     b.act(EnsureDeployment(replicas))
     if dep is None or dep.replicas != replicas:
         was = dep.replicas if dep is not None else 0
         b.event("Normal", "Scaled", f"workers {was} -> {replicas}")
+    elif stale == BUDGET_PENDING:
+        return
     b.busy = True
 
 
