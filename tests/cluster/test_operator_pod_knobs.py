@@ -176,9 +176,13 @@ def test_a_refused_budget_is_said_retried_and_never_stops_the_workers(
                     return float(line.split()[-1])
             return 0.0
 
-        # later passes try again (each refusal counted) and the condition stays
+        # later passes try again (each refusal counted) and the condition stays; the
+        # Deployment is written with the same body each time: no new generation (no rollout)
+        generation = objects.get("deployment", "sg-refused")["metadata"]["generation"]
         first = errors()
         wait_for(lambda: errors() >= first + 3, 30, "the PDB tried again on later passes")
+        after = objects.get("deployment", "sg-refused")["metadata"]
+        assert after["generation"] == generation
         assert degraded() is not None
         assert objects.get("pdb", "sg-refused") is None
         warnings = [
