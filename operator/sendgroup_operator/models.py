@@ -598,9 +598,9 @@ class ResourceRequirements(_Model):
     )
 
     limits: dict[str, Quantity] | None = Field(default=None, max_length=quantities.RESOURCES_MAX)
-    """Maximum resources of the worker container (cpu, memory)."""
+    """Maximum resources of the container (cpu, memory, ephemeral-storage)."""
     requests: dict[str, Quantity] | None = Field(default=None, max_length=quantities.RESOURCES_MAX)
-    """Resources reserved for the worker container (cpu, memory)."""
+    """Resources reserved for the container (cpu, memory, ephemeral-storage)."""
 
     @model_validator(mode="after")
     def _names_and_requests_within_limits(self) -> ResourceRequirements:
