@@ -182,7 +182,7 @@ def configure_kopf(settings: kopf.OperatorSettings, ours: Settings) -> None:
     # keeps one page at a time instead of the whole list (issue 15: ~22 KB of JSON per
     # SendGroup, 44 MB at 2,000 groups held while kopf handed the objects out, tracemalloc)
     settings.watching.chunk_size = LIST_PAGE
-    settings.batching.error_delays = [1, 2, 5, 10, 30]
+    settings.queueing.error_delays = [1, 2, 5, 10, 30]  # kopf >= 1.39: was batching
     if ours.worker_limit > 0:
         # kopf keeps one worker task per object with events (queueing.worker_limit caps how many
         # run); a worker waits idle_timeout for its object's next event before freeing its

@@ -23,6 +23,17 @@ def _kopf(env: dict[str, str]) -> kopf.OperatorSettings:
     return settings
 
 
+def test_handler_retries_back_off_to_30_s_through_kopfs_current_settings() -> None:
+    """kopf's retry delays of a failed handler (1, 2, 5, 10, then every 30 s), set through
+    ``settings.queueing``: the old name (``batching``) printed a DeprecationWarning."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)
+        settings = _kopf({})
+    assert list(settings.queueing.error_delays) == [1, 2, 5, 10, 30]
+
+
 def test_worker_limit_caps_kopfs_workers_and_frees_idle_slots_sooner() -> None:
     settings = _kopf({"SENDGROUP_WORKER_LIMIT": "150"})
     assert settings.queueing.worker_limit == 150
