@@ -239,14 +239,7 @@ class Kube:
         """The SendGroups of ``namespace`` (None: all namespaces), as the API returns them, in
         pages of at most ``limit`` objects (:meth:`_pages`): one page is held at a time, not
         the whole list (issue 15: ~22 KB of JSON per group)."""
-        plural = (models.GROUP, models.VERSION)
-        fn: Callable[..., Any]
-        where: tuple[str, ...]
-        if namespace is None:
-            fn, where = self.custom.list_cluster_custom_object, ()
-        else:
-            fn, where = self.custom.list_namespaced_custom_object, (namespace,)
-        return self._pages(fn, *plural, *where, models.PLURAL, limit=limit)
+        return self._object_pages(models.GROUP, models.VERSION, models.PLURAL, namespace, limit)
 
     def list_deployments(
         self, namespace: str | None, selector: str, limit: int = LIST_PAGE
@@ -257,15 +250,28 @@ class Kube:
         ``orphanGrace``). Through the client's generic ``/apis/{group}/{version}`` lister (the
         same request as ``AppsV1Api``'s, raw JSON either way): a start lists the Deployments
         before anything else needs the apps API, whose import is ~0.3 s of CPU."""
+        return self._object_pages(
+            "apps", "v1", "deployments", namespace, limit, label_selector=selector
+        )
+
+    def _object_pages(
+        self,
+        group: str,
+        version: str,
+        plural: str,
+        namespace: str | None,
+        limit: int,
+        **kwargs: Any,
+    ) -> AsyncIterator[list[dict[str, Any]]]:
+        """Objects of ``/apis/{group}/{version}/[namespaces/{namespace}/]{plural}`` (None: all
+        namespaces) in pages of at most ``limit``, through the generic custom-object lister."""
         fn: Callable[..., Any]
         where: tuple[str, ...]
         if namespace is None:
             fn, where = self.custom.list_cluster_custom_object, ()
         else:
             fn, where = self.custom.list_namespaced_custom_object, (namespace,)
-        return self._pages(
-            fn, "apps", "v1", *where, "deployments", limit=limit, label_selector=selector
-        )
+        return self._pages(fn, group, version, *where, plural, limit=limit, **kwargs)
 
     async def list_pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
         """Pods matching ``selector``."""
