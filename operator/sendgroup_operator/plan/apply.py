@@ -127,20 +127,12 @@ def apply_failed(
         status.queue = result.status.queue.model_copy(deep=True)
         status.progress = result.status.progress.model_copy(deep=True)
     before = conditions.find(status.conditions, conditions.DEGRADED)
-    flipped = before is None or before.status != "True" or before.reason != REASON_APPLY_FAILED
-    changed = conditions.set_condition(
-        status.conditions,
-        conditions.DEGRADED,
-        "True",
-        REASON_APPLY_FAILED,
-        message,
-        now,
-        group.generation,
+    changed, events = _degraded(
+        status.conditions, before, REASON_APPLY_FAILED, message, now, group.generation
     )
     changed = changed or measured
     if changed:
         status.last_refresh = now
-    events = [Event("Warning", REASON_APPLY_FAILED, message)] if flipped else []
     return Plan(status=status, write_status=changed, events=events, demand=result.demand)
 
 
@@ -175,17 +167,28 @@ def budget_applied(
             result.write_status = True
         return
     before = conditions.find(old.conditions, conditions.DEGRADED)
-    flipped = before is None or before.status != "True" or before.reason != REASON_BUDGET_REFUSED
-    if conditions.set_condition(
-        conds,
-        conditions.DEGRADED,
-        "True",
-        REASON_BUDGET_REFUSED,
-        refused,
-        now,
-        group.generation,
-    ):
+    changed, events = _degraded(
+        conds, before, REASON_BUDGET_REFUSED, refused, now, group.generation
+    )
+    if changed:
         result.write_status = True
         result.status.last_refresh = now
-    if flipped:
-        result.events.append(Event("Warning", REASON_BUDGET_REFUSED, refused))
+    result.events.extend(events)
+
+
+def _degraded(
+    conds: list[models.Condition],
+    before: models.Condition | None,
+    reason: str,
+    message: str,
+    now: datetime,
+    generation: int | None,
+) -> tuple[bool, list[Event]]:
+    """Set ``Degraded=True`` with ``reason`` and ``message`` in ``conds``; ``before``: the
+    Degraded condition as it was. Returns whether ``conds`` changed, and the Warning event
+    to post: one when the degradation begins (or its reason changes), none while it lasts."""
+    flipped = before is None or before.status != "True" or before.reason != reason
+    changed = conditions.set_condition(
+        conds, conditions.DEGRADED, "True", reason, message, now, generation
+    )
+    return changed, [Event("Warning", reason, message)] if flipped else []
